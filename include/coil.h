@@ -1,0 +1,169 @@
+/* coil.h — the whole public API of libcoil.
+ *
+ * coil is an embeddable storage engine: a store (a regular file or a raw block
+ * device) holds named, sparse, byte-addressable objects.  Reads and writes are
+ * asynchronous; every byte on disk is checksummed and data is compressed with
+ * zstd.
+ *
+ * Conventions (every function):
+ *   - returns 0, a byte count, or a NEGATIVE errno; errno is never left for the
+ *     caller to read.  coil_strerror() names each code.
+ *   - bad arguments are -EINVAL and never abort the process.
+ *   - completions (coil_cb) carry the same: bytes, 0, or -errno.
+ *
+ * Threads: every handle is safe to use from many threads at once.  Callbacks
+ * run on one of coil's own threads (the ring thread or a pool worker), never
+ * on the caller's thread inside the submitting call; a callback must not block
+ * and must not call the synchronous API (coil_pread, coil_pwrite, coil_sync,
+ * coil_close, coil_obj_close); submitting further async operations from a
+ * callback is allowed.
+ */
+#ifndef COIL_H
+#define COIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define COIL_API __attribute__((visibility("default")))
+#else
+#define COIL_API
+#endif
+
+typedef struct coil_store coil_store; /* opaque: one open store */
+typedef struct coil_obj coil_obj;     /* opaque: one open object */
+
+/* Completion of an asynchronous operation.  @res is the byte count for reads
+ * and writes, 0 for flush, or a negative errno.  Runs on a coil thread. */
+typedef void (*coil_cb)(void *arg, int64_t res);
+
+/* Flags for coil_options.flags and coil_obj_open(). */
+#define COIL_CREATE    0x1u /* create the store / object when missing */
+#define COIL_RDONLY    0x2u /* store: open read-only; writes fail with -EROFS */
+#define COIL_NO_DIRECT 0x4u /* store: do not use O_DIRECT (tmpfs and the like) */
+#define COIL_EXCL      0x8u /* object: with COIL_CREATE, fail -EEXIST if present */
+
+/* Worker pool scheduling (coil_options.pool_mode). */
+#define COIL_POOL_FAIR      0u /* per-request round-robin (default) */
+#define COIL_POOL_SEMAPHORE 1u /* batch-granularity semaphore, for comparison */
+
+/* Largest object name, in bytes, not counting the terminating NUL.  Names are
+ * any bytes except NUL. */
+#define COIL_NAME_MAX 255
+
+struct coil_options {
+	uint64_t size;           /* capacity of a new file-backed store, bytes
+	                            (default 1 GiB); ignored for block devices */
+	unsigned flags;          /* COIL_CREATE, COIL_RDONLY, COIL_NO_DIRECT */
+	const char *compression; /* "none", "zstd", "zstd:N" (default "zstd:1");
+	                            the pointer need only live during coil_open */
+	uint32_t max_blob;       /* largest blob, a power of two from 4096 to
+	                            1 MiB (default 65536) */
+	uint64_t cache_bytes;    /* decoded-blob cache budget (default 64 MiB) */
+	unsigned workers;        /* pool workers; 0 = number of cores */
+	unsigned pool_mode;      /* COIL_POOL_FAIR or COIL_POOL_SEMAPHORE */
+	unsigned prefetch;       /* 1 = readahead on (default), 0 = off */
+	unsigned sync_writes;    /* 1 = each write is durable when it completes */
+	/* Fields may be added after this point in later versions;
+	 * coil_options_init() always sets every one of them. */
+};
+
+/* Fill @o with every default.  Always call it before setting fields. */
+COIL_API void coil_options_init(struct coil_options *o);
+
+/* Open (or with COIL_CREATE, create) the store at @path.
+ * @o may be NULL for all defaults.  On success *@out holds the store, valid
+ * until coil_close().
+ * @return 0, or -EINVAL (bad option), -ENOENT (missing, no COIL_CREATE),
+ *   -EBUSY (open in another process or handle), -EIO (not a coil store or
+ *   both superblocks corrupt), -ENOSPC (size too small), -ENOMEM, or the errno
+ *   of a failed system call. */
+COIL_API int coil_open(const char *path, const struct coil_options *o,
+                       coil_store **out);
+
+/* Flush, checkpoint and release the store.  Every object handle must be
+ * closed first (-EBUSY otherwise, and nothing is released).  Accepts NULL
+ * (returns 0).  Waits for all operations in flight.
+ * @return 0, or the first error met while flushing (the store is still
+ *   released). */
+COIL_API int coil_close(coil_store *s);
+
+/* Open the object @name (1..COIL_NAME_MAX bytes, NUL-terminated).
+ * @flags: 0, COIL_CREATE, COIL_CREATE|COIL_EXCL.  *@out is valid until
+ * coil_obj_close(); many handles may name the same object.
+ * @return 0, -EINVAL, -ENAMETOOLONG, -ENOENT, -EEXIST, -EROFS (create on a
+ *   read-only store), -ENOSPC (object table full), -EBADF (store closing). */
+COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
+                           coil_obj **out);
+
+/* Close an object handle after its operations in flight complete.  Accepts
+ * NULL (returns 0). */
+COIL_API int coil_obj_close(coil_obj *o);
+
+/* Remove the object @name.  Open handles to it then fail with -EBADF;
+ * its space is released.  @return 0, -ENOENT, -EINVAL, -EROFS. */
+COIL_API int coil_obj_remove(coil_store *s, const char *name);
+
+/* *@size = the end of the furthest write or the last truncate.
+ * @return 0, -EINVAL, -EBADF (removed). */
+COIL_API int coil_obj_size(coil_obj *o, uint64_t *size);
+
+/* Set the object's size; growing adds a hole (reads as zeros), shrinking
+ * drops data past @size.  Ordered after every write submitted before it.
+ * @return 0, -EINVAL, -EBADF, -EROFS, -EFBIG, -EIO. */
+COIL_API int coil_obj_truncate(coil_obj *o, uint64_t size);
+
+/* Write @len bytes of @buf at @off, asynchronously.  @buf must stay valid
+ * and unchanged until @cb runs.  The write is atomic: after any crash it is
+ * wholly present or wholly absent.  Overlapping writes apply in submission
+ * order.  @cb receives @len or a negative errno.
+ * @return 0 when submitted (then @cb runs exactly once), or a negative errno
+ *   and @cb never runs: -EINVAL (NULL buf with len > 0, off + len overflows),
+ *   -EFBIG (past the largest object), -EBADF, -EROFS. */
+COIL_API int coil_write(coil_obj *o, const void *buf, size_t len, uint64_t off,
+                        coil_cb cb, void *arg);
+
+/* Read up to @len bytes at @off into @buf, asynchronously.  Like pread(2):
+ * short at the end of the object, 0 at or past it; holes read as zeros.
+ * Sees every write that completed before this call.  @buf must stay valid
+ * until @cb runs.  @cb receives the byte count or a negative errno; -EIO
+ * means a checksum or device failure and no wrong bytes are ever delivered.
+ * @return 0 when submitted, or a negative errno (then @cb never runs). */
+COIL_API int coil_read(coil_obj *o, void *buf, size_t len, uint64_t off,
+                       coil_cb cb, void *arg);
+
+/* Make durable every write that completed before this call.  Concurrent
+ * flushes share one device flush.  @cb receives 0 or a negative errno.
+ * @return 0 when submitted, or a negative errno (then @cb never runs). */
+COIL_API int coil_flush(coil_store *s, coil_cb cb, void *arg);
+
+/* A hint: read [@off, @off + @len) into the cache ahead of demand.
+ * @return 0 (admitted, coalesced or dropped under backpressure), -EINVAL,
+ *   -EBADF. */
+COIL_API int coil_prefetch(coil_obj *o, uint64_t off, uint64_t len);
+
+/* Synchronous wrappers of coil_write / coil_read / coil_flush.
+ * @return bytes written or read (or 0), or a negative errno. */
+COIL_API int64_t coil_pwrite(coil_obj *o, const void *buf, size_t len,
+                             uint64_t off);
+COIL_API int64_t coil_pread(coil_obj *o, void *buf, size_t len, uint64_t off);
+COIL_API int coil_sync(coil_store *s);
+
+/* Write one JSON object describing the store (space, compression, cache,
+ * pool, journal, prefetch) into @buf, NUL-terminated, truncated to @len.
+ * @return the length the whole text needs (excluding the NUL), or a negative
+ *   errno.  Call with len 0 to size the buffer. */
+COIL_API int coil_stats_json(coil_store *s, char *buf, size_t len);
+
+/* A static, human-readable name for a coil return code (negative errno).
+ * Never NULL. */
+COIL_API const char *coil_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* COIL_H */

@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# tools/dev.sh — the one entry point for developers and CI.
+#
+#   tools/dev.sh deps    install what is missing (Debian packages, fio source)
+#   tools/dev.sh build   release build in build/release
+#   tools/dev.sh test    deps + release (-Werror) + ASan/UBSan + fuzz, all suites
+#   tools/dev.sh demo    load a real corpus into a store and report what happened
+#   tools/dev.sh bench   the side-by-side benchmarks under perf/
+#
+# Everything it makes lives under the checkout (build/, .cache/, var/).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+CACHE="$ROOT/.cache"
+JOBS=${JOBS:-$(nproc)}
+
+PKGS=(build-essential meson ninja-build pkg-config clang
+      liburing-dev libzstd-dev libjemalloc-dev libxxhash-dev libcriterion-dev
+      fio zstd dpkg-dev libsqlite3-dev sqlite3 rocksdb-tools gnuplot-nox
+      python3)
+
+log() { printf '\033[1m== %s\033[0m\n' "$*"; }
+
+as_root() {
+	if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# --- deps -----------------------------------------------------------------
+
+deps_packages() {
+	local missing=()
+	for p in "${PKGS[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+			missing+=("$p")
+	done
+	if [ ${#missing[@]} -gt 0 ]; then
+		log "installing: ${missing[*]}"
+		as_root apt-get update -qq
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	fi
+}
+
+# Source packages are not enabled on a stock machine.  Derive a deb-src entry
+# from the machine's own Debian sources (whatever mirror it already uses), so
+# no mirror address is ever written into this repository.
+enable_deb_src() {
+	if apt-cache showsrc fio 2>/dev/null | grep -q '^Package: fio'; then
+		return
+	fi
+	local src=/etc/apt/sources.list.d/debian.sources
+	if [ -f "$src" ]; then
+		sed -e 's/^Types:.*/Types: deb-src/' "$src" |
+			as_root tee /etc/apt/sources.list.d/coil-deb-src.sources >/dev/null
+	elif [ -f /etc/apt/sources.list ]; then
+		grep -E '^deb ' /etc/apt/sources.list | sed -e 's/^deb /deb-src /' |
+			as_root tee /etc/apt/sources.list.d/coil-deb-src.list >/dev/null
+	else
+		echo "dev.sh: no Debian sources file to derive deb-src from" >&2
+		return 1
+	fi
+	as_root apt-get update -qq
+}
+
+# fio's ioengine plugin must be built against the headers of the fio that is
+# installed, configured the same way; cache that tree under .cache/.
+deps_fio_source() {
+	local ver dir
+	ver=$(dpkg-query -W -f='${Version}' fio)
+	dir="$CACHE/fio-src-$ver"
+	if [ -f "$dir/.configured" ]; then
+		ln -sfn "$dir" "$CACHE/fio-src"
+		return
+	fi
+	log "fetching fio $ver source (apt-get source)"
+	enable_deb_src
+	rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
+	(cd "$dir.tmp" && apt-get source -qq "fio=$ver" >/dev/null 2>&1 ||
+		apt-get source "fio=$ver")
+	local tree
+	tree=$(find "$dir.tmp" -mindepth 1 -maxdepth 1 -type d -name 'fio-*' | head -n1)
+	[ -n "$tree" ] || { echo "dev.sh: apt-get source fio produced no tree" >&2; return 1; }
+	(cd "$tree" && ./configure >/dev/null)
+	rm -rf "$dir" && mv "$tree" "$dir" && rm -rf "$dir.tmp"
+	touch "$dir/.configured"
+	ln -sfn "$dir" "$CACHE/fio-src"
+}
+
+cmd_deps() {
+	mkdir -p "$CACHE"
+	deps_packages
+	deps_fio_source
+}
+
+# --- build ----------------------------------------------------------------
+
+# setup DIR [meson args...]: configure once, reconfigure when args change.
+setup() {
+	local dir=$1; shift
+	local stamp="$dir/.dev-args" args="$*"
+	if [ -f "$dir/build.ninja" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$args" ]; then
+		return
+	fi
+	rm -rf "$dir"
+	meson setup "$dir" "$@" >/dev/null
+	echo "$args" >"$stamp"
+}
+
+fio_arg() {
+	if [ -f "$CACHE/fio-src/.configured" ]; then
+		echo "-Dfio_source=$CACHE/fio-src"
+	fi
+}
+
+build_release() {
+	setup build/release --buildtype=release -Dwerror=true -Dwarning_level=2 $(fio_arg)
+	ninja -C build/release -j "$JOBS"
+}
+
+build_asan() {
+	setup build/asan --buildtype=debug -Dwerror=true -Db_sanitize=address,undefined \
+		-Db_lundef=false -Djemalloc=false
+	ninja -C build/asan -j "$JOBS"
+}
+
+build_fuzz() {
+	CC=clang setup build/fuzz --buildtype=debugoptimized -Djemalloc=false -Dtests=false \
+		-Dfuzz=true -Dsqlite=false -Db_lundef=false \
+		"-Dc_args=-fsanitize=fuzzer-no-link,address,undefined" \
+		"-Dc_link_args=-fsanitize=address,undefined"
+	ninja -C build/fuzz -j "$JOBS"
+}
+
+cmd_build() {
+	build_release
+}
+
+# --- test -----------------------------------------------------------------
+
+# Sum criterion's "Synthesis" lines from a meson test log.
+criterion_totals() {
+	python3 - "$@" <<'EOF'
+import re, sys
+passed = failed = 0
+for path in sys.argv[1:]:
+    try:
+        text = open(path, errors='replace').read()
+    except OSError:
+        continue
+    for m in re.finditer(r'Synthesis: Tested: *(\d+) \| Passing: *(\d+) \| Failing: *(\d+) \| Crashing: *(\d+)', text):
+        passed += int(m.group(2))
+        failed += int(m.group(3)) + int(m.group(4))
+print(passed, failed)
+EOF
+}
+
+run_suites() {
+	local dir=$1 label=$2
+	log "criterion suites ($label)"
+	local rc=0
+	meson test -C "$dir" --num-processes "$JOBS" --print-errorlogs \
+		${COIL_TEST_ARGS:-} || rc=$?
+	# meson's own log carries every suite's output.
+	cp "$dir/meson-logs/testlog.txt" "$ROOT/build/testlog-$label.txt" 2>/dev/null || true
+	return $rc
+}
+
+run_fuzzers() {
+	local secs=${FUZZ_SECONDS:-20} rc=0 n=0
+	log "fuzz targets (${secs}s each, on their checked-in corpus)"
+	for exe in build/fuzz/tests/fuzz_*; do
+		[ -x "$exe" ] || continue
+		local name=${exe##*/fuzz_}
+		local corpus="tests/fuzz/corpus/$name"
+		local work="build/fuzz/corpus-$name"
+		rm -rf "$work" && mkdir -p "$work"
+		[ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
+		if "$exe" -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=0 \
+			"$work" >"build/fuzz/$name.log" 2>&1; then
+			echo "fuzz $name: ok ($(grep -c '' "build/fuzz/$name.log") log lines, 0 crashes)"
+		else
+			echo "fuzz $name: FAILED"; tail -n 40 "build/fuzz/$name.log"; rc=1
+		fi
+		n=$((n + 1))
+	done
+	echo "fuzz targets run: $n"
+	return $rc
+}
+
+cmd_test() {
+	local t0=$SECONDS rc=0
+	cmd_deps
+	log "release build (-Wall -Wextra -Werror)"
+	build_release
+	run_suites build/release release || rc=1
+	log "ASan+UBSan build"
+	build_asan
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		run_suites build/asan asan || rc=1
+	log "fuzz build (clang libFuzzer)"
+	build_fuzz
+	run_fuzzers || rc=1
+	read -r p f < <(criterion_totals build/testlog-release.txt build/testlog-asan.txt)
+	log "done in $((SECONDS - t0))s"
+	# The plain closing line: every criterion test case of both builds.
+	echo "tests: $p passed, $f failed"
+	[ "$f" = 0 ] || rc=1
+	return $rc
+}
+
+# --- demo / bench -----------------------------------------------------------
+
+cmd_demo() {
+	cmd_deps
+	build_release
+	exec perf/demo.sh "$@"
+}
+
+cmd_bench() {
+	cmd_deps
+	build_release
+	exec perf/bench.sh "$@"
+}
+
+usage() {
+	sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+}
+
+case "${1:-}" in
+deps) cmd_deps ;;
+build) cmd_deps; cmd_build ;;
+test) cmd_test ;;
+demo) shift; cmd_demo "$@" ;;
+bench) shift; cmd_bench "$@" ;;
+*) usage; exit 2 ;;
+esac
