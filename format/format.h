@@ -1,0 +1,445 @@
+/* format/format.h — every byte coil puts on disk: encode/decode pairs for the
+ * superblock, segment header, extent record (blob descriptor), journal chunk
+ * and records, checkpoint header and payload, and the blob codec.
+ *
+ * docs/format.md is the contract; this header is its C face.
+ *
+ * Rules of the module:
+ *   - pure: no I/O, no threads, no allocation (zstd contexts come from the
+ *     caller, one per pool worker);
+ *   - every decoder takes the buffer length, never reads past it, and returns
+ *     a negative errno for bad bytes (-EIO) or a caller's short buffer
+ *     (-EINVAL); nothing here aborts on bad input;
+ *   - every encoder validates what it is given (-EINVAL) so coil never writes
+ *     a structure its own decoder would reject;
+ *   - integers are little-endian, checksums XXH3-64 with seed 0.
+ *
+ * Pointers returned inside decoded structures (record bodies, names, extent
+ * cursors) point into the caller's buffer and are valid as long as it is.
+ */
+#ifndef COIL_FORMAT_H
+#define COIL_FORMAT_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <errno.h>
+#include <zstd.h>
+
+#include "common/common.h"
+
+#define FMT_VERSION 1u
+#define FMT_BLOCK 4096u
+#define FMT_BLOB_MAX (1u << 20)
+#define FMT_CSUMS_MAX (FMT_BLOB_MAX / FMT_BLOCK) /* 256 */
+
+enum fmt_codec { FMT_CODEC_RAW = 0, FMT_CODEC_ZSTD = 1 };
+
+/* XXH3-64, seed 0: the one checksum of the format. */
+uint64_t fmt_csum(const void *p, size_t len);
+
+/* ---- bounds-checked cursor --------------------------------------------- */
+
+/* A cursor over a caller's buffer.  Errors are sticky: after the first
+ * failure every put/get is a no-op (gets return 0) and err keeps the first
+ * code: -ENOSPC when a put does not fit, -EIO when a get runs past the end.
+ * A writer can roll back a partial record with fmt_cursor_rewind(). */
+struct fmt_cursor {
+	uint8_t *p;
+	size_t len, pos;
+	int err;
+};
+
+static inline void fmt_cursor_init(struct fmt_cursor *c, void *p, size_t len)
+{
+	c->p = (uint8_t *)p;
+	c->len = len;
+	c->pos = 0;
+	c->err = 0;
+}
+
+/* A cursor for reading only; the buffer is never written through it. */
+static inline void fmt_cursor_init_ro(struct fmt_cursor *c, const void *p, size_t len)
+{
+	fmt_cursor_init(c, (void *)(uintptr_t)p, len);
+}
+
+static inline size_t fmt_cursor_remaining(const struct fmt_cursor *c)
+{
+	return c->err ? 0 : c->len - c->pos;
+}
+
+/* Back to @pos (<= current pos) and clear the error: drops a partial put. */
+static inline void fmt_cursor_rewind(struct fmt_cursor *c, size_t pos)
+{
+	if (pos <= c->pos)
+		c->pos = pos;
+	c->err = 0;
+}
+
+/* Reserve @n bytes for writing; NULL (and err = -ENOSPC) if they don't fit. */
+static inline uint8_t *fmt_cursor_put_ptr(struct fmt_cursor *c, size_t n)
+{
+	if (c->err)
+		return NULL;
+	if (n > c->len - c->pos) {
+		c->err = -ENOSPC;
+		return NULL;
+	}
+	uint8_t *q = c->p + c->pos;
+	c->pos += n;
+	return q;
+}
+
+/* Consume @n bytes for reading; NULL (and err = -EIO) if they aren't there. */
+static inline const uint8_t *fmt_cursor_get_ptr(struct fmt_cursor *c, size_t n)
+{
+	if (c->err)
+		return NULL;
+	if (n > c->len - c->pos) {
+		c->err = -EIO;
+		return NULL;
+	}
+	const uint8_t *q = c->p + c->pos;
+	c->pos += n;
+	return q;
+}
+
+static inline void fmt_cursor_put_u8(struct fmt_cursor *c, uint8_t v)
+{
+	uint8_t *q = fmt_cursor_put_ptr(c, 1);
+	if (q)
+		q[0] = v;
+}
+static inline void fmt_cursor_put_u16(struct fmt_cursor *c, uint16_t v)
+{
+	uint8_t *q = fmt_cursor_put_ptr(c, 2);
+	if (q)
+		coil_put_le16(q, v);
+}
+static inline void fmt_cursor_put_u32(struct fmt_cursor *c, uint32_t v)
+{
+	uint8_t *q = fmt_cursor_put_ptr(c, 4);
+	if (q)
+		coil_put_le32(q, v);
+}
+static inline void fmt_cursor_put_u64(struct fmt_cursor *c, uint64_t v)
+{
+	uint8_t *q = fmt_cursor_put_ptr(c, 8);
+	if (q)
+		coil_put_le64(q, v);
+}
+static inline void fmt_cursor_put_bytes(struct fmt_cursor *c, const void *src, size_t n)
+{
+	uint8_t *q = fmt_cursor_put_ptr(c, n);
+	if (q && n)
+		memcpy(q, src, n);
+}
+static inline uint8_t fmt_cursor_get_u8(struct fmt_cursor *c)
+{
+	const uint8_t *q = fmt_cursor_get_ptr(c, 1);
+	return q ? q[0] : 0;
+}
+static inline uint16_t fmt_cursor_get_u16(struct fmt_cursor *c)
+{
+	const uint8_t *q = fmt_cursor_get_ptr(c, 2);
+	return q ? coil_get_le16(q) : 0;
+}
+static inline uint32_t fmt_cursor_get_u32(struct fmt_cursor *c)
+{
+	const uint8_t *q = fmt_cursor_get_ptr(c, 4);
+	return q ? coil_get_le32(q) : 0;
+}
+static inline uint64_t fmt_cursor_get_u64(struct fmt_cursor *c)
+{
+	const uint8_t *q = fmt_cursor_get_ptr(c, 8);
+	return q ? coil_get_le64(q) : 0;
+}
+static inline void fmt_cursor_get_bytes(struct fmt_cursor *c, void *dst, size_t n)
+{
+	const uint8_t *q = fmt_cursor_get_ptr(c, n);
+	if (q && n)
+		memcpy(dst, q, n);
+}
+
+/* ---- superblock --------------------------------------------------------- */
+
+#define FMT_SUPER_SIZE FMT_BLOCK
+#define FMT_SUPER_CSUM_OFF 4088u
+#define FMT_SUPER_CLEAN 0x1u           /* flags bit 0: clean shutdown */
+#define FMT_CKPT_SLOT_NONE 0xFFFFFFFFu /* ckpt_slot: no checkpoint yet */
+#define FMT_JOURNAL_OFF (2u * FMT_BLOCK)
+
+struct fmt_super {
+	uint32_t version;     /* FMT_VERSION; set by layout, checked by decode */
+	uint32_t block_size;  /* FMT_BLOCK */
+	uint8_t uuid[16];     /* first 8 bytes (LE) are the store_id */
+	uint64_t seq;         /* written to copy seq % 2 */
+	uint64_t store_size;
+	uint64_t journal_off; /* FMT_JOURNAL_OFF */
+	uint64_t journal_len;
+	uint64_t ckpt_off[2];
+	uint64_t ckpt_len;
+	uint64_t data_off;    /* segment aligned */
+	uint32_t segment_size;
+	uint32_t segment_count;
+	uint32_t max_blob;
+	uint32_t flags;       /* FMT_SUPER_CLEAN */
+	uint32_t ckpt_slot;   /* 0, 1, FMT_CKPT_SLOT_NONE */
+	uint64_t ckpt_seq;
+	uint64_t ckpt_bytes;  /* header block + payload */
+	uint64_t ckpt_csum;   /* fmt_ckpt_block_csum() of the header block */
+	uint64_t replay_off;  /* relative to journal_off, BLOCK aligned */
+	uint64_t replay_seq;
+};
+
+static inline uint64_t fmt_super_store_id(const struct fmt_super *sb)
+{
+	return coil_get_le64(sb->uuid);
+}
+
+/* Writes one whole BLOCK (zero padded).  @return FMT_BLOCK, or -EINVAL when
+ * len < FMT_BLOCK or @sb would not decode (geometry, version, slot...). */
+int fmt_super_encode(const struct fmt_super *sb, uint8_t *buf, size_t len);
+/* @return 0; -EINVAL if len < FMT_BLOCK; -EIO for bad magic, version,
+ * checksum or geometry. */
+int fmt_super_decode(struct fmt_super *sb, const uint8_t *buf, size_t len);
+/* Zeroes @sb and fills version, block_size, max_blob, the geometry for a new
+ * store of @store_size bytes (docs/format.md) and ckpt_slot = NONE; the
+ * caller sets uuid and seq.  @return 0, -EINVAL (max_blob not a power of two
+ * in [4096, 1 MiB]), -ENOSPC (fewer than 2 data segments fit). */
+int fmt_super_layout(uint64_t store_size, uint32_t max_blob, struct fmt_super *sb);
+/* Choose between the two decoded copies (rc = their decode results).
+ * @return 0 = A, 1 = B (valid one with the larger seq; A on a tie), -EIO when
+ * neither is valid or both are valid but belong to different stores (uuid):
+ * an interrupted create must not resurrect an older store. */
+int fmt_super_pick(const struct fmt_super *a, int a_rc, const struct fmt_super *b, int b_rc);
+
+/* ---- segment header ----------------------------------------------------- */
+
+#define FMT_SEGHDR_SIZE 40u /* encoded bytes at the start of the segment BLOCK */
+
+struct fmt_seghdr {
+	uint64_t store_id;
+	uint32_t index;
+	uint64_t open_seq;
+};
+
+/* Writes one whole BLOCK (header + zeros).  @return FMT_BLOCK or -EINVAL. */
+int fmt_seghdr_encode(const struct fmt_seghdr *h, uint8_t *buf, size_t len);
+/* Needs len >= FMT_SEGHDR_SIZE.  @return 0, -EINVAL (short), -EIO (bad).
+ * The caller compares store_id and index with what it expects. */
+int fmt_seghdr_decode(struct fmt_seghdr *h, const uint8_t *buf, size_t len);
+
+/* ---- blob descriptor and extent record ---------------------------------- */
+
+/* What the extent record carries about a blob. */
+struct fmt_blob {
+	uint64_t dev_off;     /* absolute byte offset of the stored bytes */
+	uint32_t stored_len, logical_len;
+	uint8_t codec;        /* enum fmt_codec */
+	uint8_t flags;        /* 0 */
+	uint16_t n_csums;     /* raw: ceil(logical/4096); zstd: 2 */
+	uint32_t dict_id;     /* zstd dictionary, 0 = none */
+	uint64_t csums[FMT_CSUMS_MAX]; /* raw: per sector; zstd: [stored, logical] */
+};
+
+/* Maps object bytes [obj_off, obj_off + len) onto the blob's logical bytes
+ * [blob_skip, blob_skip + len). */
+struct fmt_extent {
+	uint64_t obj_off;
+	uint32_t len, blob_skip;
+	struct fmt_blob blob;
+};
+
+#define FMT_EXTENT_FIXED 40u     /* encoded bytes before the csums */
+#define FMT_EXTENT_MIN 48u       /* smallest valid encoding (one csum) */
+#define FMT_EXTENT_MAX (FMT_EXTENT_FIXED + 8u * FMT_CSUMS_MAX)
+
+/* 0 if the blob descriptor is self-consistent (docs/format.md), else -EIO. */
+int fmt_blob_check(const struct fmt_blob *b);
+/* Encoded bytes of @e: 40 + 8 * n_csums. */
+size_t fmt_extent_size(const struct fmt_extent *e);
+/* @return bytes written, -ENOSPC (buffer), -EINVAL (@e inconsistent). */
+int fmt_extent_encode(const struct fmt_extent *e, uint8_t *buf, size_t len);
+/* @return bytes consumed, or -EIO (short or inconsistent). */
+int fmt_extent_decode(struct fmt_extent *e, const uint8_t *buf, size_t len);
+/* Cursor forms: 0 or the cursor's (sticky) error. */
+int fmt_cursor_put_extent(struct fmt_cursor *c, const struct fmt_extent *e);
+int fmt_cursor_get_extent(struct fmt_cursor *c, struct fmt_extent *e);
+
+/* ---- blob codec ---------------------------------------------------------- */
+
+/* Worst-case stored bytes of a blob of @logical_len: the encoder keeps zstd
+ * output only when it is <= 7/8 of the input, else stores raw, so the bound
+ * is logical_len itself. */
+size_t fmt_blob_bound(uint32_t logical_len);
+
+/* Encode @len (1..FMT_BLOB_MAX) bytes of @src into @dst (dst_cap >= len).
+ * level <= 0 or cctx NULL: raw.  With @cdict (its level wins) dict_id is
+ * recorded (must be non-zero); without it dict_id must be 0.  zstd output is
+ * kept only if stored <= len - len/8, else raw (src copied to dst).  Fills
+ * codec, lengths, n_csums, csums, dict_id; dev_off = 0, flags = 0.
+ * @return stored_len, -EINVAL (arguments), -ENOSPC (dst_cap < len). */
+int fmt_blob_encode(ZSTD_CCtx *cctx, int level, const ZSTD_CDict *cdict, uint32_t dict_id,
+		    const void *src, uint32_t len, void *dst, size_t dst_cap, struct fmt_blob *out);
+
+/* Decode the @b->stored_len bytes at @stored into @dst and verify every
+ * checksum (raw: each sector; zstd: stored bytes, then logical bytes).
+ * Raw blobs may be decoded in place (dst == stored).  dict_id != 0 needs the
+ * matching @ddict.  Never returns wrong bytes.
+ * @return logical_len; -EIO on a bad descriptor or any mismatch; -EINVAL if
+ * stored_len < b->stored_len, dst_cap < b->logical_len, a needed dctx or
+ * ddict is missing. */
+int fmt_blob_decode(ZSTD_DCtx *dctx, const ZSTD_DDict *ddict, const struct fmt_blob *b,
+		    const void *stored, size_t stored_len, void *dst, size_t dst_cap);
+
+/* Raw blobs: verify the sectors covering @len bytes of @data, which starts at
+ * logical byte first_sector * 4096 (a partial read).  Bytes of @data past
+ * logical_len (block padding) are ignored; every covered sector must be
+ * whole within @data (or end at logical_len).
+ * @return 0, -EIO (mismatch / bad descriptor), -EINVAL (zstd blob, range
+ * outside the blob, len 0, or a sector cut short). */
+int fmt_blob_verify_sectors(const struct fmt_blob *b, uint32_t first_sector,
+			    const void *data, size_t len);
+
+/* ---- journal ------------------------------------------------------------- */
+
+#define FMT_JCHUNK_HDR 64u
+
+struct fmt_jchunk {
+	uint64_t store_id, seq;
+	uint32_t nblocks;      /* chunk bytes / BLOCK, >= 1 */
+	uint32_t payload_len;  /* <= nblocks * BLOCK - 64 */
+	uint32_t nrec;
+	uint64_t payload_csum; /* fmt_csum of the payload_len payload bytes */
+};
+
+/* Writes the 64-byte header.  @return FMT_JCHUNK_HDR, -EINVAL. */
+int fmt_jchunk_encode(const struct fmt_jchunk *h, uint8_t *buf, size_t len);
+/* Checks magic, version, header checksum and lengths (not the payload).
+ * @return 0, -EINVAL (len < 64), -EIO.  Caller compares store_id and seq. */
+int fmt_jchunk_decode(struct fmt_jchunk *h, const uint8_t *buf, size_t len);
+/* @payload has @len bytes (the bytes after the header).  @return 0 or -EIO
+ * (len < payload_len or checksum mismatch). */
+int fmt_jchunk_verify_payload(const struct fmt_jchunk *h, const uint8_t *payload, size_t len);
+/* Finish a chunk built in place: records were appended at
+ * chunk + FMT_JCHUNK_HDR (payload_len bytes, nrec records).  Zero-pads to a
+ * BLOCK multiple, computes the payload checksum, writes the header.
+ * @return chunk bytes (multiple of BLOCK), -ENOSPC if cap is too small. */
+int fmt_jchunk_seal(uint8_t *chunk, size_t cap, uint64_t store_id, uint64_t seq,
+		    uint32_t payload_len, uint32_t nrec);
+
+enum fmt_jrec_type {
+	FMT_JREC_CREATE = 1,
+	FMT_JREC_REMOVE,
+	FMT_JREC_TRUNCATE,
+	FMT_JREC_WRITE,
+	FMT_JREC_DICT,
+};
+#define FMT_JREC_HDR 16u
+#define FMT_JREC_REMAP 0x1u    /* WRITE flag: relocation, size unchanged */
+#define FMT_NAME_MAX 255u
+
+/* One record found in a payload; body points into the payload. */
+struct fmt_jrec {
+	uint16_t type, flags;
+	uint32_t len;
+	const uint8_t *body;
+};
+
+/* Next record of a payload cursor (fmt_cursor_init_ro over the payload).
+ * Checks header bounds, body checksum, known type and flags.
+ * @return 1 got one, 0 end of payload, -EIO. */
+int fmt_jrec_next(struct fmt_cursor *c, struct fmt_jrec *out);
+
+/* Record encoders append one whole record at the cursor.
+ * @return 0 or the cursor error (-ENOSPC; rewind to drop the partial record),
+ * -EINVAL for bad arguments (nothing written). */
+int fmt_jrec_put_create(struct fmt_cursor *c, uint64_t obj_id, const char *name, size_t name_len);
+int fmt_jrec_put_remove(struct fmt_cursor *c, uint64_t obj_id);
+int fmt_jrec_put_truncate(struct fmt_cursor *c, uint64_t obj_id, uint64_t size);
+int fmt_jrec_put_dict(struct fmt_cursor *c, uint32_t dict_id, uint64_t obj_id);
+/* WRITE with all extents at once; each extent must lie in [off, off + len). */
+int fmt_jrec_put_write(struct fmt_cursor *c, uint16_t flags, uint64_t obj_id, uint64_t off,
+		       uint64_t len, const struct fmt_extent *ext, uint32_t n_extents);
+/* WRITE built incrementally: begin, fmt_cursor_put_extent() n times, end.
+ * begin stores the record start in *mark; end fills the extent count, body
+ * length and checksum.  @return 0 or -errno. */
+int fmt_jrec_write_begin(struct fmt_cursor *c, size_t *mark, uint16_t flags, uint64_t obj_id,
+			 uint64_t off, uint64_t len);
+int fmt_jrec_write_end(struct fmt_cursor *c, size_t mark, uint32_t n_extents);
+
+struct fmt_jrec_create { uint64_t obj_id; uint16_t name_len; const char *name; /* not NUL terminated */ };
+struct fmt_jrec_remove { uint64_t obj_id; };
+struct fmt_jrec_truncate { uint64_t obj_id, size; };
+struct fmt_jrec_dict { uint32_t dict_id; uint64_t obj_id; };
+struct fmt_jrec_write {
+	uint16_t flags;
+	uint64_t obj_id, off, len;
+	uint32_t n_extents;
+	struct fmt_cursor ext; /* over the extent bytes; use fmt_jrec_write_next */
+	uint32_t ext_done;
+};
+
+/* Typed body decoders: the record must have that type and an exact body.
+ * @return 0 or -EIO. */
+int fmt_jrec_create_decode(const struct fmt_jrec *r, struct fmt_jrec_create *out);
+int fmt_jrec_remove_decode(const struct fmt_jrec *r, struct fmt_jrec_remove *out);
+int fmt_jrec_truncate_decode(const struct fmt_jrec *r, struct fmt_jrec_truncate *out);
+int fmt_jrec_dict_decode(const struct fmt_jrec *r, struct fmt_jrec_dict *out);
+/* Validates the whole WRITE body up front (every extent decodes, lies in
+ * [off, off + len), count matches the bytes exactly), so a record that
+ * decodes can be applied without a later failure. */
+int fmt_jrec_write_decode(const struct fmt_jrec *r, struct fmt_jrec_write *out);
+/* @return 1 got the next extent, 0 done, -EIO. */
+int fmt_jrec_write_next(struct fmt_jrec_write *w, struct fmt_extent *e);
+
+/* ---- checkpoint ---------------------------------------------------------- */
+
+#define FMT_CKPT_CSUM_OFF 80u   /* header fields: bytes [0, 80) */
+#define FMT_CKPT_HDR 88u        /* encoded header bytes incl. its checksum */
+
+struct fmt_ckpt {
+	uint64_t store_id, seq;
+	uint64_t payload_len, payload_csum;
+	uint64_t replay_off, replay_seq;
+	uint64_t next_obj_id, n_objects;
+	uint32_t segment_count, n_dicts;
+};
+
+/* Writes one whole BLOCK (header + zeros).  @return FMT_BLOCK or -EINVAL. */
+int fmt_ckpt_encode(const struct fmt_ckpt *h, uint8_t *buf, size_t len);
+/* Needs len >= FMT_CKPT_HDR.  Checks magic, version, checksum, and that the
+ * counts could fit in payload_len.  @return 0, -EINVAL (short), -EIO. */
+int fmt_ckpt_decode(struct fmt_ckpt *h, const uint8_t *buf, size_t len);
+/* The superblock's ckpt_csum: fmt_csum over the whole header BLOCK. */
+uint64_t fmt_ckpt_block_csum(const uint8_t *block);
+/* @return 0 or -EIO (len < payload_len or checksum mismatch). */
+int fmt_ckpt_verify_payload(const struct fmt_ckpt *h, const uint8_t *payload, size_t len);
+
+/* Payload items, in order: segment_count segs, n_objects objects (each
+ * followed by its n_extents extents, via fmt_cursor_put/get_extent), n_dicts
+ * dicts.  Puts: 0 or cursor error / -EINVAL.  Gets: 0 or -EIO. */
+#define FMT_CKPT_SEG_SIZE 16u
+#define FMT_CKPT_DICT_SIZE 12u
+#define FMT_CKPT_OBJ_MIN 23u    /* obj_id, size, name_len, 1 name byte, n_extents */
+
+struct fmt_ckpt_obj {
+	uint64_t obj_id, size;
+	uint16_t name_len;
+	const char *name;       /* into the payload, not NUL terminated */
+	uint32_t n_extents;     /* checked against the bytes remaining */
+};
+
+int fmt_ckpt_put_seg(struct fmt_cursor *c, uint64_t live_bytes, uint8_t state);
+int fmt_ckpt_get_seg(struct fmt_cursor *c, uint64_t *live_bytes, uint8_t *state);
+int fmt_ckpt_put_obj(struct fmt_cursor *c, uint64_t obj_id, uint64_t size,
+		     const char *name, size_t name_len, uint32_t n_extents);
+int fmt_ckpt_get_obj(struct fmt_cursor *c, struct fmt_ckpt_obj *o);
+int fmt_ckpt_put_dict(struct fmt_cursor *c, uint32_t dict_id, uint64_t obj_id);
+int fmt_ckpt_get_dict(struct fmt_cursor *c, uint32_t *dict_id, uint64_t *obj_id);
+/* Walk a whole payload: every item decodes and the bytes end exactly after
+ * the last dict.  @return 0 or -EIO. */
+int fmt_ckpt_payload_check(const struct fmt_ckpt *h, const uint8_t *payload, size_t len);
+
+#endif
