@@ -1,0 +1,615 @@
+/* coil-fio.c — fio external ioengine that drives coil through coil.h.
+ *
+ *   ioengine=external:/path/to/coil-fio.so
+ *   coil_store=PATH        store file (created when missing)
+ *   coil_size=BYTES        capacity when creating (default: 1 GiB, or twice
+ *                          the job size when that is larger)
+ *   coil_compression=none|zstd|zstd:N
+ *   coil_pool=fair|semaphore
+ *   coil_prefetch=0|1
+ *   coil_cache=BYTES       decoded-blob cache budget (empty = coil default)
+ *   coil_workers=N         pool workers (0 = one per core)
+ *
+ * Every fio file is a coil object named by its filename.  Jobs run with
+ * thread=1 in one fio process share one open store through a refcounted
+ * process-wide table keyed by the store path; coil itself lets one process
+ * open a store, so jobs in separate processes get a clear -EBUSY error.
+ *
+ * I/O is asynchronous: ->queue() parks the io_u, ->commit() submits the
+ * batch with coil_read()/coil_write()/coil_flush(), completions arrive on a
+ * coil thread and are pushed into a bounded per-job completion ring that
+ * ->getevents() waits on (honouring its timeout) and ->event() drains.
+ *
+ * Setting COIL_FIO_STATS=FILE makes the last job that closes a store write
+ * coil_stats_json() into FILE (used by perf/demo.sh).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "fio.h"
+#include "optgroup.h"
+
+#include "coil.h"
+
+struct coil_fio_options {
+	void *pad;			/* fio: off1 must not be 0 */
+	char *store;
+	unsigned long long size;
+	char *compression;
+	unsigned int pool;
+	unsigned int prefetch;
+	char *cache;
+	unsigned int workers;
+};
+
+static struct fio_option options[] = {
+	{
+		.name = "coil_store",
+		.lname = "coil store path",
+		.type = FIO_OPT_STR_STORE,
+		.off1 = offsetof(struct coil_fio_options, store),
+		.help = "Path of the coil store (created when missing)",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
+		.name = "coil_size",
+		.lname = "coil store capacity",
+		.type = FIO_OPT_STR_VAL,
+		.off1 = offsetof(struct coil_fio_options, size),
+		.help = "Capacity of a newly created store (0 = max(1G, 2 x job size))",
+		.def = "0",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
+		.name = "coil_compression",
+		.lname = "coil compression",
+		.type = FIO_OPT_STR_STORE,
+		.off1 = offsetof(struct coil_fio_options, compression),
+		.help = "none, zstd or zstd:N (default: coil's, zstd:1)",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
+		.name = "coil_pool",
+		.lname = "coil worker pool mode",
+		.type = FIO_OPT_STR,
+		.off1 = offsetof(struct coil_fio_options, pool),
+		.help = "Worker pool scheduling",
+		.def = "fair",
+		.posval = {
+			{ .ival = "fair", .oval = COIL_POOL_FAIR,
+			  .help = "per-request round-robin" },
+			{ .ival = "semaphore", .oval = COIL_POOL_SEMAPHORE,
+			  .help = "batch-granularity semaphore" },
+		},
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
+		.name = "coil_prefetch",
+		.lname = "coil readahead",
+		.type = FIO_OPT_BOOL,
+		.off1 = offsetof(struct coil_fio_options, prefetch),
+		.help = "Readahead on (1) or off (0)",
+		.def = "1",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
+		.name = "coil_cache",
+		.lname = "coil cache bytes",
+		.type = FIO_OPT_STR_STORE,
+		.off1 = offsetof(struct coil_fio_options, cache),
+		.help = "Decoded-blob cache budget in bytes, k/m/g suffixes (default: coil's)",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
+		.name = "coil_workers",
+		.lname = "coil pool workers",
+		.type = FIO_OPT_INT,
+		.off1 = offsetof(struct coil_fio_options, workers),
+		.help = "Worker pool threads (0 = one per core)",
+		.def = "0",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
+		.name = NULL,
+	},
+};
+
+/* --- the process-wide store table ------------------------------------- */
+
+/* One entry per store path open in this process.  Jobs with thread=1 share
+ * the entry; the last release closes the store.  The table is short (one
+ * entry per distinct coil_store), so a list is enough. */
+struct store_ref {
+	struct store_ref *next;
+	char *path;
+	coil_store *store;
+	unsigned int refs;
+};
+
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct store_ref *table;
+
+/* Parse "123", "64k", "16M", "1g" (binary units).  @return 0 or -EINVAL. */
+static int parse_bytes(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+	unsigned int shift = 0;
+
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno || end == s)
+		return -EINVAL;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	default: break;
+	}
+	if (*end == 'i' || *end == 'I')
+		end++;
+	if (*end == 'b' || *end == 'B')
+		end++;
+	if (*end != '\0' || (shift && v > (ULLONG_MAX >> shift)))
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+/* Translate the job's engine options into coil_options.  A store created by
+ * fio is sized for the job unless coil_size says otherwise. */
+static int options_fill(struct thread_data *td, struct coil_options *co)
+{
+	struct coil_fio_options *fo = td->eo;
+	uint64_t want;
+
+	coil_options_init(co);
+	co->flags = COIL_CREATE;
+	if (read_only)
+		co->flags = COIL_RDONLY;
+	if (fo->size) {
+		co->size = fo->size;
+	} else {
+		want = 2 * (uint64_t)td->o.size;
+		if (want > co->size)
+			co->size = want;
+	}
+	if (fo->compression && fo->compression[0])
+		co->compression = fo->compression;
+	co->pool_mode = fo->pool;
+	co->prefetch = fo->prefetch ? 1 : 0;
+	co->workers = fo->workers;
+	if (fo->cache && fo->cache[0] &&
+	    parse_bytes(fo->cache, &co->cache_bytes) < 0) {
+		log_err("coil: coil_cache=%s is not a byte count\n", fo->cache);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static struct store_ref *store_get(struct thread_data *td)
+{
+	struct coil_fio_options *fo = td->eo;
+	struct coil_options co;
+	struct store_ref *r;
+	coil_store *s;
+	int ret;
+
+	if (!fo->store || !fo->store[0]) {
+		log_err("coil: %s: set coil_store=PATH\n", td->o.name);
+		return NULL;
+	}
+	pthread_mutex_lock(&table_lock);
+	for (r = table; r; r = r->next) {
+		if (strcmp(r->path, fo->store) == 0) {
+			r->refs++;
+			pthread_mutex_unlock(&table_lock);
+			return r;
+		}
+	}
+	/* Open under the lock so two threads never race to open one path;
+	 * the second would see -EBUSY from coil's advisory lock. */
+	r = NULL;
+	ret = options_fill(td, &co);
+	if (ret < 0)
+		goto out;
+	ret = coil_open(fo->store, &co, &s);
+	if (ret == -EBUSY) {
+		log_err("coil: store %s is open in another process; coil opens a "
+			"store from one process at a time. Run jobs that share "
+			"a store with thread=1 (one fio process), or give each "
+			"process its own coil_store.\n", fo->store);
+		goto out;
+	}
+	if (ret < 0) {
+		log_err("coil: cannot open store %s: %s\n", fo->store,
+			coil_strerror(ret));
+		goto out;
+	}
+	r = calloc(1, sizeof(*r));
+	if (r)
+		r->path = strdup(fo->store);
+	if (!r || !r->path) {
+		free(r);
+		r = NULL;
+		coil_close(s);
+		log_err("coil: out of memory\n");
+		goto out;
+	}
+	r->store = s;
+	r->refs = 1;
+	r->next = table;
+	table = r;
+out:
+	pthread_mutex_unlock(&table_lock);
+	return r;
+}
+
+static void stats_dump(coil_store *s)
+{
+	const char *path = getenv("COIL_FIO_STATS");
+	char *buf;
+	FILE *fp;
+	int n;
+
+	if (!path || !path[0])
+		return;
+	n = coil_stats_json(s, NULL, 0);
+	if (n < 0)
+		return;
+	buf = malloc((size_t)n + 1);
+	if (!buf)
+		return;
+	n = coil_stats_json(s, buf, (size_t)n + 1);
+	fp = fopen(path, "w");
+	if (fp && n >= 0) {
+		fputs(buf, fp);
+		fputc('\n', fp);
+	}
+	if (fp)
+		fclose(fp);
+	free(buf);
+}
+
+static void store_put(struct store_ref *r)
+{
+	struct store_ref **pp;
+	int ret;
+
+	if (!r)
+		return;
+	pthread_mutex_lock(&table_lock);
+	if (--r->refs > 0) {
+		pthread_mutex_unlock(&table_lock);
+		return;
+	}
+	for (pp = &table; *pp; pp = &(*pp)->next) {
+		if (*pp == r) {
+			*pp = r->next;
+			break;
+		}
+	}
+	stats_dump(r->store);
+	ret = coil_close(r->store);
+	if (ret < 0)
+		log_err("coil: closing store %s: %s\n", r->path,
+			coil_strerror(ret));
+	pthread_mutex_unlock(&table_lock);
+	free(r->path);
+	free(r);
+}
+
+/* --- per-job state ---------------------------------------------------- */
+
+struct coil_td {
+	struct store_ref *ref;
+	unsigned int depth;		/* iodepth: bounds every array below */
+
+	struct io_u **pending;		/* queued, not yet submitted */
+	unsigned int npending;
+
+	/* Completion ring, filled by coil callbacks on coil's threads. */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct io_u **done;
+	unsigned int done_head, done_count;
+	unsigned int want;		/* waiter needs this many; 0 = none */
+
+	struct io_u **events;		/* the last getevents() batch */
+};
+
+static void io_done(void *arg, int64_t res)
+{
+	struct io_u *io_u = arg;
+	struct coil_td *ct = io_u->engine_data;
+
+	if (res < 0) {
+		io_u->error = (int)-res;
+	} else if (ddir_rw(io_u->ddir) &&
+		   (unsigned long long)res < io_u->xfer_buflen) {
+		io_u->resid = io_u->xfer_buflen - (unsigned long long)res;
+	}
+	pthread_mutex_lock(&ct->lock);
+	/* fio never has more than iodepth io_us in flight. */
+	ct->done[(ct->done_head + ct->done_count) % ct->depth] = io_u;
+	ct->done_count++;
+	if (ct->want && ct->done_count >= ct->want)
+		pthread_cond_signal(&ct->cond);
+	pthread_mutex_unlock(&ct->lock);
+}
+
+static struct io_u *fio_coil_event(struct thread_data *td, int event)
+{
+	struct coil_td *ct = td->io_ops_data;
+
+	return ct->events[event];
+}
+
+static int fio_coil_getevents(struct thread_data *td, unsigned int min,
+			      unsigned int max, const struct timespec *t)
+{
+	struct coil_td *ct = td->io_ops_data;
+	struct timespec deadline;
+	unsigned int n, i;
+	int ret = 0;
+
+	if (max > ct->depth)
+		max = ct->depth;
+	if (min > max)
+		min = max;
+	if (t) {
+		clock_gettime(CLOCK_MONOTONIC, &deadline);
+		deadline.tv_sec += t->tv_sec;
+		deadline.tv_nsec += t->tv_nsec;
+		if (deadline.tv_nsec >= 1000000000L) {
+			deadline.tv_sec++;
+			deadline.tv_nsec -= 1000000000L;
+		}
+	}
+	pthread_mutex_lock(&ct->lock);
+	while (ct->done_count < min && ret != ETIMEDOUT) {
+		ct->want = min;
+		if (t)
+			ret = pthread_cond_timedwait(&ct->cond, &ct->lock,
+						     &deadline);
+		else
+			pthread_cond_wait(&ct->cond, &ct->lock);
+	}
+	ct->want = 0;
+	n = ct->done_count < max ? ct->done_count : max;
+	for (i = 0; i < n; i++) {
+		ct->events[i] = ct->done[ct->done_head];
+		ct->done_head = (ct->done_head + 1) % ct->depth;
+	}
+	ct->done_count -= n;
+	pthread_mutex_unlock(&ct->lock);
+	return (int)n;
+}
+
+static enum fio_q_status fio_coil_queue(struct thread_data *td,
+					struct io_u *io_u)
+{
+	struct coil_td *ct = td->io_ops_data;
+
+	fio_ro_check(td, io_u);
+	if (io_u->ddir == DDIR_TRIM) {
+		io_u->error = EOPNOTSUPP;
+		return FIO_Q_COMPLETED;
+	}
+	if (ct->npending == ct->depth)
+		return FIO_Q_BUSY;
+	io_u->engine_data = ct;
+	ct->pending[ct->npending++] = io_u;
+	return FIO_Q_QUEUED;
+}
+
+/* Submit the parked batch.  A request coil refuses at submission completes
+ * through the ring with its error, so fio sees it like any other. */
+static int fio_coil_commit(struct thread_data *td)
+{
+	struct coil_td *ct = td->io_ops_data;
+	struct timespec now;
+	unsigned int i;
+
+	if (!ct->npending)
+		return 0;
+	if (fio_fill_issue_time(td)) {
+		fio_gettime(&now, NULL);
+		for (i = 0; i < ct->npending; i++) {
+			memcpy(&ct->pending[i]->issue_time, &now, sizeof(now));
+			io_u_queued(td, ct->pending[i]);
+		}
+	}
+	for (i = 0; i < ct->npending; i++) {
+		struct io_u *io_u = ct->pending[i];
+		coil_obj *obj = io_u->file->engine_data;
+		int ret;
+
+		switch (io_u->ddir) {
+		case DDIR_READ:
+			ret = coil_read(obj, io_u->xfer_buf, io_u->xfer_buflen,
+					io_u->offset, io_done, io_u);
+			break;
+		case DDIR_WRITE:
+			ret = coil_write(obj, io_u->xfer_buf, io_u->xfer_buflen,
+					 io_u->offset, io_done, io_u);
+			break;
+		case DDIR_SYNC:
+		case DDIR_DATASYNC:
+		case DDIR_SYNC_FILE_RANGE:
+			ret = coil_flush(ct->ref->store, io_done, io_u);
+			break;
+		default:
+			ret = -EOPNOTSUPP;
+			break;
+		}
+		if (ret < 0)
+			io_done(io_u, ret);
+	}
+	io_u_mark_submit(td, ct->npending);
+	ct->npending = 0;
+	return 0;
+}
+
+static int fio_coil_open_file(struct thread_data *td, struct fio_file *f)
+{
+	struct coil_td *ct = td->io_ops_data;
+	unsigned int flags = read_only ? 0 : COIL_CREATE;
+	coil_obj *obj;
+	int ret;
+
+	ret = coil_obj_open(ct->ref->store, f->file_name, flags, &obj);
+	if (ret < 0) {
+		log_err("coil: %s: object %s: %s\n", td->o.name, f->file_name,
+			coil_strerror(ret));
+		td_verror(td, -ret, "coil_obj_open");
+		return 1;
+	}
+	FILE_SET_ENG_DATA(f, obj);
+	return 0;
+}
+
+static int fio_coil_close_file(struct thread_data fio_unused *td,
+			       struct fio_file *f)
+{
+	coil_obj *obj = FILE_ENG_DATA(f);
+	int ret;
+
+	FILE_SET_ENG_DATA(f, NULL);
+	ret = coil_obj_close(obj);
+	return ret < 0 ? -ret : 0;
+}
+
+static int fio_coil_unlink_file(struct thread_data *td, struct fio_file *f)
+{
+	struct coil_td *ct = td->io_ops_data;
+	int ret;
+
+	if (!ct || !ct->ref)
+		return 0;
+	ret = coil_obj_remove(ct->ref->store, f->file_name);
+	return ret < 0 && ret != -ENOENT ? -ret : 0;
+}
+
+/* Called before the job starts, in fio's main process when
+ * create_serialize=1 (the default).  Object sizes matter only when the job
+ * gives no size=; then the store (if it exists) is opened briefly to read
+ * them, and closed again so forked job processes can open it. */
+static int fio_coil_setup(struct thread_data *td)
+{
+	struct coil_fio_options *fo = td->eo;
+	struct store_ref *r;
+	struct fio_file *f;
+	struct stat st;
+	unsigned int i;
+	int ret = 0;
+
+	for_each_file(td, f, i)
+		f->real_file_size = 0;
+	if (td->o.size || td->o.file_size_low)
+		return 0;
+	if (!fo->store || stat(fo->store, &st) < 0)
+		return 0;
+	r = store_get(td);
+	if (!r)
+		return 1;
+	for_each_file(td, f, i) {
+		coil_obj *obj;
+		uint64_t sz = 0;
+
+		if (coil_obj_open(r->store, f->file_name, 0, &obj) < 0)
+			continue;
+		if (coil_obj_size(obj, &sz) == 0)
+			f->real_file_size = sz;
+		coil_obj_close(obj);
+	}
+	store_put(r);
+	return ret;
+}
+
+static void fio_coil_cleanup(struct thread_data *td)
+{
+	struct coil_td *ct = td->io_ops_data;
+	struct fio_file *f;
+	unsigned int i;
+
+	if (!ct)
+		return;
+	/* Objects left open on an error path must close before the store. */
+	for_each_file(td, f, i) {
+		if (FILE_ENG_DATA(f))
+			fio_coil_close_file(td, f);
+	}
+	store_put(ct->ref);
+	pthread_cond_destroy(&ct->cond);
+	pthread_mutex_destroy(&ct->lock);
+	free(ct->pending);
+	free(ct->done);
+	free(ct->events);
+	free(ct);
+	td->io_ops_data = NULL;
+}
+
+static int fio_coil_init(struct thread_data *td)
+{
+	struct coil_td *ct;
+	pthread_condattr_t ca;
+
+	ct = calloc(1, sizeof(*ct));
+	if (!ct)
+		return 1;
+	ct->depth = td->o.iodepth ? td->o.iodepth : 1;
+	ct->pending = calloc(ct->depth, sizeof(*ct->pending));
+	ct->done = calloc(ct->depth, sizeof(*ct->done));
+	ct->events = calloc(ct->depth, sizeof(*ct->events));
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&ct->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_mutex_init(&ct->lock, NULL);
+	td->io_ops_data = ct;
+	if (!ct->pending || !ct->done || !ct->events) {
+		fio_coil_cleanup(td);
+		return 1;
+	}
+	ct->ref = store_get(td);
+	if (!ct->ref) {
+		fio_coil_cleanup(td);
+		td_verror(td, EINVAL, "coil_open");
+		return 1;
+	}
+	return 0;
+}
+
+/* fio finds an external engine through this symbol (dlsym "ioengine"). */
+struct ioengine_ops ioengine = {
+	.name = "coil",
+	.version = FIO_IOOPS_VERSION,
+	.flags = FIO_DISKLESSIO | FIO_NODISKUTIL | FIO_ASYNCIO_SETS_ISSUE_TIME,
+	.setup = fio_coil_setup,
+	.init = fio_coil_init,
+	.queue = fio_coil_queue,
+	.commit = fio_coil_commit,
+	.getevents = fio_coil_getevents,
+	.event = fio_coil_event,
+	.cleanup = fio_coil_cleanup,
+	.open_file = fio_coil_open_file,
+	.close_file = fio_coil_close_file,
+	.unlink_file = fio_coil_unlink_file,
+	.options = options,
+	.option_struct_size = sizeof(struct coil_fio_options),
+};
