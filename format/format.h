@@ -274,12 +274,13 @@ int fmt_cursor_get_extent(struct fmt_cursor *c, struct fmt_extent *e);
  * is logical_len itself. */
 size_t fmt_blob_bound(uint32_t logical_len);
 
-/* Encode @len (1..FMT_BLOB_MAX) bytes of @src into @dst (dst_cap >= len).
+/* Encode @len (1..FMT_BLOB_MAX) bytes of @src into @dst (dst_cap >= len;
+ * dst must not overlap src).
  * level <= 0 or cctx NULL: raw.  With @cdict (its level wins) dict_id is
  * recorded (must be non-zero); without it dict_id must be 0.  zstd output is
  * kept only if stored <= len - len/8, else raw (src copied to dst).  Fills
  * codec, lengths, n_csums, csums, dict_id; dev_off = 0, flags = 0.
- * @return stored_len, -EINVAL (arguments), -ENOSPC (dst_cap < len). */
+ * @return stored_len, -EINVAL (arguments, overlap), -ENOSPC (dst_cap < len). */
 int fmt_blob_encode(ZSTD_CCtx *cctx, int level, const ZSTD_CDict *cdict, uint32_t dict_id,
 		    const void *src, uint32_t len, void *dst, size_t dst_cap, struct fmt_blob *out);
 
