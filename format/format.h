@@ -348,6 +348,10 @@ struct fmt_jrec {
 	const uint8_t *body;
 };
 
+/* A record's checksum: XXH3-64 of the body seeded with the record's first 8
+ * bytes (type, flags, len), so the header fields are covered too. */
+uint64_t fmt_jrec_csum(const uint8_t *hdr, const uint8_t *body, size_t len);
+
 /* Next record of a payload cursor (fmt_cursor_init_ro over the payload).
  * Checks header bounds, body checksum, known type and flags.
  * @return 1 got one, 0 end of payload, -EIO. */

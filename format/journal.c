@@ -7,10 +7,20 @@
  * bytes or whose blobs do not verify. */
 #include "format/format.h"
 
+#include <xxhash.h>
+
 _Static_assert(FMT_JCHUNK_HDR == 64, "journal chunk header is 64 bytes");
 _Static_assert(FMT_JREC_HDR == 16, "journal record header is 16 bytes");
 
 static const uint8_t jnl_magic[4] = { 'C', 'J', 'N', 'L' };
+
+/* A record's checksum covers its body and, through the seed, its type, flags
+ * and length (record bytes [0, 8)): a flipped type must not turn a valid body
+ * into a different valid record. */
+uint64_t fmt_jrec_csum(const uint8_t *hdr, const uint8_t *body, size_t len)
+{
+	return XXH3_64bits_withSeed(body, len, coil_get_le64(hdr));
+}
 
 #define WRITE_FIXED 28u /* obj_id, off, len, n_extents */
 
@@ -132,7 +142,7 @@ static int jrec_end(struct fmt_cursor *c, size_t start)
 	}
 	uint8_t *h = c->p + start;
 	coil_put_le32(h + 4, (uint32_t)body);
-	coil_put_le64(h + 8, fmt_csum(h + FMT_JREC_HDR, body));
+	coil_put_le64(h + 8, fmt_jrec_csum(h, h + FMT_JREC_HDR, body));
 	return 0;
 }
 
@@ -249,7 +259,7 @@ int fmt_jrec_next(struct fmt_cursor *c, struct fmt_jrec *out)
 	const uint8_t *body = fmt_cursor_get_ptr(c, len);
 	if (!body)
 		return -EIO;
-	if (fmt_csum(body, len) != coil_get_le64(h + 8))
+	if (fmt_jrec_csum(h, body, len) != coil_get_le64(h + 8))
 		goto bad;
 	if (type < FMT_JREC_CREATE || type > FMT_JREC_DICT || !flags_ok(type, flags))
 		goto bad;
