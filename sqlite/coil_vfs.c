@@ -1,0 +1,1047 @@
+/* coil_vfs.c — SQLite VFS "coil": databases, journals and WALs as coil
+ * objects.  See coil_vfs.h for how a database finds its store and
+ * docs/sqlite.md for the design and the measurements.
+ *
+ * Shape:
+ *   - one coil store per store path, opened on the first file that needs it
+ *     and closed (flushed, checkpointed) when the last file on it closes;
+ *     coil's store lock keeps every other process out, so one process owns
+ *     the store and in-process locking is the whole locking story;
+ *   - one node per object name open in a store, holding the SQLite lock
+ *     state every connection to that object shares (like os_unix.c's inode
+ *     info);
+ *   - one write-combining buffer per store: SQLite writes a journal record
+ *     as three small writes (page number, page, checksum) and a commit as
+ *     ascending page runs; each coil write is a round trip through coil's
+ *     threads, so contiguous writes to one object are merged (up to
+ *     WBUF_BYTES) into one atomic coil write.  Any write elsewhere, truncate,
+ *     delete or sync sends the buffer first, so coil sees writes in exactly
+ *     the order SQLite issued them (SQLITE_IOCAP_SEQUENTIAL stays true).
+ *
+ * Temp databases and statement journals (and nameless files) go to the
+ * default VFS: they never outlive the process, so keeping them in the store
+ * would only cost store space and journal traffic.
+ */
+#include <sqlite3ext.h>
+SQLITE_EXTENSION_INIT1
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "coil.h"
+#include "coil_vfs.h"
+#include "coil_vfs_internal.h"
+
+#define VFS_NAME "coil"
+#define VFS_PATHNAME_MAX 512
+/* Largest merged write.  SQLite's journal records are page + 8 bytes, so
+ * 512 KiB carries ~127 records of 4 KiB pages in one coil write, and coil
+ * splits it into max_blob pieces its pool encodes in parallel. */
+#define WBUF_BYTES (512u * 1024u)
+#define STORE_SIZE_DEFAULT (1ull << 30)
+#define STATS_JSON_MAX (1u << 20)
+
+struct vnode {
+	struct vnode *next;
+	char *name;
+	int refs;   /* vfiles naming this object */
+	int shared; /* vfiles holding SHARED or stronger */
+	int lock;   /* the strongest lock any vfile holds */
+};
+
+struct vfile;
+
+struct vstore {
+	struct vstore *next;
+	char *key; /* realpath of the store file, else the path as given */
+	coil_store *s;
+	int refs; /* vfiles plus transient users (xAccess, xDelete) */
+	struct vnode *nodes;
+	pthread_mutex_t wmu; /* guards the write buffer */
+	struct vfile *wown;  /* vfile whose bytes sit in wbuf, or NULL */
+	uint64_t woff;
+	size_t wlen;
+	unsigned char *wbuf; /* WBUF_BYTES, allocated with the store */
+};
+
+struct vfile {
+	sqlite3_file base;
+	struct vstore *st;
+	struct vnode *node;
+	coil_obj *obj;
+	int lock;  /* this handle's SQLite lock level */
+	int flags; /* SQLITE_OPEN_* it was opened with */
+};
+
+/* g_mu guards the store list, every store's node list and every lock state.
+ * It is held across coil_open/coil_close so two connections never race to
+ * open one store (the loser would see -EBUSY from coil's own lock). */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct vstore *g_stores;
+static char *g_store_default; /* from coil_sqlite_register(), or NULL */
+static sqlite3_vfs *g_root;   /* the VFS temp files and utilities go to */
+static int g_registered;
+
+static const sqlite3_io_methods vfile_methods;
+
+/* --- errors ------------------------------------------------------------ */
+
+static int err_to_sqlite(int64_t err, int ioerr)
+{
+	switch (err) {
+	case -ENOSPC:
+	case -EFBIG:
+		return SQLITE_FULL;
+	case -ENOMEM:
+		return SQLITE_IOERR_NOMEM;
+	case -EROFS:
+		return SQLITE_READONLY;
+	default:
+		return ioerr;
+	}
+}
+
+/* --- stores ------------------------------------------------------------ */
+
+static void store_key(const char *path, char *key, size_t key_len)
+{
+	char real[PATH_MAX];
+
+	if (realpath(path, real))
+		path = real;
+	snprintf(key, key_len, "%s", path);
+}
+
+/* COIL_STORE_SIZE: bytes, with an optional K/M/G/T suffix (binary). */
+static uint64_t store_size_from_env(void)
+{
+	const char *v = getenv("COIL_STORE_SIZE");
+	unsigned long long n;
+	char *end;
+
+	if (!v || !*v)
+		return STORE_SIZE_DEFAULT;
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (errno || end == v)
+		goto bad;
+	switch (*end) {
+	case 'k': case 'K': n <<= 10; end++; break;
+	case 'm': case 'M': n <<= 20; end++; break;
+	case 'g': case 'G': n <<= 30; end++; break;
+	case 't': case 'T': n <<= 40; end++; break;
+	default: break;
+	}
+	if (*end == 'i' || *end == 'b' || *end == 'B')
+		end++;
+	if (*end || n == 0)
+		goto bad;
+	return n;
+bad:
+	sqlite3_log(SQLITE_WARNING, "coil: COIL_STORE_SIZE=%s not understood, "
+		    "using %llu bytes", v, (unsigned long long)STORE_SIZE_DEFAULT);
+	return STORE_SIZE_DEFAULT;
+}
+
+/* Open the coil store at @path (g_mu held).  @return 0 or -errno. */
+static int store_open_coil(const char *path, int create, coil_store **out)
+{
+	struct coil_options o;
+	const char *codec = getenv("COIL_COMPRESSION");
+	int rc;
+
+	coil_options_init(&o);
+	o.size = store_size_from_env();
+	if (create)
+		o.flags |= COIL_CREATE;
+	if (codec && *codec)
+		o.compression = codec;
+	rc = coil_open(path, &o, out);
+	if (rc == -EINVAL) {
+		/* tmpfs and some overlay filesystems refuse O_DIRECT. */
+		o.flags |= COIL_NO_DIRECT;
+		rc = coil_open(path, &o, out);
+	}
+	return rc;
+}
+
+/* Find or open the store at @path and take a reference (g_mu held).
+ * @return SQLITE_OK, SQLITE_BUSY (another process holds it),
+ *   SQLITE_CANTOPEN or SQLITE_NOMEM. */
+static int store_get(const char *path, int create, struct vstore **out)
+{
+	char key[PATH_MAX];
+	struct vstore *st;
+	int rc;
+
+	store_key(path, key, sizeof(key));
+	for (st = g_stores; st; st = st->next) {
+		if (!strcmp(st->key, key)) {
+			st->refs++;
+			*out = st;
+			return SQLITE_OK;
+		}
+	}
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return SQLITE_NOMEM;
+	st->wbuf = malloc(WBUF_BYTES);
+	if (!st->wbuf || pthread_mutex_init(&st->wmu, NULL)) {
+		free(st->wbuf);
+		free(st);
+		return SQLITE_NOMEM;
+	}
+	rc = store_open_coil(path, create, &st->s);
+	if (rc < 0) {
+		sqlite3_log(SQLITE_CANTOPEN, "coil: cannot open store %s: %s",
+			    path, coil_strerror(rc));
+		pthread_mutex_destroy(&st->wmu);
+		free(st->wbuf);
+		free(st);
+		if (rc == -EBUSY)
+			return SQLITE_BUSY;
+		return rc == -ENOMEM ? SQLITE_NOMEM : SQLITE_CANTOPEN;
+	}
+	/* The file exists now: key it by its real path. */
+	store_key(path, key, sizeof(key));
+	st->key = strdup(key);
+	if (!st->key) {
+		coil_close(st->s);
+		pthread_mutex_destroy(&st->wmu);
+		free(st->wbuf);
+		free(st);
+		return SQLITE_NOMEM;
+	}
+	st->refs = 1;
+	st->next = g_stores;
+	g_stores = st;
+	*out = st;
+	return SQLITE_OK;
+}
+
+/* Send the buffered bytes to coil (st->wmu held). */
+static int wbuf_flush_locked(struct vstore *st)
+{
+	struct vfile *f = st->wown;
+	size_t done = 0;
+
+	if (!f)
+		return SQLITE_OK;
+	st->wown = NULL;
+	while (done < st->wlen) {
+		int64_t n = coil_pwrite(f->obj, st->wbuf + done,
+					st->wlen - done, st->woff + done);
+		if (n <= 0) {
+			st->wlen = 0;
+			return err_to_sqlite(n ? n : -EIO, SQLITE_IOERR_WRITE);
+		}
+		done += (size_t)n;
+	}
+	st->wlen = 0;
+	return SQLITE_OK;
+}
+
+static int wbuf_flush(struct vstore *st)
+{
+	int rc;
+
+	pthread_mutex_lock(&st->wmu);
+	rc = wbuf_flush_locked(st);
+	pthread_mutex_unlock(&st->wmu);
+	return rc;
+}
+
+/* Flush only when the buffer holds bytes of @node: reads and sizes of other
+ * objects need not wait for it. */
+static int wbuf_flush_node(struct vstore *st, const struct vnode *node)
+{
+	int rc = SQLITE_OK;
+
+	pthread_mutex_lock(&st->wmu);
+	if (st->wown && st->wown->node == node)
+		rc = wbuf_flush_locked(st);
+	pthread_mutex_unlock(&st->wmu);
+	return rc;
+}
+
+/* Drop a reference (g_mu held); the last one closes the store. */
+static void store_put(struct vstore *st)
+{
+	struct vstore **pp;
+	int rc;
+
+	if (--st->refs > 0)
+		return;
+	for (pp = &g_stores; *pp; pp = &(*pp)->next) {
+		if (*pp == st) {
+			*pp = st->next;
+			break;
+		}
+	}
+	rc = coil_close(st->s);
+	if (rc < 0)
+		sqlite3_log(SQLITE_IOERR, "coil: closing store %s: %s",
+			    st->key, coil_strerror(rc));
+	pthread_mutex_destroy(&st->wmu);
+	free(st->wbuf);
+	free(st->key);
+	free(st);
+}
+
+/* The store holding @name when no URI says: the store of an open object
+ * whose name is the longest prefix of @name (a journal, WAL or super
+ * journal follows its database), else the only open store.  Takes a
+ * reference.  g_mu held. */
+static struct vstore *store_by_sibling(const char *name)
+{
+	struct vstore *st, *best = NULL;
+	size_t best_len = 0;
+	int nstores = 0;
+
+	for (st = g_stores; st; st = st->next) {
+		struct vnode *n;
+
+		nstores++;
+		for (n = st->nodes; n; n = n->next) {
+			size_t len = strlen(n->name);
+
+			if (len > best_len && !strncmp(name, n->name, len)) {
+				best = st;
+				best_len = len;
+			}
+		}
+	}
+	if (!best && nstores == 1)
+		best = g_stores;
+	if (best)
+		best->refs++;
+	return best;
+}
+
+static const char *store_default_path(void)
+{
+	if (g_store_default)
+		return g_store_default;
+	return getenv("COIL_STORE");
+}
+
+/* --- nodes ------------------------------------------------------------- */
+
+static struct vnode *node_get(struct vstore *st, const char *name)
+{
+	struct vnode *n;
+
+	for (n = st->nodes; n; n = n->next) {
+		if (!strcmp(n->name, name)) {
+			n->refs++;
+			return n;
+		}
+	}
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return NULL;
+	n->name = strdup(name);
+	if (!n->name) {
+		free(n);
+		return NULL;
+	}
+	n->refs = 1;
+	n->next = st->nodes;
+	st->nodes = n;
+	return n;
+}
+
+static void node_put(struct vstore *st, struct vnode *node)
+{
+	struct vnode **pp;
+
+	if (--node->refs > 0)
+		return;
+	for (pp = &st->nodes; *pp; pp = &(*pp)->next) {
+		if (*pp == node) {
+			*pp = node->next;
+			break;
+		}
+	}
+	free(node->name);
+	free(node);
+}
+
+/* --- io methods -------------------------------------------------------- */
+
+static int vfile_unlock_locked(struct vfile *f, int level)
+{
+	struct vnode *n = f->node;
+
+	if (f->lock <= level)
+		return SQLITE_OK;
+	if (f->lock > SQLITE_LOCK_SHARED)
+		n->lock = SQLITE_LOCK_SHARED;
+	if (level == SQLITE_LOCK_NONE) {
+		n->shared--;
+		if (n->shared == 0)
+			n->lock = SQLITE_LOCK_NONE;
+	}
+	f->lock = level;
+	return SQLITE_OK;
+}
+
+static int vfile_close(sqlite3_file *file)
+{
+	struct vfile *f = (struct vfile *)file;
+	struct vstore *st = f->st;
+	int rc = SQLITE_OK, crc;
+
+	pthread_mutex_lock(&st->wmu);
+	if (st->wown == f)
+		rc = wbuf_flush_locked(st);
+	pthread_mutex_unlock(&st->wmu);
+
+	crc = coil_obj_close(f->obj);
+	if (crc < 0 && rc == SQLITE_OK)
+		rc = SQLITE_IOERR_CLOSE;
+	if (f->flags & SQLITE_OPEN_DELETEONCLOSE) {
+		crc = coil_obj_remove(st->s, f->node->name);
+		if (crc < 0 && crc != -ENOENT && rc == SQLITE_OK)
+			rc = SQLITE_IOERR_DELETE;
+	}
+
+	pthread_mutex_lock(&g_mu);
+	vfile_unlock_locked(f, SQLITE_LOCK_NONE);
+	node_put(st, f->node);
+	store_put(st);
+	pthread_mutex_unlock(&g_mu);
+	f->base.pMethods = NULL;
+	return rc;
+}
+
+static int vfile_read(sqlite3_file *file, void *buf, int amt, sqlite3_int64 off)
+{
+	struct vfile *f = (struct vfile *)file;
+	unsigned char *p = buf;
+	size_t got = 0;
+	int rc;
+
+	if (amt < 0 || off < 0)
+		return SQLITE_IOERR_READ;
+	rc = wbuf_flush_node(f->st, f->node);
+	if (rc != SQLITE_OK)
+		return rc;
+	while (got < (size_t)amt) {
+		int64_t n = coil_pread(f->obj, p + got, (size_t)amt - got,
+				       (uint64_t)off + got);
+		if (n < 0)
+			return err_to_sqlite(n, SQLITE_IOERR_READ);
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	if (got < (size_t)amt) {
+		/* SQLite relies on the unread tail being zeroed. */
+		memset(p + got, 0, (size_t)amt - got);
+		return SQLITE_IOERR_SHORT_READ;
+	}
+	return SQLITE_OK;
+}
+
+static int vfile_write(sqlite3_file *file, const void *buf, int amt,
+		       sqlite3_int64 off)
+{
+	struct vfile *f = (struct vfile *)file;
+	struct vstore *st = f->st;
+	const unsigned char *p = buf;
+	size_t len = (size_t)amt;
+	int rc = SQLITE_OK;
+
+	if (amt < 0 || off < 0)
+		return SQLITE_IOERR_WRITE;
+	pthread_mutex_lock(&st->wmu);
+	if (st->wown && (st->wown != f || (uint64_t)off != st->woff + st->wlen ||
+			 st->wlen + len > WBUF_BYTES))
+		rc = wbuf_flush_locked(st);
+	if (rc != SQLITE_OK)
+		goto out;
+	if (len >= WBUF_BYTES) {
+		size_t done = 0;
+
+		while (done < len) {
+			int64_t n = coil_pwrite(f->obj, p + done, len - done,
+						(uint64_t)off + done);
+			if (n <= 0) {
+				rc = err_to_sqlite(n ? n : -EIO,
+						   SQLITE_IOERR_WRITE);
+				goto out;
+			}
+			done += (size_t)n;
+		}
+		goto out;
+	}
+	if (!st->wown) {
+		st->wown = f;
+		st->woff = (uint64_t)off;
+		st->wlen = 0;
+	}
+	memcpy(st->wbuf + st->wlen, p, len);
+	st->wlen += len;
+out:
+	pthread_mutex_unlock(&st->wmu);
+	return rc;
+}
+
+static int vfile_truncate(sqlite3_file *file, sqlite3_int64 size)
+{
+	struct vfile *f = (struct vfile *)file;
+	int rc;
+
+	if (size < 0)
+		return SQLITE_IOERR_TRUNCATE;
+	rc = wbuf_flush(f->st);
+	if (rc != SQLITE_OK)
+		return rc;
+	rc = coil_obj_truncate(f->obj, (uint64_t)size);
+	return rc < 0 ? err_to_sqlite(rc, SQLITE_IOERR_TRUNCATE) : SQLITE_OK;
+}
+
+/* coil_flush makes every completed write of the whole store durable, so
+ * syncing one file syncs them all; SQLite's flags (FULL, DATAONLY) ask for
+ * nothing coil does not already do. */
+static int vfile_sync(sqlite3_file *file, int flags)
+{
+	struct vfile *f = (struct vfile *)file;
+	int rc;
+
+	(void)flags;
+	rc = wbuf_flush(f->st);
+	if (rc != SQLITE_OK)
+		return rc;
+	rc = coil_sync(f->st->s);
+	return rc < 0 ? err_to_sqlite(rc, SQLITE_IOERR_FSYNC) : SQLITE_OK;
+}
+
+static int vfile_size(sqlite3_file *file, sqlite3_int64 *size)
+{
+	struct vfile *f = (struct vfile *)file;
+	uint64_t sz = 0;
+	int rc;
+
+	rc = wbuf_flush_node(f->st, f->node);
+	if (rc != SQLITE_OK)
+		return rc;
+	rc = coil_obj_size(f->obj, &sz);
+	if (rc < 0)
+		return err_to_sqlite(rc, SQLITE_IOERR_FSTAT);
+	*size = (sqlite3_int64)sz;
+	return SQLITE_OK;
+}
+
+/* SQLite's five lock levels among the connections of this process, with
+ * os_unix.c's rules: one RESERVED/PENDING/EXCLUSIVE holder at a time;
+ * PENDING keeps new SHARED out while EXCLUSIVE waits for readers to leave.
+ * Other processes never get here: coil's store lock refuses them. */
+static int vfile_lock(sqlite3_file *file, int want)
+{
+	struct vfile *f = (struct vfile *)file;
+	struct vnode *n = f->node;
+	int rc = SQLITE_OK;
+
+	if (f->lock >= want)
+		return SQLITE_OK;
+	pthread_mutex_lock(&g_mu);
+	if (f->lock != n->lock &&
+	    (n->lock >= SQLITE_LOCK_PENDING || want > SQLITE_LOCK_SHARED)) {
+		rc = SQLITE_BUSY;
+	} else if (want == SQLITE_LOCK_SHARED) {
+		if (n->lock == SQLITE_LOCK_NONE)
+			n->lock = SQLITE_LOCK_SHARED;
+		n->shared++;
+		f->lock = SQLITE_LOCK_SHARED;
+	} else if (want == SQLITE_LOCK_EXCLUSIVE && n->shared > 1) {
+		/* Hold PENDING so no new reader starts; SQLite retries. */
+		f->lock = SQLITE_LOCK_PENDING;
+		n->lock = SQLITE_LOCK_PENDING;
+		rc = SQLITE_BUSY;
+	} else {
+		f->lock = want;
+		n->lock = want;
+	}
+	pthread_mutex_unlock(&g_mu);
+	return rc;
+}
+
+static int vfile_unlock(sqlite3_file *file, int level)
+{
+	struct vfile *f = (struct vfile *)file;
+
+	if (f->lock <= level)
+		return SQLITE_OK;
+	pthread_mutex_lock(&g_mu);
+	vfile_unlock_locked(f, level);
+	pthread_mutex_unlock(&g_mu);
+	return SQLITE_OK;
+}
+
+static int vfile_check_reserved(sqlite3_file *file, int *out)
+{
+	struct vfile *f = (struct vfile *)file;
+
+	pthread_mutex_lock(&g_mu);
+	*out = f->node->lock > SQLITE_LOCK_SHARED;
+	pthread_mutex_unlock(&g_mu);
+	return SQLITE_OK;
+}
+
+/* PRAGMA coil_stats: the store's coil_stats_json() as the pragma's value. */
+static int vfile_pragma_stats(struct vfile *f, char **args)
+{
+	char small[4096], *big = NULL, *json = small;
+	int need, rc;
+
+	rc = wbuf_flush(f->st);
+	if (rc != SQLITE_OK)
+		return rc;
+	need = coil_stats_json(f->st->s, small, sizeof(small));
+	if (need < 0)
+		return err_to_sqlite(need, SQLITE_IOERR);
+	if ((size_t)need >= sizeof(small)) {
+		if ((size_t)need >= STATS_JSON_MAX)
+			return SQLITE_TOOBIG;
+		big = malloc((size_t)need + 1);
+		if (!big)
+			return SQLITE_NOMEM;
+		need = coil_stats_json(f->st->s, big, (size_t)need + 1);
+		if (need < 0) {
+			free(big);
+			return err_to_sqlite(need, SQLITE_IOERR);
+		}
+		json = big;
+	}
+	args[0] = sqlite3_mprintf("%s", json);
+	free(big);
+	return args[0] ? SQLITE_OK : SQLITE_NOMEM;
+}
+
+static int vfile_file_control(sqlite3_file *file, int op, void *arg)
+{
+	struct vfile *f = (struct vfile *)file;
+
+	switch (op) {
+	case SQLITE_FCNTL_LOCKSTATE:
+		*(int *)arg = f->lock;
+		return SQLITE_OK;
+	case SQLITE_FCNTL_VFSNAME:
+		*(char **)arg = sqlite3_mprintf("%s", VFS_NAME);
+		return SQLITE_OK;
+	case SQLITE_FCNTL_HAS_MOVED:
+		*(int *)arg = 0;
+		return SQLITE_OK;
+	case SQLITE_FCNTL_PRAGMA: {
+		char **args = arg;
+
+		if (args[1] && !strcasecmp(args[1], "coil_stats"))
+			return vfile_pragma_stats(f, args);
+		return SQLITE_NOTFOUND;
+	}
+	default:
+		return SQLITE_NOTFOUND;
+	}
+}
+
+static int vfile_sector_size(sqlite3_file *file)
+{
+	(void)file;
+	return 4096;
+}
+
+/* What coil guarantees for every write (include/coil.h, DESIGN.md):
+ *  ATOMIC       a write of any size is wholly present or wholly absent after
+ *               any crash;
+ *  SAFE_APPEND  so appended bytes and the size grow together, never garbage;
+ *  SEQUENTIAL   recovery replays the longest valid prefix of coil's journal,
+ *               so a write is never present without every write completed
+ *               before it (the write buffer keeps SQLite's order);
+ *  POWERSAFE_OVERWRITE  an extent shadows only the bytes written.
+ * Not BATCH_ATOMIC: coil has no multi-write transaction to offer. */
+static int vfile_device_characteristics(sqlite3_file *file)
+{
+	(void)file;
+	return SQLITE_IOCAP_ATOMIC | SQLITE_IOCAP_SAFE_APPEND |
+	       SQLITE_IOCAP_SEQUENTIAL | SQLITE_IOCAP_POWERSAFE_OVERWRITE;
+}
+
+/* Version 1: no shared memory.  SQLite then runs WAL only with
+ * locking_mode=EXCLUSIVE and keeps the wal-index on the heap. */
+static const sqlite3_io_methods vfile_methods = {
+	.iVersion = 1,
+	.xClose = vfile_close,
+	.xRead = vfile_read,
+	.xWrite = vfile_write,
+	.xTruncate = vfile_truncate,
+	.xSync = vfile_sync,
+	.xFileSize = vfile_size,
+	.xLock = vfile_lock,
+	.xUnlock = vfile_unlock,
+	.xCheckReservedLock = vfile_check_reserved,
+	.xFileControl = vfile_file_control,
+	.xSectorSize = vfile_sector_size,
+	.xDeviceCharacteristics = vfile_device_characteristics,
+};
+
+/* --- vfs methods ------------------------------------------------------- */
+
+#define VFS_COIL_FILES (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_MAIN_JOURNAL | \
+			SQLITE_OPEN_WAL | SQLITE_OPEN_SUPER_JOURNAL)
+
+/* Pick the store for a file being opened; takes a reference (g_mu held). */
+static int store_for_open(const char *name, int flags, struct vstore **out)
+{
+	const char *path = NULL;
+
+	/* sqlite3_uri_parameter() is defined only on names SQLite built for
+	 * the database, its journal and its WAL — never a super journal. */
+	if (flags & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_MAIN_JOURNAL |
+		     SQLITE_OPEN_WAL))
+		path = sqlite3_uri_parameter(name, "coil_store");
+	if (!path && !(flags & SQLITE_OPEN_MAIN_DB)) {
+		*out = store_by_sibling(name);
+		if (*out)
+			return SQLITE_OK;
+	}
+	if (!path)
+		path = store_default_path();
+	if (!path || !*path) {
+		sqlite3_log(SQLITE_CANTOPEN, "coil: no store for %s: give "
+			    "coil_store= in the URI or set COIL_STORE", name);
+		return SQLITE_CANTOPEN;
+	}
+	return store_get(path, !!(flags & SQLITE_OPEN_CREATE), out);
+}
+
+static int vfs_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *file,
+		    int flags, int *out_flags)
+{
+	struct vfile *f = (struct vfile *)file;
+	struct vstore *st = NULL;
+	unsigned oflags = 0;
+	int rc, crc;
+
+	(void)vfs;
+	if (!name || !(flags & VFS_COIL_FILES))
+		return g_root->xOpen(g_root, name, file, flags, out_flags);
+
+	memset(f, 0, sizeof(*f));
+	if (strlen(name) > COIL_NAME_MAX)
+		return SQLITE_CANTOPEN;
+	pthread_mutex_lock(&g_mu);
+	rc = store_for_open(name, flags, &st);
+	if (rc != SQLITE_OK)
+		goto out;
+	if (flags & SQLITE_OPEN_CREATE)
+		oflags |= COIL_CREATE;
+	if (flags & SQLITE_OPEN_EXCLUSIVE)
+		oflags |= COIL_EXCL;
+	crc = coil_obj_open(st->s, name, oflags, &f->obj);
+	if (crc < 0) {
+		rc = crc == -ENOMEM ? SQLITE_NOMEM :
+		     crc == -EROFS ? SQLITE_READONLY : SQLITE_CANTOPEN;
+		store_put(st);
+		goto out;
+	}
+	f->node = node_get(st, name);
+	if (!f->node) {
+		coil_obj_close(f->obj);
+		store_put(st);
+		rc = SQLITE_NOMEM;
+		goto out;
+	}
+	f->st = st;
+	f->flags = flags;
+	f->base.pMethods = &vfile_methods;
+	if (out_flags)
+		*out_flags = flags;
+out:
+	pthread_mutex_unlock(&g_mu);
+	return rc;
+}
+
+/* For xAccess and xDelete: the store a name lives in, opening the default
+ * store (never creating it) when no open file points elsewhere.  *@out is
+ * NULL when there is no store at all.  Takes a reference; g_mu held. */
+static int store_for_name(const char *name, struct vstore **out)
+{
+	const char *path;
+	int rc;
+
+	*out = store_by_sibling(name);
+	if (*out)
+		return SQLITE_OK;
+	path = store_default_path();
+	if (!path || !*path)
+		return SQLITE_OK;
+	rc = store_get(path, 0, out);
+	if (rc == SQLITE_CANTOPEN) {
+		*out = NULL; /* no store file: no object either */
+		return SQLITE_OK;
+	}
+	return rc;
+}
+
+static int vfs_delete(sqlite3_vfs *vfs, const char *name, int sync_dir)
+{
+	struct vstore *st;
+	int rc, crc;
+
+	(void)vfs;
+	pthread_mutex_lock(&g_mu);
+	rc = store_for_name(name, &st);
+	if (rc != SQLITE_OK || !st) {
+		pthread_mutex_unlock(&g_mu);
+		return rc != SQLITE_OK ? rc : SQLITE_IOERR_DELETE_NOENT;
+	}
+	/* The removal must land after every write SQLite issued before it. */
+	rc = wbuf_flush(st);
+	if (rc == SQLITE_OK) {
+		crc = coil_obj_remove(st->s, name);
+		if (crc == -ENOENT)
+			rc = SQLITE_IOERR_DELETE_NOENT;
+		else if (crc < 0)
+			rc = err_to_sqlite(crc, SQLITE_IOERR_DELETE);
+		else if (sync_dir && coil_sync(st->s) < 0)
+			rc = SQLITE_IOERR_DIR_FSYNC;
+	}
+	store_put(st);
+	pthread_mutex_unlock(&g_mu);
+	return rc;
+}
+
+/* Like os_unix.c, an empty object counts as missing: a zero-length journal
+ * left by PERSIST or TRUNCATE mode is not a hot journal. */
+static int vfs_access(sqlite3_vfs *vfs, const char *name, int flags, int *out)
+{
+	struct vstore *st;
+	coil_obj *o;
+	uint64_t size = 0;
+	int rc, crc;
+
+	(void)vfs;
+	*out = 0;
+	if (strlen(name) > COIL_NAME_MAX)
+		return SQLITE_OK;
+	pthread_mutex_lock(&g_mu);
+	rc = store_for_name(name, &st);
+	if (rc != SQLITE_OK || !st)
+		goto out;
+	rc = wbuf_flush(st);
+	if (rc != SQLITE_OK)
+		goto put;
+	crc = coil_obj_open(st->s, name, 0, &o);
+	if (crc == 0) {
+		crc = coil_obj_size(o, &size);
+		coil_obj_close(o);
+		if (crc == 0)
+			*out = flags == SQLITE_ACCESS_EXISTS ? size > 0 : 1;
+	} else if (crc != -ENOENT) {
+		rc = err_to_sqlite(crc, SQLITE_IOERR_ACCESS);
+	}
+put:
+	store_put(st);
+out:
+	pthread_mutex_unlock(&g_mu);
+	return rc;
+}
+
+/* Object names are the path as SQLite was given it, with "." components
+ * and repeated slashes dropped — not resolved against the working
+ * directory: the store is the namespace, and a store file moved elsewhere
+ * keeps its databases. */
+static int vfs_full_pathname(sqlite3_vfs *vfs, const char *name, int out_len,
+			     char *out)
+{
+	size_t n = 0;
+	const char *p = name;
+
+	(void)vfs;
+	if (out_len <= 0)
+		return SQLITE_CANTOPEN;
+	while (*p) {
+		if ((p == name || p[-1] == '/') && p[0] == '.' &&
+		    (p[1] == '/' || p[1] == '\0')) {
+			p += p[1] ? 2 : 1;
+			continue;
+		}
+		if (p[0] == '/' && n > 0 && out[n - 1] == '/') {
+			p++;
+			continue;
+		}
+		if (n + 1 >= (size_t)out_len)
+			return SQLITE_CANTOPEN;
+		out[n++] = *p++;
+	}
+	if (n == 0) {
+		if ((size_t)out_len < 2)
+			return SQLITE_CANTOPEN;
+		out[n++] = '.';
+	}
+	out[n] = '\0';
+	return SQLITE_OK;
+}
+
+static void *vfs_dlopen(sqlite3_vfs *vfs, const char *name)
+{
+	(void)vfs;
+	return g_root->xDlOpen(g_root, name);
+}
+
+static void vfs_dlerror(sqlite3_vfs *vfs, int n, char *msg)
+{
+	(void)vfs;
+	g_root->xDlError(g_root, n, msg);
+}
+
+static void (*vfs_dlsym(sqlite3_vfs *vfs, void *h, const char *sym))(void)
+{
+	(void)vfs;
+	return g_root->xDlSym(g_root, h, sym);
+}
+
+static void vfs_dlclose(sqlite3_vfs *vfs, void *h)
+{
+	(void)vfs;
+	g_root->xDlClose(g_root, h);
+}
+
+static int vfs_randomness(sqlite3_vfs *vfs, int n, char *out)
+{
+	(void)vfs;
+	return g_root->xRandomness(g_root, n, out);
+}
+
+static int vfs_sleep(sqlite3_vfs *vfs, int us)
+{
+	(void)vfs;
+	return g_root->xSleep(g_root, us);
+}
+
+static int vfs_current_time(sqlite3_vfs *vfs, double *out)
+{
+	(void)vfs;
+	return g_root->xCurrentTime(g_root, out);
+}
+
+static int vfs_get_last_error(sqlite3_vfs *vfs, int n, char *out)
+{
+	(void)vfs;
+	return g_root->xGetLastError ? g_root->xGetLastError(g_root, n, out) : 0;
+}
+
+static int vfs_current_time64(sqlite3_vfs *vfs, sqlite3_int64 *out)
+{
+	double now;
+	int rc;
+
+	(void)vfs;
+	if (g_root->iVersion >= 2 && g_root->xCurrentTimeInt64)
+		return g_root->xCurrentTimeInt64(g_root, out);
+	rc = g_root->xCurrentTime(g_root, &now);
+	*out = (sqlite3_int64)(now * 86400000.0);
+	return rc;
+}
+
+static sqlite3_vfs g_vfs = {
+	.iVersion = 2,
+	.mxPathname = VFS_PATHNAME_MAX,
+	.zName = VFS_NAME,
+	.xOpen = vfs_open,
+	.xDelete = vfs_delete,
+	.xAccess = vfs_access,
+	.xFullPathname = vfs_full_pathname,
+	.xDlOpen = vfs_dlopen,
+	.xDlError = vfs_dlerror,
+	.xDlSym = vfs_dlsym,
+	.xDlClose = vfs_dlclose,
+	.xRandomness = vfs_randomness,
+	.xSleep = vfs_sleep,
+	.xCurrentTime = vfs_current_time,
+	.xGetLastError = vfs_get_last_error,
+	.xCurrentTimeInt64 = vfs_current_time64,
+};
+
+/* --- registration ------------------------------------------------------ */
+
+static int vfs_register(int make_default)
+{
+	int rc = SQLITE_OK;
+
+	pthread_mutex_lock(&g_mu);
+	if (!g_registered) {
+		g_root = sqlite3_vfs_find(NULL);
+		if (g_root == &g_vfs || !g_root)
+			g_root = sqlite3_vfs_find("unix");
+		if (!g_root) {
+			rc = SQLITE_ERROR;
+			goto out;
+		}
+		g_vfs.szOsFile = (int)sizeof(struct vfile);
+		if (g_root->szOsFile > g_vfs.szOsFile)
+			g_vfs.szOsFile = g_root->szOsFile;
+	}
+	if (!g_registered || make_default) {
+		rc = sqlite3_vfs_register(&g_vfs, make_default);
+		if (rc == SQLITE_OK)
+			g_registered = 1;
+	}
+out:
+	pthread_mutex_unlock(&g_mu);
+	return rc;
+}
+
+static int env_true(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v && strcmp(v, "0") != 0;
+}
+
+COIL_SQLITE_API int coil_sqlite_register(const char *store_path,
+					 int make_default)
+{
+	char *copy = NULL;
+
+	if (store_path) {
+		copy = strdup(store_path);
+		if (!copy)
+			return SQLITE_NOMEM;
+	}
+	pthread_mutex_lock(&g_mu);
+	if (!sqlite3_api)
+		sqlite3_api = coil_vfs_direct_api();
+	free(g_store_default);
+	g_store_default = copy;
+	pthread_mutex_unlock(&g_mu);
+	return vfs_register(make_default);
+}
+
+/* The entry point `.load libcoil_sqlite` finds by itself: SQLite derives
+ * sqlite3_X_init from the file name, X = "coil_sqlite" without "lib" and
+ * without non-letters.  COIL_SQLITE_DEFAULT=1 makes "coil" the default
+ * VFS.  The library stays loaded for the life of the process: the VFS
+ * outlives the connection that loaded it. */
+COIL_SQLITE_API int sqlite3_coilsqlite_init(sqlite3 *db, char **err,
+					    const sqlite3_api_routines *api)
+{
+	int rc;
+
+	(void)db;
+	SQLITE_EXTENSION_INIT2(api);
+	rc = vfs_register(env_true("COIL_SQLITE_DEFAULT"));
+	if (rc != SQLITE_OK) {
+		*err = sqlite3_mprintf("coil: cannot register the VFS");
+		return rc;
+	}
+	return SQLITE_OK_LOAD_PERMANENTLY;
+}

@@ -1,0 +1,539 @@
+/* test_sqlite.c — the coil VFS (sqlite/) driven through the stock sqlite3
+ * shell, as a user would: `.load libcoil_sqlite`, then a database on
+ * `vfs=coil`.  The scripted workload must give the same content as on the
+ * default VFS in every journal mode, survive a reopen in a new process, a
+ * kill -9 in the middle of a large transaction, and a second process must be
+ * refused cleanly.  The store is inspected with coil's own API between
+ * shell runs (journal and WAL objects really live in it). */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <link.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coil.h"
+
+#ifndef COIL_SQLITE_EXT
+#error "COIL_SQLITE_EXT: path of libcoil_sqlite.so (sqlite/meson.build)"
+#endif
+
+#define ROWS 10000           /* @N@ of tests/sqlite/workload.sql */
+#define KILL_WAIT_NS (60ull * 1000000000ull)
+
+struct scratch {
+	char dir[PATH_MAX];
+	char store[PATH_MAX + 16];
+	int nrun;
+};
+
+/* Under ASan/UBSan (gcc's shared runtimes) the extension needs the same
+ * runtimes first in the shell's link map: preload what this process has. */
+static char g_preload[2048];
+
+static int phdr_collect(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	const char *base = strrchr(info->dlpi_name, '/');
+
+	(void)size;
+	(void)arg;
+	base = base ? base + 1 : info->dlpi_name;
+	if (!strncmp(base, "libasan.so", 10) || !strncmp(base, "libubsan.so", 11)) {
+		size_t n = strlen(g_preload);
+
+		snprintf(g_preload + n, sizeof(g_preload) - n, "%s%s",
+			 n ? ":" : "", info->dlpi_name);
+	}
+	return 0;
+}
+
+static void scratch_init(struct scratch *s, const char *tag)
+{
+	char tmpl[PATH_MAX];
+
+	g_preload[0] = '\0';
+	dl_iterate_phdr(phdr_collect, NULL);
+	mkdir("sqlite-scratch", 0755);
+	snprintf(tmpl, sizeof(tmpl), "sqlite-scratch/%s-XXXXXX", tag);
+	cr_assert_not_null(mkdtemp(tmpl), "mkdtemp: %s", strerror(errno));
+	cr_assert_not_null(realpath(tmpl, s->dir));
+	snprintf(s->store, sizeof(s->store), "%s/store.coil", s->dir);
+	s->nrun = 0;
+}
+
+static void scratch_fini(struct scratch *s)
+{
+	char cmd[PATH_MAX + 16];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s->dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+static char *file_read(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf;
+	long n;
+
+	cr_assert_not_null(f, "open %s: %s", path, strerror(errno));
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = malloc((size_t)n + 1);
+	cr_assert_not_null(buf);
+	cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+static void file_write(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "wb");
+
+	cr_assert_not_null(f, "create %s: %s", path, strerror(errno));
+	cr_assert_eq(fwrite(text, 1, strlen(text), f), strlen(text));
+	cr_assert_eq(fclose(f), 0);
+}
+
+static int file_exists(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0;
+}
+
+/* tests/sqlite/workload.sql with @N@ replaced by @rows. */
+static char *workload_text(int rows)
+{
+	char path[PATH_MAX], num[32], *src, *out, *p, *q;
+	size_t need;
+
+	snprintf(path, sizeof(path), "%s/workload.sql", COIL_SQLITE_SRCDIR);
+	src = file_read(path);
+	snprintf(num, sizeof(num), "%d", rows);
+	need = strlen(src) * 2 + 1;
+	out = malloc(need);
+	cr_assert_not_null(out);
+	for (p = src, q = out; *p;) {
+		if (!strncmp(p, "@N@", 3)) {
+			q += sprintf(q, "%s", num);
+			p += 3;
+		} else {
+			*q++ = *p++;
+		}
+	}
+	*q = '\0';
+	free(src);
+	return out;
+}
+
+/* Start the shell on @script_path (or on a pipe when NULL, returned in
+ * *@in_fd), stdout and stderr into @out_path, @env ("K=V", NULL-ended)
+ * added to the environment. */
+static pid_t shell_spawn(const char *script_path, const char *out_path,
+			 char *const *env, int *in_fd)
+{
+	int pfd[2] = { -1, -1 };
+	pid_t pid;
+
+	if (!script_path)
+		cr_assert_eq(pipe(pfd), 0);
+	pid = fork();
+	cr_assert_neq(pid, -1);
+	if (pid == 0) {
+		int in, out;
+
+		in = script_path ? open(script_path, O_RDONLY) : pfd[0];
+		out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (in < 0 || out < 0)
+			_exit(126);
+		dup2(in, 0);
+		dup2(out, 1);
+		dup2(out, 2);
+		if (pfd[1] >= 0)
+			close(pfd[1]);
+		unsetenv("COIL_STORE");
+		unsetenv("COIL_SQLITE_DEFAULT");
+		if (g_preload[0]) {
+			setenv("LD_PRELOAD", g_preload, 1);
+			setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+		}
+		for (; env && *env; env++)
+			putenv(*env);
+		execl(COIL_SQLITE_SHELL, "sqlite3", "-batch", "-bail", (char *)NULL);
+		_exit(127);
+	}
+	if (!script_path) {
+		close(pfd[0]);
+		*in_fd = pfd[1];
+	}
+	return pid;
+}
+
+/* Run @script in a new shell process; returns its output (malloc'd) and
+ * its exit status in *@status. */
+static char *shell_run(struct scratch *s, const char *script, char *const *env,
+		       int *status)
+{
+	char in[PATH_MAX + 32], out[PATH_MAX + 32];
+	pid_t pid;
+	int wst;
+
+	s->nrun++;
+	snprintf(in, sizeof(in), "%s/run%d.sql", s->dir, s->nrun);
+	snprintf(out, sizeof(out), "%s/run%d.out", s->dir, s->nrun);
+	file_write(in, script);
+	pid = shell_spawn(in, out, env, NULL);
+	cr_assert_eq(waitpid(pid, &wst, 0), pid);
+	*status = WIFEXITED(wst) ? WEXITSTATUS(wst) : 128 + WTERMSIG(wst);
+	return file_read(out);
+}
+
+/* The lines that open the coil database "db.sqlite" in @s's store. */
+static void coil_preamble(FILE *m, const struct scratch *s, const char *mode)
+{
+	fprintf(m, ".load %s\n", COIL_SQLITE_EXT);
+	fprintf(m, ".open file:db.sqlite?vfs=coil&coil_store=%s\n", s->store);
+	if (mode && !strcmp(mode, "wal"))
+		fprintf(m, "PRAGMA locking_mode=EXCLUSIVE;\n");
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Size of object @name in the store, -ENOENT when absent (the shell must
+ * have exited: the store admits one process). */
+static int64_t store_obj_size(const struct scratch *s, const char *name)
+{
+	struct coil_options o;
+	coil_store *st;
+	coil_obj *obj;
+	uint64_t size = 0;
+	int rc;
+
+	coil_options_init(&o);
+	rc = coil_open(s->store, &o, &st);
+	if (rc == -EINVAL) {
+		o.flags |= COIL_NO_DIRECT;
+		rc = coil_open(s->store, &o, &st);
+	}
+	cr_assert_eq(rc, 0, "coil_open %s: %s", s->store, coil_strerror(rc));
+	rc = coil_obj_open(st, name, 0, &obj);
+	if (rc == 0) {
+		cr_assert_eq(coil_obj_size(obj, &size), 0);
+		cr_assert_eq(coil_obj_close(obj), 0);
+	}
+	cr_assert_eq(coil_close(st), 0);
+	return rc < 0 ? rc : (int64_t)size;
+}
+
+/* --- the workload, default VFS vs coil, per journal mode ---------------- */
+
+static void workload_compare(const char *mode)
+{
+	struct scratch s;
+	char *wl = workload_text(ROWS), *script, *out, *plain_dump, *coil_dump;
+	char path[PATH_MAX + 32], dump_plain[PATH_MAX + 32];
+	char dump_coil[PATH_MAX + 32], dump_reopen[PATH_MAX + 32];
+	char want_mode[32];
+	size_t len;
+	FILE *m;
+	int status;
+	int64_t jsize;
+
+	scratch_init(&s, mode);
+	snprintf(dump_plain, sizeof(dump_plain), "%s/plain.dump", s.dir);
+	snprintf(dump_coil, sizeof(dump_coil), "%s/coil.dump", s.dir);
+	snprintf(dump_reopen, sizeof(dump_reopen), "%s/reopen.dump", s.dir);
+	snprintf(want_mode, sizeof(want_mode), "\n%s\n", mode);
+
+	/* 1. the default VFS, a plain file */
+	m = open_memstream(&script, &len);
+	snprintf(path, sizeof(path), "%s/plain.db", s.dir);
+	fprintf(m, ".open %s\n%s.output %s\n.dump\n", path, wl, dump_plain);
+	fclose(m);
+	out = shell_run(&s, script, NULL, &status);
+	cr_assert_eq(status, 0, "default VFS run failed:\n%s", out);
+	free(out);
+	free(script);
+
+	/* 2. the same on coil, in @mode */
+	m = open_memstream(&script, &len);
+	coil_preamble(m, &s, mode);
+	fprintf(m, "SELECT 'mode';\nPRAGMA journal_mode=%s;\n%s", mode, wl);
+	fprintf(m, ".output %s\n.dump\n", dump_coil);
+	fclose(m);
+	out = shell_run(&s, script, NULL, &status);
+	cr_assert_eq(status, 0, "coil run failed:\n%s", out);
+	cr_assert_not_null(strstr(out, want_mode),
+			   "journal_mode %s not taken:\n%s", mode, out);
+	cr_assert_not_null(strstr(out, "summary|"), "%s", out);
+	free(out);
+	free(script);
+
+	plain_dump = file_read(dump_plain);
+	coil_dump = file_read(dump_coil);
+	cr_assert_gt(strlen(plain_dump), 100000u);
+	cr_assert(strcmp(plain_dump, coil_dump) == 0,
+		  "coil (%s) content differs from the default VFS", mode);
+	free(coil_dump);
+
+	/* 3. the database, its journal and WAL are objects of the store */
+	cr_assert(!file_exists("db.sqlite"), "db.sqlite leaked onto the filesystem");
+	cr_assert_gt(store_obj_size(&s, "db.sqlite"), 0);
+	jsize = store_obj_size(&s, "db.sqlite-journal");
+	if (!strcmp(mode, "delete") || !strcmp(mode, "memory") || !strcmp(mode, "wal"))
+		cr_assert_eq(jsize, -ENOENT, "%s: journal left: %lld", mode, (long long)jsize);
+	else if (!strcmp(mode, "truncate"))
+		cr_assert_eq(jsize, 0, "truncate: journal size %lld", (long long)jsize);
+	else
+		cr_assert_gt(jsize, 0, "persist: journal size %lld", (long long)jsize);
+	if (!strcmp(mode, "wal"))
+		cr_assert_eq(store_obj_size(&s, "db.sqlite-wal"), -ENOENT,
+			     "wal: WAL not removed at close");
+
+	/* 4. reopen in a new process: intact, same content */
+	m = open_memstream(&script, &len);
+	coil_preamble(m, &s, mode);
+	fprintf(m, "PRAGMA integrity_check;\n.output %s\n.dump\n", dump_reopen);
+	fclose(m);
+	out = shell_run(&s, script, NULL, &status);
+	cr_assert_eq(status, 0, "reopen failed:\n%s", out);
+	cr_assert_not_null(strstr(out, "ok"), "integrity_check:\n%s", out);
+	coil_dump = file_read(dump_reopen);
+	cr_assert(strcmp(plain_dump, coil_dump) == 0,
+		  "coil (%s) content changed across a reopen", mode);
+	free(out);
+	free(script);
+	free(coil_dump);
+	free(plain_dump);
+	free(wl);
+	scratch_fini(&s);
+}
+
+Test(sqlite, workload_delete) { workload_compare("delete"); }
+Test(sqlite, workload_truncate) { workload_compare("truncate"); }
+Test(sqlite, workload_persist) { workload_compare("persist"); }
+Test(sqlite, workload_memory) { workload_compare("memory"); }
+Test(sqlite, workload_wal_exclusive) { workload_compare("wal"); }
+
+/* --- kill -9 in the middle of a large transaction ----------------------- */
+
+#define KILL_ROWS 3000
+
+static void kill_mid_transaction(const char *mode)
+{
+	struct scratch s;
+	char in[PATH_MAX + 32], out_path[PATH_MAX + 32], marker[PATH_MAX + 32];
+	char want[128], *script, *out;
+	size_t len;
+	FILE *m;
+	pid_t pid;
+	uint64_t t0;
+	int wst, status;
+	int64_t size;
+
+	scratch_init(&s, mode);
+	snprintf(in, sizeof(in), "%s/kill.sql", s.dir);
+	snprintf(out_path, sizeof(out_path), "%s/kill.out", s.dir);
+	snprintf(marker, sizeof(marker), "%s/in-transaction", s.dir);
+
+	/* A committed state, then a transaction that rewrites it and grows
+	 * the table through a tiny page cache (so pages spill into the
+	 * database or WAL before commit), then — still inside it — a marker
+	 * file and a query that never ends.  The kill lands there. */
+	m = open_memstream(&script, &len);
+	coil_preamble(m, &s, mode);
+	fprintf(m, "PRAGMA journal_mode=%s;\nPRAGMA cache_size=20;\n", mode);
+	fprintf(m, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);\n"
+		   "WITH RECURSIVE c(x) AS (VALUES(1) UNION ALL SELECT x + 1 FROM c"
+		   " WHERE x < %d) INSERT INTO t(v) SELECT printf('committed %%08d %%.100c', x, 'c') FROM c;\n",
+		   KILL_ROWS);
+	fprintf(m, "BEGIN;\n"
+		   "UPDATE t SET v = 'uncommitted ' || v;\n"
+		   "WITH RECURSIVE c(x) AS (VALUES(1) UNION ALL SELECT x + 1 FROM c"
+		   " WHERE x < 20000) INSERT INTO t(v) SELECT printf('new %%08d %%.200c', x, 'n') FROM c;\n"
+		   ".shell touch %s\n"
+		   "WITH RECURSIVE c(x) AS (VALUES(1) UNION ALL SELECT x + 1 FROM c"
+		   " WHERE x < 100000000000) SELECT count(*) FROM c;\n"
+		   "COMMIT;\nSELECT 'finished';\n", marker);
+	fclose(m);
+	file_write(in, script);
+	free(script);
+
+	pid = shell_spawn(in, out_path, NULL, NULL);
+	t0 = now_ns();
+	while (!file_exists(marker) && now_ns() - t0 < KILL_WAIT_NS) {
+		if (waitpid(pid, &wst, WNOHANG) == pid) {
+			out = file_read(out_path);
+			cr_assert_fail("shell exited before the marker:\n%s", out);
+		}
+		usleep(2000);
+	}
+	cr_assert(file_exists(marker), "no marker after 60 s");
+	usleep(20000);
+	cr_assert_eq(kill(pid, SIGKILL), 0);
+	cr_assert_eq(waitpid(pid, &wst, 0), pid);
+	cr_assert(WIFSIGNALED(wst) && WTERMSIG(wst) == SIGKILL);
+	out = file_read(out_path);
+	cr_assert_null(strstr(out, "finished"), "transaction was not cut:\n%s", out);
+	free(out);
+
+	/* What the kill left: a hot journal, or uncommitted WAL frames. */
+	size = store_obj_size(&s, !strcmp(mode, "wal") ? "db.sqlite-wal"
+						       : "db.sqlite-journal");
+	cr_assert_gt(size, 0, "%s: nothing in flight at the kill (%lld)", mode,
+		     (long long)size);
+
+	/* A new process sees the last committed state, intact. */
+	m = open_memstream(&script, &len);
+	coil_preamble(m, &s, mode);
+	fprintf(m, "PRAGMA integrity_check;\n"
+		   "SELECT 'state', count(*), sum(v LIKE 'committed %%'), max(id) FROM t;\n");
+	fclose(m);
+	out = shell_run(&s, script, NULL, &status);
+	cr_assert_eq(status, 0, "reopen failed:\n%s", out);
+	snprintf(want, sizeof(want), "ok\nstate|%d|%d|%d\n", KILL_ROWS, KILL_ROWS,
+		 KILL_ROWS);
+	cr_assert_not_null(strstr(out, want), "want %s got:\n%s", want, out);
+	free(out);
+	free(script);
+	if (strcmp(mode, "wal"))
+		cr_assert_eq(store_obj_size(&s, "db.sqlite-journal"), -ENOENT,
+			     "hot journal not rolled back and removed");
+	scratch_fini(&s);
+}
+
+Test(sqlite, kill9_rollback_journal) { kill_mid_transaction("delete"); }
+Test(sqlite, kill9_wal_exclusive) { kill_mid_transaction("wal"); }
+
+/* --- one process at a time ---------------------------------------------- */
+
+Test(sqlite, second_process_refused)
+{
+	struct scratch s;
+	char out_a[PATH_MAX + 32], marker[PATH_MAX + 32], *script, *out;
+	size_t len;
+	FILE *m;
+	pid_t pid;
+	uint64_t t0;
+	int fd, wst, status;
+
+	scratch_init(&s, "busy");
+	snprintf(out_a, sizeof(out_a), "%s/a.out", s.dir);
+	snprintf(marker, sizeof(marker), "%s/a-open", s.dir);
+
+	/* A holds the store open, waiting on its stdin. */
+	pid = shell_spawn(NULL, out_a, NULL, &fd);
+	m = open_memstream(&script, &len);
+	coil_preamble(m, &s, NULL);
+	fprintf(m, "CREATE TABLE t(x);\nINSERT INTO t VALUES (1), (2), (3);\n"
+		   ".shell touch %s\n", marker);
+	fclose(m);
+	cr_assert_eq(write(fd, script, len), (ssize_t)len);
+	free(script);
+	t0 = now_ns();
+	while (!file_exists(marker) && now_ns() - t0 < KILL_WAIT_NS)
+		usleep(2000);
+	cr_assert(file_exists(marker), "first shell never opened the store");
+
+	/* B is refused with an error, not a crash or a hang. */
+	m = open_memstream(&script, &len);
+	coil_preamble(m, &s, NULL);
+	fprintf(m, "SELECT 'count', count(*) FROM t;\n");
+	fclose(m);
+	out = shell_run(&s, script, NULL, &status);
+	cr_assert_lt(status, 128, "second shell crashed (%d):\n%s", status, out);
+	cr_assert_null(strstr(out, "count|3"), "second process got in:\n%s", out);
+	cr_assert_not_null(strstr(out, "locked"), "no clean refusal:\n%s", out);
+	free(out);
+
+	/* A is unharmed, and once it exits B gets in. */
+	cr_assert_eq(write(fd, "SELECT 'a', count(*) FROM t;\n", 29), 29);
+	close(fd);
+	cr_assert_eq(waitpid(pid, &wst, 0), pid);
+	cr_assert(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+	out = file_read(out_a);
+	cr_assert_not_null(strstr(out, "a|3"), "%s", out);
+	free(out);
+	out = shell_run(&s, script, NULL, &status);
+	cr_assert_eq(status, 0, "%s", out);
+	cr_assert_not_null(strstr(out, "count|3"), "%s", out);
+	free(out);
+	free(script);
+	scratch_fini(&s);
+}
+
+/* --- finding the store without a URI parameter --------------------------- */
+
+Test(sqlite, store_from_environment)
+{
+	struct scratch s;
+	char env_store[PATH_MAX + 32], *env[4], *out;
+	char script[PATH_MAX * 2];
+	int status;
+
+	scratch_init(&s, "env");
+	snprintf(env_store, sizeof(env_store), "COIL_STORE=%s", s.store);
+	env[0] = env_store;
+	env[1] = "COIL_STORE_SIZE=64M";
+	env[2] = NULL;
+	/* COIL_STORE names the store; vfs=coil still chooses the VFS. */
+	snprintf(script, sizeof(script),
+		 ".load %s\n.open file:envdb?vfs=coil\n"
+		 "CREATE TABLE t(x);\nINSERT INTO t VALUES ('from-env');\n",
+		 COIL_SQLITE_EXT);
+	out = shell_run(&s, script, env, &status);
+	cr_assert_eq(status, 0, "%s", out);
+	free(out);
+	cr_assert(file_exists(s.store), "COIL_STORE not created");
+	cr_assert_gt(store_obj_size(&s, "envdb"), 0);
+
+	/* COIL_SQLITE_DEFAULT=1 makes coil the default VFS: a plain name
+	 * (no URI) lands in the store too. */
+	env[2] = "COIL_SQLITE_DEFAULT=1";
+	env[3] = NULL;
+	snprintf(script, sizeof(script),
+		 ".load %s\n.open ./envdb\nSELECT 'got', x FROM t;\n",
+		 COIL_SQLITE_EXT);
+	out = shell_run(&s, script, env, &status);
+	cr_assert_eq(status, 0, "%s", out);
+	cr_assert_not_null(strstr(out, "got|from-env"), "%s", out);
+	cr_assert(!file_exists("envdb"));
+	free(out);
+	scratch_fini(&s);
+}
+
+/* A missing store without COIL_STORE is an error SQLite reports, not a
+ * crash. */
+Test(sqlite, no_store_is_an_error)
+{
+	struct scratch s;
+	char script[PATH_MAX * 2], *out;
+	int status;
+
+	scratch_init(&s, "nostore");
+	snprintf(script, sizeof(script),
+		 ".load %s\n.open file:nodb?vfs=coil\nCREATE TABLE t(x);\n"
+		 "SELECT 'created';\n", COIL_SQLITE_EXT);
+	out = shell_run(&s, script, NULL, &status);
+	cr_assert_lt(status, 128, "crashed:\n%s", out);
+	cr_assert_null(strstr(out, "created"), "%s", out);
+	cr_assert_not_null(strstr(out, "unable to open"), "%s", out);
+	free(out);
+	scratch_fini(&s);
+}
