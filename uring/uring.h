@@ -33,6 +33,10 @@ enum uring_op {
 	URING_OP_MAX_ /* number of op kinds + 1; not an op */
 };
 
+/* -EAGAIN/-EINTR completions (and writes that make no progress) are retried
+ * this many times per io before the error reaches cb. */
+#define URING_RETRY_MAX 8
+
 /* io->flags (set by the caller; 0 is the normal case) */
 enum uring_io_flags {
 	/* do not retry -EAGAIN/-EINTR and do not resubmit a short result:

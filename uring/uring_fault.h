@@ -80,8 +80,6 @@ struct uring_fault_spec {
 	uint64_t cut_seed;
 };
 
-#define URING_RETRY_MAX 8
-
 /* Replace r's spec.  Any thread.  @return 0 or -EINVAL. */
 int uring_fault_arm(struct uring *r, const struct uring_fault_spec *spec);
 /* Ops of kind (URING_FAULT_ANY or an enum uring_op) issued since creation. */

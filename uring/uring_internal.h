@@ -1,0 +1,133 @@
+/* uring/uring_internal.h — private state of the ring module.  Only the files of uring/
+ * include this. */
+#ifndef COIL_URING_INTERNAL_H
+#define COIL_URING_INTERNAL_H
+
+#include <liburing.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "common/common.h"
+#include "uring/uring.h"
+
+/* Completions reaped per turn: bounds the time between inbox drains (and so
+ * submission latency for other threads) when the CQ is busy. */
+#define URING_REAP_MAX 64
+/* io_uring caps registered buffers at 16 Ki entries. */
+#define URING_NBUFS_MAX 16384u
+/* user_data of the armed eventfd read (an io is never at address 1) */
+#define URING_UD_WAKE 1ull
+
+/* io->_state */
+enum { IO_IDLE = 0, IO_QUEUED, IO_HELD, IO_INFLIGHT };
+
+/* io->_iflags (private) */
+enum {
+	IF_COUNTED = 1u << 0,  /* the seam has counted this op */
+	IF_INJECT = 1u << 1,   /* this attempt's result is io->_inject */
+	IF_QUIESCE = 1u << 2,  /* internal NOP held like an fsync, never
+				* issued: completes once earlier writes are
+				* done (the seam's cut uses it) */
+	IF_KWRITE = 1u << 3,   /* this attempt is a write/discard in the
+				* kernel (the seam waits for these) */
+};
+
+/* intrusive FIFO of ios linked by _next (singly) */
+struct io_list {
+	struct uring_io *head, *tail;
+	unsigned n;
+};
+
+struct uring_fault;
+
+/* single-writer counters, read relaxed by uring_stats() */
+#define STAT_ADD(r, field, v) \
+	__atomic_store_n(&(r)->st.field, \
+			 __atomic_load_n(&(r)->st.field, __ATOMIC_RELAXED) + (v), \
+			 __ATOMIC_RELAXED)
+
+struct uring {
+	struct io_uring ring;
+	int fd;                  /* caller's; not closed here */
+	int efd;                 /* eventfd the producers write to wake us */
+	uint64_t efd_val;        /* target of the armed eventfd read */
+	bool efd_armed;
+	bool is_blkdev;
+	bool blk_discard_sync;   /* uring_cmd discard unsupported: ioctl */
+	bool direct;
+	uint32_t dio_align;
+	unsigned entries;
+	unsigned inflight_max;   /* < CQ size: the CQ cannot overflow */
+	unsigned inflight;       /* ops in the kernel (not the eventfd read) */
+	uint32_t koverflow_seen;
+
+	/* registered buffer pool: one region, nbufs slices of buf_size */
+	uint8_t *buf_base;
+	size_t buf_size;
+	unsigned nbufs;
+	uint32_t *buf_next;      /* free-list links (index + 1, 0 = end) */
+	_Atomic uint64_t buf_head; /* (tag << 32) | (index + 1); ABA-safe */
+
+	/* inbox: bounded MPSC ring of pointers under a mutex.  The ring
+	 * thread takes the whole inbox per lock; producers hold the lock for
+	 * one store, so contention stays short even with many producers. */
+	pthread_mutex_t inbox_lock;
+	pthread_cond_t inbox_cond;    /* producers wait here when full */
+	struct uring_io **inbox;
+	unsigned inbox_max;
+	unsigned inbox_head;
+	_Atomic unsigned inbox_count; /* written under inbox_lock */
+	unsigned inbox_waiters;
+	bool stopping;                /* under inbox_lock */
+	/* Wake protocol (Dekker-style, both sides seq_cst): the ring thread
+	 * stores sleeping=1 and then re-reads inbox_count before it sleeps; a
+	 * producer stores inbox_count and then reads sleeping.  At least one
+	 * of them sees the other, so a post is never stranded.  kicked keeps
+	 * the eventfd to one write per sleep. */
+	_Atomic int sleeping;
+	_Atomic int kicked;
+
+	/* ring thread only */
+	pthread_t thread;
+	struct io_list local;     /* accepted, waiting for an SQE */
+	/* fsync barrier.  Writes (and discards) are numbered in acceptance
+	 * order (_seq).  Accepting an fsync closes a "segment": the fsync
+	 * takes the count of open writes accepted since the previous fsync
+	 * (kept in its _done) and waits in `held` until its segment and every
+	 * earlier one are empty.  A finishing write decrements the segment it
+	 * belongs to.  O(1) per write unless fsyncs pile up. */
+	struct io_list held;      /* fsyncs (and quiesce NOPs), barrier order */
+	uint64_t write_seq;       /* last write sequence handed out */
+	uint64_t last_barrier;    /* write_seq when the latest fsync came in */
+	unsigned open_unattr;     /* open writes with _seq > last_barrier */
+	unsigned local_turn;      /* per-turn issue bound */
+
+	/* startup handshake with the ring thread */
+	pthread_mutex_t start_lock;
+	pthread_cond_t start_cond;
+	int start_res;
+	bool started;
+	uint32_t setup_want;
+
+	struct uring_stats st;
+
+	struct uring_fault *fault; /* seam state; NULL in shipped builds */
+};
+
+/* uring_loop.c */
+void *uring_thread_main(void *arg);
+void uring_accept_local(struct uring *r, struct uring_io *io);
+
+/* the seam's hooks (uring_fault.c; only with COIL_FAULT_SEAM) */
+#ifdef COIL_FAULT_SEAM
+enum { FAULT_PASS = 0, FAULT_INJECTED = 1 };
+int fault_attach(struct uring *r);
+void fault_detach(struct uring *r);
+int fault_on_issue(struct uring *r, struct uring_io *io);
+int fault_on_cqe(struct uring *r, struct uring_io *io, int res);
+void fault_on_finish(struct uring *r, struct uring_io *io, int res);
+void fault_poll(struct uring *r);
+bool fault_busy(struct uring *r);
+#endif
+
+#endif

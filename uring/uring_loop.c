@@ -1,0 +1,517 @@
+/* uring/uring_loop.c — the ring thread: ring setup (on this thread), the
+ * turn loop (drain inbox, issue, sleep in one place, reap a bounded batch),
+ * and the corrections the kernel leaves to us: short I/O resubmission,
+ * -EAGAIN/-EINTR retry, fsync held until earlier writes complete. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "uring/uring_internal.h"
+
+void uring_set_ring_thread(struct uring *r);
+
+#ifndef BLOCK_URING_CMD_DISCARD
+#define BLOCK_URING_CMD_DISCARD _IO(0x12, 0)
+#endif
+
+/* ---- intrusive FIFO ----------------------------------------------------- */
+
+static void list_push(struct io_list *l, struct uring_io *io)
+{
+	io->_next = NULL;
+	if (l->tail)
+		l->tail->_next = io;
+	else
+		l->head = io;
+	l->tail = io;
+	l->n++;
+}
+
+static void list_push_front(struct io_list *l, struct uring_io *io)
+{
+	io->_next = l->head;
+	l->head = io;
+	if (!l->tail)
+		l->tail = io;
+	l->n++;
+}
+
+static struct uring_io *list_pop(struct io_list *l)
+{
+	struct uring_io *io = l->head;
+
+	if (io) {
+		l->head = io->_next;
+		if (!l->head)
+			l->tail = NULL;
+		io->_next = NULL;
+		l->n--;
+	}
+	return io;
+}
+
+static bool is_write_kind(const struct uring_io *io)
+{
+	return io->op == URING_OP_WRITE || io->op == URING_OP_DISCARD;
+}
+
+static bool is_barrier(const struct uring_io *io)
+{
+	return io->op == URING_OP_FSYNC || (io->_iflags & IF_QUIESCE);
+}
+
+/* ---- acceptance and the fsync barrier ----------------------------------- */
+
+/* Every io enters the ring thread's world here, in submission order. */
+void uring_accept_local(struct uring *r, struct uring_io *io)
+{
+	io->_state = IO_QUEUED;
+	if (is_write_kind(io)) {
+		io->_seq = ++r->write_seq;
+		r->open_unattr++;
+	} else if (is_barrier(io)) {
+		io->_seq = r->write_seq;
+		io->_done = r->open_unattr;  /* writes of its segment */
+		r->open_unattr = 0;
+		r->last_barrier = r->write_seq;
+		if (io->_done || r->held.head) {
+			io->_state = IO_HELD;
+			list_push(&r->held, io);
+			STAT_ADD(r, fsync_held, 1);
+			return;
+		}
+	}
+	list_push(&r->local, io);
+}
+
+/* A write or discard finished (success or not): it no longer holds back
+ * the fsync of its segment. */
+static void write_finished(struct uring *r, const struct uring_io *io)
+{
+	struct uring_io *f;
+
+	if (io->_seq > r->last_barrier) {
+		COIL_ASSERT(r->open_unattr > 0);
+		r->open_unattr--;
+		return;
+	}
+	for (f = r->held.head; f; f = f->_next)
+		if (f->_seq >= io->_seq)
+			break;
+	COIL_ASSERT(f && f->_done > 0);
+	f->_done--;
+	/* barriers are in order: release every leading one that is clear */
+	while (r->held.head && r->held.head->_done == 0) {
+		f = list_pop(&r->held);
+		f->_state = IO_QUEUED;
+		list_push(&r->local, f);
+	}
+}
+
+/* ---- setup ---------------------------------------------------------------- */
+
+static int ring_setup(struct uring *r)
+{
+	/* DEFER_TASKRUN needs SINGLE_ISSUER; both need a 6.0/6.1 kernel.
+	 * Older kernels say -EINVAL and we step down. */
+	static const uint32_t tries[] = {
+		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN |
+			IORING_SETUP_DEFER_TASKRUN,
+		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN,
+		IORING_SETUP_COOP_TASKRUN,
+		0,
+	};
+	struct io_uring_params p;
+	struct iovec *iov;
+	int ret = -EINVAL;
+
+	for (size_t i = 0; i < COIL_ARRAY_LEN(tries); i++) {
+		memset(&p, 0, sizeof(p));
+		p.flags = tries[i] | IORING_SETUP_CQSIZE;
+		p.cq_entries = 2 * r->entries;
+		ret = io_uring_queue_init_params(r->entries, &r->ring, &p);
+		if (ret != -EINVAL)
+			break;
+	}
+	if (ret < 0)
+		return ret;
+	r->st.setup_flags = r->ring.flags;
+	/* at most cq_entries CQEs can be pending; one is the eventfd read's */
+	r->inflight_max = p.cq_entries - 1;
+	r->entries = p.sq_entries;
+
+	r->st.fixed_file = io_uring_register_files(&r->ring, &r->fd, 1) == 0;
+	if (r->nbufs) {
+		iov = calloc(r->nbufs, sizeof(*iov));
+		if (!iov) {
+			io_uring_queue_exit(&r->ring);
+			return -ENOMEM;
+		}
+		for (unsigned i = 0; i < r->nbufs; i++) {
+			iov[i].iov_base = r->buf_base + (size_t)i * r->buf_size;
+			iov[i].iov_len = r->buf_size;
+		}
+		/* failure (e.g. memlock limits) is not fatal: the buffers
+		 * still work, just without READ/WRITE_FIXED */
+		r->st.fixed_bufs =
+			io_uring_register_buffers(&r->ring, iov, r->nbufs) == 0;
+		free(iov);
+	}
+	/* saves an fd lookup per io_uring_enter; optional */
+	(void)io_uring_register_ring_fd(&r->ring);
+	return 0;
+}
+
+/* ---- issue ---------------------------------------------------------------- */
+
+static void wake_arm(struct uring *r)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
+
+	if (!sqe)
+		return; /* SQ full this turn: arm on the next */
+	io_uring_prep_read(sqe, r->efd, &r->efd_val, sizeof(r->efd_val), 0);
+	io_uring_sqe_set_data64(sqe, URING_UD_WAKE);
+	r->efd_armed = true;
+}
+
+static void prep_rw(struct uring *r, struct io_uring_sqe *sqe,
+		    struct uring_io *io, int fdx)
+{
+	uint32_t rest = io->len - io->_done;
+	uint32_t n = io->_sub_len && io->_sub_len < rest ? io->_sub_len : rest;
+	uint8_t *p = (uint8_t *)io->buf + io->_done;
+	uint64_t off = io->off + io->_done;
+	bool rd = io->op == URING_OP_READ;
+
+	io->_sub_len = n;
+	if (r->st.fixed_bufs && uring_buf_owns(r, p, n)) {
+		int idx = (int)((size_t)(p - r->buf_base) / r->buf_size);
+
+		if (rd)
+			io_uring_prep_read_fixed(sqe, fdx, p, n, off, idx);
+		else
+			io_uring_prep_write_fixed(sqe, fdx, p, n, off, idx);
+		STAT_ADD(r, fixed_ios, 1);
+	} else if (rd) {
+		io_uring_prep_read(sqe, fdx, p, n, off);
+	} else {
+		io_uring_prep_write(sqe, fdx, p, n, off);
+	}
+}
+
+/* Synchronous BLKDISCARD for kernels without the block uring_cmd: blocks
+ * the ring thread for the discard's duration (rare; discards are
+ * background work). */
+static int discard_sync(struct uring *r, const struct uring_io *io)
+{
+	uint64_t range[2] = { io->off, io->len };
+
+	return ioctl(r->fd, BLKDISCARD, range) < 0 ? -errno : 0;
+}
+
+/* @return 0, or -EBUSY when the SQ is full (io untouched). */
+static int issue_one(struct uring *r, struct uring_io *io)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
+	int fdx = r->st.fixed_file ? 0 : r->fd;
+
+	if (!sqe)
+		return -EBUSY;
+	io->_iflags &= (uint8_t)~(IF_INJECT | IF_KWRITE);
+	if (io->_iflags & IF_QUIESCE) {
+		io_uring_prep_nop(sqe);
+		goto out;
+	}
+#ifdef COIL_FAULT_SEAM
+	if (fault_on_issue(r, io) == FAULT_INJECTED) {
+		io_uring_prep_nop(sqe);
+		io->_iflags |= IF_INJECT;
+		goto out;
+	}
+#endif
+	/* counted before the switch: the synchronous blkdev discard also
+	 * reaches the device and completes through the CQ */
+	if (is_write_kind(io))
+		io->_iflags |= IF_KWRITE;
+	switch (io->op) {
+	case URING_OP_READ:
+	case URING_OP_WRITE:
+		prep_rw(r, sqe, io, fdx);
+		break;
+	case URING_OP_FSYNC:
+		io_uring_prep_fsync(sqe, fdx, IORING_FSYNC_DATASYNC);
+		break;
+	case URING_OP_DISCARD:
+		if (!r->is_blkdev) {
+			io_uring_prep_fallocate(sqe, fdx,
+				FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				(off_t)io->off, (off_t)io->len);
+		} else if (r->blk_discard_sync) {
+			io_uring_prep_nop(sqe);
+			io->_inject = discard_sync(r, io);
+			io->_iflags |= IF_INJECT;
+			goto out;
+		} else {
+			io_uring_prep_rw(IORING_OP_URING_CMD, sqe, fdx, NULL,
+					 0, 0);
+			sqe->cmd_op = BLOCK_URING_CMD_DISCARD;
+			sqe->addr = io->off;
+			sqe->addr3 = io->len;
+		}
+		break;
+	default:
+		io_uring_prep_nop(sqe);
+		goto out;
+	}
+	if (r->st.fixed_file)
+		sqe->flags |= IOSQE_FIXED_FILE;
+out:
+	io_uring_sqe_set_data(sqe, io);
+	io->_state = IO_INFLIGHT;
+	r->inflight++;
+	if (r->inflight > r->st.inflight_peak)
+		STAT_ADD(r, inflight_peak, r->inflight - r->st.inflight_peak);
+	return 0;
+}
+
+/* Issue queued ios until the queue is empty, the in-flight cap is reached
+ * or this turn's budget (one SQ's worth) is spent. */
+static void issue_local(struct uring *r)
+{
+	unsigned budget = r->entries;
+	struct uring_io *io;
+
+	while (budget && r->local.head && r->inflight < r->inflight_max) {
+		io = list_pop(&r->local);
+		if (issue_one(r, io) < 0) {
+			list_push_front(&r->local, io);
+			break;
+		}
+		budget--;
+	}
+}
+
+/* ---- completion ----------------------------------------------------------- */
+
+static void finish(struct uring *r, struct uring_io *io, int res)
+{
+	if (is_write_kind(io))
+		write_finished(r, io);
+#ifdef COIL_FAULT_SEAM
+	fault_on_finish(r, io, res);
+#endif
+	if (!(io->_iflags & IF_QUIESCE)) {
+		STAT_ADD(r, ops[io->op], 1);
+		if (res < 0)
+			STAT_ADD(r, errors, 1);
+		else if (io->op == URING_OP_READ)
+			STAT_ADD(r, bytes_read, (uint64_t)res);
+		else if (io->op == URING_OP_WRITE)
+			STAT_ADD(r, bytes_written, (uint64_t)res);
+	}
+	io->_state = IO_IDLE;
+	/* last touch of io: cb may free or resubmit it */
+	io->cb(io, res);
+}
+
+static void requeue(struct uring *r, struct uring_io *io)
+{
+	io->_state = IO_QUEUED;
+	list_push(&r->local, io);
+}
+
+static void on_cqe(struct uring *r, struct uring_io *io, int res)
+{
+	COIL_ASSERT(io->_state == IO_INFLIGHT && r->inflight > 0);
+	r->inflight--;
+	if (io->_iflags & IF_INJECT)
+		res = io->_inject;
+#ifdef COIL_FAULT_SEAM
+	res = fault_on_cqe(r, io, res);
+#endif
+	io->_iflags &= (uint8_t)~(IF_INJECT | IF_KWRITE);
+	if (io->_iflags & IF_QUIESCE) {
+		finish(r, io, 0);
+		return;
+	}
+	if (res == -EAGAIN || res == -EINTR) {
+		if (!(io->flags & URING_IO_NORETRY) &&
+		    io->_tries < URING_RETRY_MAX) {
+			io->_tries++;
+			STAT_ADD(r, eagain_retries, 1);
+			requeue(r, io);
+			return;
+		}
+		finish(r, io, res);
+		return;
+	}
+	if (res < 0) {
+		if (io->op == URING_OP_DISCARD && r->is_blkdev &&
+		    !r->blk_discard_sync &&
+		    (res == -EOPNOTSUPP || res == -EINVAL || res == -ENOTTY)) {
+			r->blk_discard_sync = true;
+			requeue(r, io);
+			return;
+		}
+		finish(r, io, res);
+		return;
+	}
+	if (io->op != URING_OP_READ && io->op != URING_OP_WRITE) {
+		finish(r, io, 0);
+		return;
+	}
+	/* the kernel never returns more than asked; if it did, trusting it
+	 * would run past the caller's buffer */
+	COIL_ASSERT((uint32_t)res <= io->_sub_len);
+	io->_done += (uint32_t)res;
+	if (io->_done == io->len) {
+		finish(r, io, (int)io->len);
+	} else if (res == 0 && io->op == URING_OP_READ) {
+		finish(r, io, (int)io->_done);          /* EOF */
+	} else if (io->flags & URING_IO_NORETRY) {
+		finish(r, io, (int)io->_done);
+	} else if (res == 0) {
+		/* a write that makes no progress: bounded retries, then the
+		 * caller hears -EIO instead of a silent loop */
+		if (io->_tries++ < URING_RETRY_MAX)
+			requeue(r, io);
+		else
+			finish(r, io, -EIO);
+	} else {
+		STAT_ADD(r, short_resubmits, 1);
+		requeue(r, io);
+	}
+}
+
+static void reap(struct uring *r)
+{
+	struct io_uring_cqe *cqes[URING_REAP_MAX];
+	struct { uint64_t ud; int res; } got[URING_REAP_MAX];
+	unsigned n, ov;
+
+	n = io_uring_peek_batch_cqe(&r->ring, cqes, URING_REAP_MAX);
+	for (unsigned i = 0; i < n; i++) {
+		got[i].ud = cqes[i]->user_data;
+		got[i].res = cqes[i]->res;
+	}
+	/* release the CQ slots before running callbacks */
+	io_uring_cq_advance(&r->ring, n);
+	for (unsigned i = 0; i < n; i++) {
+		if (got[i].ud == URING_UD_WAKE) {
+			r->efd_armed = false;
+			/* before the next inbox drain: a producer that still
+			 * sees kicked=1 posted before this store, so that
+			 * drain will find its io */
+			atomic_store(&r->kicked, 0);
+			STAT_ADD(r, wakeups, 1);
+			continue;
+		}
+		on_cqe(r, (struct uring_io *)(uintptr_t)got[i].ud, got[i].res);
+	}
+	/* in-flight is capped below the CQ size, so this stays 0 unless the
+	 * kernel misbehaves; NODROP kernels keep overflowed CQEs anyway */
+	ov = IO_URING_READ_ONCE(*r->ring.cq.koverflow);
+	if (ov != r->koverflow_seen) {
+		STAT_ADD(r, cq_overflows, ov - r->koverflow_seen);
+		r->koverflow_seen = ov;
+	}
+}
+
+/* ---- the turn loop -------------------------------------------------------- */
+
+/* @return true when destroy was requested (seen under the lock) */
+static bool drain_inbox(struct uring *r)
+{
+	bool stop;
+	unsigned n;
+
+	if (!atomic_load_explicit(&r->inbox_count, memory_order_acquire) &&
+	    !__atomic_load_n(&r->stopping, __ATOMIC_RELAXED))
+		return false;
+	pthread_mutex_lock(&r->inbox_lock);
+	n = atomic_load_explicit(&r->inbox_count, memory_order_relaxed);
+	for (unsigned i = 0; i < n; i++) {
+		uring_accept_local(r, r->inbox[r->inbox_head]);
+		r->inbox_head = (r->inbox_head + 1) % r->inbox_max;
+	}
+	atomic_store_explicit(&r->inbox_count, 0, memory_order_relaxed);
+	if (n && r->inbox_waiters)
+		pthread_cond_broadcast(&r->inbox_cond);
+	stop = r->stopping;
+	pthread_mutex_unlock(&r->inbox_lock);
+	return stop;
+}
+
+static void run(struct uring *r)
+{
+	unsigned enter_errors = 0;
+	bool stop = false;
+	int ret;
+
+	for (;;) {
+		stop = drain_inbox(r) || stop;
+		if (!r->efd_armed)
+			wake_arm(r);
+		issue_local(r);
+#ifdef COIL_FAULT_SEAM
+		fault_poll(r);
+#endif
+		if (stop && !r->local.head && !r->held.head && !r->inflight &&
+		    !atomic_load(&r->inbox_count)
+#ifdef COIL_FAULT_SEAM
+		    && !fault_busy(r)
+#endif
+		    )
+			break;
+
+		bool wait = !(r->local.head && r->inflight < r->inflight_max) &&
+			    !io_uring_cq_ready(&r->ring);
+		if (wait) {
+			/* Dekker with producers: store sleeping, then look at
+			 * the inbox once more (both seq_cst) */
+			atomic_store(&r->sleeping, 1);
+			if (atomic_load(&r->inbox_count))
+				wait = false;
+		}
+		if (wait)
+			ret = io_uring_submit_and_wait(&r->ring, 1); /* the one sleep */
+		else
+			ret = io_uring_submit_and_get_events(&r->ring);
+		atomic_store_explicit(&r->sleeping, 0, memory_order_relaxed);
+		STAT_ADD(r, submit_calls, 1);
+		if (ret < 0 && ret != -EINTR && ret != -EAGAIN &&
+		    ret != -EBUSY && ret != -ETIME) {
+			/* the ring itself is broken: nothing sane is left */
+			COIL_ASSERT(++enter_errors < 1000);
+		} else {
+			enter_errors = 0;
+		}
+		reap(r);
+	}
+}
+
+void *uring_thread_main(void *arg)
+{
+	struct uring *r = arg;
+	int ret;
+
+	uring_set_ring_thread(r);
+	ret = ring_setup(r);
+	pthread_mutex_lock(&r->start_lock);
+	r->start_res = ret;
+	r->started = true;
+	pthread_cond_signal(&r->start_cond);
+	pthread_mutex_unlock(&r->start_lock);
+	if (ret < 0)
+		return NULL;
+	run(r);
+	/* cancels the armed eventfd read */
+	io_uring_queue_exit(&r->ring);
+	return NULL;
+}
