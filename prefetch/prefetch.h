@@ -310,7 +310,9 @@ struct ra_state {
 	uint32_t window_restart; /* window for the next run (shrinks) */
 	uint64_t ahead_lo;   /* admitted readahead range [lo, hi) in blobs */
 	uint64_t ahead_hi;
-	uint64_t bp_since_ns; /* backpressure start, 0 = none */
+	uint64_t ahead_want; /* end of the last advised range */
+	uint64_t bp_since_ns; /* when backpressure began, if bp_active */
+	bool bp_active;
 	struct ra_stats stats;
 };
 
