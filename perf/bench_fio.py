@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Comparison 1: fio through coil (compression off) vs fio's io_uring engine
+on a plain O_DIRECT file of the same size, same job, same run.
+
+  4 KiB random read QD32      target coil/io_uring >= 0.75
+  128 KiB sequential write QD16   target >= 0.75
+  4 KiB random write QD32     target >= 1.0
+
+Knobs: BENCH_FIO_SIZE_MIB (default 1024 x BENCH_SCALE), BENCH_FIO_RUNTIME
+(seconds per random-read run, default 5 x BENCH_SCALE), BENCH_FIO_CACHE
+(coil_cache for the coil side, default 8M so the cache cannot hold the data
+set and random reads go to the device like the peer's do).
+"""
+import os
+
+import bench_common as bc
+
+SIZE = int(os.environ.get('BENCH_FIO_SIZE_MIB', str(int(1024 * bc.SCALE)))) << 20
+RUNTIME = max(1, int(float(os.environ.get('BENCH_FIO_RUNTIME', str(5 * bc.SCALE)))))
+CACHE = os.environ.get('BENCH_FIO_CACHE', '8M')
+
+PLAIN = os.path.join(bc.VAR, 'plain.dat')
+STORE_R = os.path.join(bc.VAR, 'fio-read.coil')
+STORE_W = os.path.join(bc.VAR, 'fio-write.coil')
+STATS = os.path.join(bc.VAR, 'fio-stats.json')
+
+CASES = [
+    # name, rw, bs, qd, target, extra fio args
+    ('randread_4k_qd32', 'randread', '4k', 32, 0.75,
+     ['--time_based', '--runtime=%d' % RUNTIME, '--norandommap']),
+    ('seqwrite_128k_qd16', 'write', '128k', 16, 0.75, []),
+    ('randwrite_4k_qd32', 'randwrite', '4k', 32, 1.0,
+     ['--io_size=%d' % (SIZE // 4), '--norandommap']),
+]
+
+
+def common(name, rw, bs, qd, extra):
+    return ['--name=' + name, '--rw=' + rw, '--bs=' + bs,
+            '--iodepth=%d' % qd, '--size=%d' % SIZE,
+            '--iodepth_batch_complete_max=%d' % qd,
+            '--randrepeat=0'] + extra
+
+
+def coil_opts():
+    return dict(compression='none', cache=CACHE, size=str(SIZE * 3))
+
+
+def prefill():
+    bc.log('   prefill: %d MiB plain file and coil object' % (SIZE >> 20))
+    bc.fio(['--name=fill', '--ioengine=io_uring', '--direct=1',
+            '--filename=' + PLAIN, '--rw=write', '--bs=1M', '--iodepth=8',
+            '--size=%d' % SIZE])
+    bc.fresh(STORE_R)
+    bc.fio(['--name=fill', '--filename=obj', '--rw=write', '--bs=1M',
+            '--iodepth=8', '--size=%d' % SIZE] + bc.coil_args(STORE_R, **coil_opts()))
+
+
+def run_case(case, side):
+    name, rw, bs, qd, _, extra = case
+    args = common(name, rw, bs, qd, extra)
+    if side == 'io_uring':
+        doc = bc.fio(args + ['--ioengine=io_uring', '--direct=1',
+                             '--filename=' + PLAIN])
+        return bc.fio_summary(doc), None
+    store = STORE_R
+    if rw != 'randread':
+        store = STORE_W
+        bc.fresh(STORE_W)
+    bc.fresh(STATS)
+    doc = bc.fio(args + ['--filename=obj'] + bc.coil_args(store, **coil_opts()),
+                 env={'COIL_FIO_STATS': STATS})
+    stats = None
+    if os.path.exists(STATS):
+        with open(STATS) as f:
+            try:
+                stats = bc.json.load(f)
+            except ValueError:
+                stats = None
+    return bc.fio_summary(doc), stats
+
+
+def main():
+    bc.need_plugin()
+    os.makedirs(bc.VAR, exist_ok=True)
+    bc.log('== 1. fio: coil ioengine vs io_uring on a plain file (%d MiB, %d repeats)'
+           % (SIZE >> 20, bc.REPEATS))
+    prefill()
+    keys = ['bw_mib_s', 'iops', 'p50_us', 'p99_us', 'p999_us', 'cpu_us_per_io']
+    results = {'comparison': 'fio_vs_io_uring', 'size_bytes': SIZE,
+               'coil_options': coil_opts(), 'cases': {}}
+    for case in CASES:
+        name, target = case[0], case[4]
+        runs = {'io_uring': [], 'coil': []}
+        last_stats = None
+        sides = {'io_uring': lambda c=case: run_case(c, 'io_uring'),
+                 'coil': lambda c=case: run_case(c, 'coil')}
+        for r, side, fn in bc.alternate(bc.REPEATS, sides):
+            s, stats = fn()
+            runs[side].append(s)
+            if stats is not None:
+                last_stats = stats
+            bc.log('   %-20s rep %d %-8s %8.1f MiB/s  p99 %8.1f us  cpu/io %6.2f us'
+                   % (name, r + 1, side, s['bw_mib_s'], s['p99_us'], s['cpu_us_per_io']))
+        med = bc.summarize(runs, keys)
+        rat = bc.ratio(med['coil']['bw_mib_s'], med['io_uring']['bw_mib_s'])
+        results['cases'][name] = {
+            'runs': runs, 'median': med, 'ratio_bw': rat, 'target': target,
+            'verdict': bc.verdict(rat, target),
+            'ratio_cpu_per_io': bc.ratio(med['coil']['cpu_us_per_io'],
+                                         med['io_uring']['cpu_us_per_io']),
+            'coil_stats_last': last_stats,
+        }
+        bc.log('   %-20s median coil/io_uring bandwidth %.2fx (target >= %.2fx: %s), '
+               'cpu per io %.2fx' % (name, rat, target, bc.verdict(rat, target),
+                                      results['cases'][name]['ratio_cpu_per_io']))
+    bc.save('fio_vs_io_uring', results)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Turn perf/results/*.json into docs/benchmarks.md and PNG plots.
+
+  bench_report.py "COMMAND THAT MADE THE RESULTS"
+"""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RES = os.path.join(ROOT, 'perf', 'results')
+TMP = os.path.join(RES, 'tmp')
+DOC = os.path.join(ROOT, 'docs', 'benchmarks.md')
+
+
+def load(name):
+    p = os.path.join(RES, name + '.json')
+    if not os.path.exists(p):
+        return None
+    with open(p) as f:
+        return json.load(f)
+
+
+def plot(name, title, ylabel, header, rows):
+    """rows: [(group_label, [value per series])]."""
+    os.makedirs(TMP, exist_ok=True)
+    dat = os.path.join(TMP, name + '.dat')
+    with open(dat, 'w') as f:
+        f.write('group ' + ' '.join(h.replace(' ', '_') for h in header) + '\n')
+        for label, vals in rows:
+            f.write('%s %s\n' % (label.replace(' ', '_'), ' '.join('%g' % v for v in vals)))
+    png = os.path.join(RES, name + '.png')
+    try:
+        subprocess.run(['gnuplot', '-e',
+                        "datafile='%s'; outfile='%s'; ttl='%s'; ylab='%s'; ncol=%d"
+                        % (dat, png, title, ylabel, len(header) + 1),
+                        os.path.join(ROOT, 'perf', 'plot.gp')],
+                       check=True, capture_output=True)
+        return os.path.relpath(png, os.path.join(ROOT, 'docs'))
+    except (OSError, subprocess.CalledProcessError) as e:
+        sys.stderr.write('plot %s: %s\n' % (name, e))
+        return None
+
+
+def img(lines, path, alt):
+    if path:
+        lines.append('![%s](%s)\n' % (alt, path))
+
+
+def fio_section(d, L):
+    L.append('## 1. fio: coil ioengine vs fio\'s io_uring engine on a plain file\n')
+    L.append('%d MiB object / file, coil compression off, coil_cache=%s, %d repeats '
+             '(medians; ratio = coil / io_uring).\n' % (d['size_bytes'] >> 20,
+                                                       d['coil_options'].get('cache'), d['repeats']))
+    L.append('| workload | io_uring MiB/s | coil MiB/s | ratio | target | p99 io_uring µs | p99 coil µs | CPU µs/IO io_uring | CPU µs/IO coil |')
+    L.append('|---|---|---|---|---|---|---|---|---|')
+    tp, lat = [], []
+    for name, c in d['cases'].items():
+        a, b = c['median']['io_uring'], c['median']['coil']
+        L.append('| %s | %.1f | %.1f | **%.2f×** | ≥ %.2f× (%s) | %.0f | %.0f | %.2f | %.2f |'
+                 % (name, a['bw_mib_s'], b['bw_mib_s'], c['ratio_bw'], c['target'], c['verdict'],
+                    a['p99_us'], b['p99_us'], a['cpu_us_per_io'], b['cpu_us_per_io']))
+        tp.append((name, [a['bw_mib_s'], b['bw_mib_s']]))
+        for p in ('p50_us', 'p99_us', 'p999_us'):
+            lat.append(('%s %s' % (name.split('_')[0], p[:-3]), [a[p], b[p]]))
+    L.append('')
+    img(L, plot('fio_throughput', 'fio: coil vs io_uring (median MiB/s)', 'MiB/s',
+                ['io_uring', 'coil'], tp), 'throughput')
+    img(L, plot('fio_latency', 'fio: completion latency percentiles (median us)', 'us',
+                ['io_uring', 'coil'], lat), 'latency')
+
+
+def codec_section(d, L):
+    L.append('## 2. compressed throughput per core: coil vs `zstd -b%d -B%d`\n' % (d['level'], d['blob']))
+    L.append('%d MiB of a tar of /usr/include; per core = logical bytes / CPU seconds of the '
+             'whole process; overhead = zstd / coil − 1 (target ≤ 15 %%).\n' % (d['bytes'] >> 20))
+    z, c = d['median']['zstd'], d['median']['coil']
+    L.append('| | zstd MB/s/core | coil MB/s/core | coil overhead beyond codec | target |')
+    L.append('|---|---|---|---|---|')
+    L.append('| write (compress) | %.0f | %.0f | **%+.0f %%** | ≤ 15 %% (%s) |'
+             % (z['write_mb_per_cpu_s'], c['write_mb_per_cpu_s'], d['overhead_write'] * 100, d['verdict_write']))
+    L.append('| read (decompress) | %.0f | %.0f | **%+.0f %%** | ≤ 15 %% (%s) |'
+             % (z['read_mb_per_cpu_s'], c['read_mb_per_cpu_s'], d['overhead_read'] * 100, d['verdict_read']))
+    L.append('\nCompression ratio: zstd %.2f, coil %.2f (stored bytes as coil counts them). '
+             'coil wall-clock: write %.0f MB/s, read %.0f MB/s (p99 %.0f / %.0f µs per 1 MiB request).\n'
+             % (z['ratio'], c['ratio'], c.get('write_mb_s', 0), c.get('read_mb_s', 0),
+                c.get('write_p99_us', 0), c.get('read_p99_us', 0)))
+    img(L, plot('codec_per_core', 'MB/s per core: coil vs zstd -b', 'MB/s per CPU second',
+                ['zstd', 'coil'], [('write', [z['write_mb_per_cpu_s'], c['write_mb_per_cpu_s']]),
+                                   ('read', [z['read_mb_per_cpu_s'], c['read_mb_per_cpu_s']])]),
+        'per-core throughput')
+
+
+def pool_section(d, L):
+    L.append('## 3. %d concurrent writers of 1 MiB: coil_pool=fair vs semaphore\n' % d['jobs'])
+    L.append('fio, thread=1, one store, %d MiB per job, zstd:1, 50 %% compressible buffers.\n' % d['mib_per_job'])
+    f, s = d['median']['fair'], d['median']['semaphore']
+    L.append('| | semaphore | fair | fair / semaphore | target |')
+    L.append('|---|---|---|---|---|')
+    L.append('| worst-job p99 µs | %.0f | %.0f | **%.2f×** | ≤ 0.6× (%s) |'
+             % (s['p99_us'], f['p99_us'], d['ratio_p99'], d['verdict_p99']))
+    L.append('| total MiB/s | %.1f | %.1f | **%.2f×** | ≥ 0.95× (%s) |'
+             % (s['bw_mib_s'], f['bw_mib_s'], d['ratio_bw'], d['verdict_bw']))
+    L.append('| p50 µs (worst job) | %.0f | %.0f | %.2f× | |'
+             % (s['p50_us'], f['p50_us'], f['p50_us'] / s['p50_us'] if s['p50_us'] else 0))
+    L.append('')
+    img(L, plot('pool_latency', 'pool: 16 writers, worst-job latency (median us)', 'us',
+                ['semaphore', 'fair'], [(p[:-3], [s[p], f[p]]) for p in ('p50_us', 'p99_us', 'p999_us')]),
+        'pool latency')
+    img(L, plot('pool_throughput', 'pool: 16 writers, total MiB/s', 'MiB/s',
+                ['semaphore', 'fair'], [('bandwidth', [s['bw_mib_s'], f['bw_mib_s']])]), 'pool throughput')
+
+
+def prefetch_section(d, L):
+    L.append('## 4. cold sequential QD1 reads: prefetch on vs off\n')
+    L.append('fio, %d MiB object (zstd:1), bs=%s, a fresh process per run.\n' % (d['mib'], d['bs']))
+    on, off = d['median']['on'], d['median']['off']
+    L.append('| | off | on | on / off | target |')
+    L.append('|---|---|---|---|---|')
+    L.append('| MiB/s | %.1f | %.1f | **%.2f×** | ≥ 2× (%s) |' % (off['bw_mib_s'], on['bw_mib_s'], d['ratio_bw'], d['verdict']))
+    L.append('| p50 µs | %.0f | %.0f | | |' % (off['p50_us'], on['p50_us']))
+    L.append('| p99 µs | %.0f | %.0f | | |' % (off['p99_us'], on['p99_us']))
+    L.append('')
+    img(L, plot('prefetch', 'cold sequential QD1 read (median MiB/s)', 'MiB/s', ['off', 'on'],
+                [('bandwidth', [off['bw_mib_s'], on['bw_mib_s']])]), 'prefetch')
+    img(L, plot('prefetch_latency', 'cold sequential QD1 read latency (median us)', 'us', ['off', 'on'],
+                [(p[:-3], [off[p], on[p]]) for p in ('p50_us', 'p99_us', 'p999_us')]), 'prefetch latency')
+
+
+def pages_section(d, L):
+    L.append('## 5. 4 KiB page store: coil vs RocksDB `db_bench` (zstd)\n')
+    L.append('%d unique pages written in random order, %d random reads after a cold open, '
+             'values %.0f %% compressible the db_bench way (%.0f MiB of values). RocksDB: '
+             'filluniquerandom, compact, readrandom, one thread, O_DIRECT reads and flushes. '
+             'coil: one object, one submitting thread at QD 1 and QD 32.\n'
+             % (d['pages'], d['pages'], (1 - d['ratio']) * 100, d['value_bytes'] / 1048576.0))
+    m = d['median']
+    L.append('| | RocksDB | coil QD1 | coil QD32 | QD1 / RocksDB | QD32 / RocksDB |')
+    L.append('|---|---|---|---|---|---|')
+    for key, lab, fmt in (('write_ops_s', 'random writes / s', '%.0f'), ('write_p99_us', 'write p99 µs', '%.0f'),
+                          ('read_ops_s', 'random reads / s', '%.0f'), ('read_p99_us', 'read p99 µs', '%.0f'),
+                          ('disk_bytes', 'bytes on disk (MiB)', '%.1f')):
+        div = 1048576.0 if key == 'disk_bytes' else 1.0
+        r, a, b = m['rocksdb'][key], m['coil_qd1'][key], m['coil_qd32'][key]
+        L.append('| %s | %s | %s | %s | %.2f× | %.2f× |' % (lab, fmt % (r / div), fmt % (a / div), fmt % (b / div),
+                                                      a / r if r else 0, b / r if r else 0))
+    L.append('')
+    img(L, plot('pages_ops', 'page store: operations per second (median)', 'ops/s',
+                ['rocksdb', 'coil_qd1', 'coil_qd32'],
+                [(k, [m[s][k + '_ops_s'] for s in ('rocksdb', 'coil_qd1', 'coil_qd32')]) for k in ('write', 'read')]),
+        'page store ops')
+    img(L, plot('pages_disk', 'page store: bytes on disk (MiB)', 'MiB',
+                ['rocksdb', 'coil_qd1', 'coil_qd32'],
+                [('disk', [m[s]['disk_bytes'] / 1048576.0 for s in ('rocksdb', 'coil_qd1', 'coil_qd32')])]),
+        'page store bytes on disk')
+
+
+def main():
+    cmd = sys.argv[1] if len(sys.argv) > 1 else 'tools/dev.sh bench'
+    L = ['# coil benchmarks\n',
+         'Every comparison runs coil and its peer **in the same run**, alternating the order '
+         'each repeat, and reports medians over the repeats and the ratio. The machine is '
+         'shared and noisy: read the ratios, not the absolute numbers. Raw results: '
+         '`perf/results/*.json`; plots: `perf/results/*.png`.\n',
+         'Made by:\n', '```', cmd, '```\n']
+    first = None
+    for name, fn in (('fio_vs_io_uring', fio_section), ('codec_vs_zstd', codec_section),
+                     ('pool_fair_vs_semaphore', pool_section),
+                     ('prefetch_on_vs_off', prefetch_section), ('pages_vs_rocksdb', pages_section)):
+        d = load(name)
+        if d is None:
+            L.append('## %s\n\nNot run in this invocation (no perf/results/%s.json).\n' % (name, name))
+            continue
+        first = first or d
+        try:
+            fn(d, L)
+        except (KeyError, TypeError, ZeroDivisionError) as e:
+            L.append('(could not render %s: %r)\n' % (name, e))
+        L.append('_%s, %d repeats, scale %g, %d CPUs, kernel %s._\n'
+                 % (d['when'], d['repeats'], d.get('scale', 1), d['host']['cpus'], d['host']['kernel']))
+    with open(DOC, 'w') as f:
+        f.write('\n'.join(L) + '\n')
+    print('wrote %s' % os.path.relpath(DOC, ROOT))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,462 @@
+/* coil_bench — the coil side of the harness comparisons fio cannot drive:
+ * streaming a real file through the codec (comparison 2) and a 4 KiB page
+ * store (comparison 5).  Uses only coil.h; prints one JSON object.
+ *
+ *   coil_bench copy-in  STORE FILE OBJ BS QD COMPRESSION
+ *       write FILE into object OBJ of a fresh store in BS-byte requests
+ *   coil_bench copy-out STORE FILE OBJ BS QD
+ *       read OBJ back cold (fresh open) and compare with FILE
+ *   coil_bench pages    STORE N QD RATIO COMPRESSION SEED
+ *       N unique 4 KiB pages written in random order, then N random page
+ *       reads after a cold reopen; values are made like db_bench's
+ *       (RATIO of each value random printable bytes, the rest repeats)
+ *
+ * Times are wall clock; cpu_s is the whole process (every coil thread).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coil.h"
+
+#define QD_MAX 256
+#define PAGE 4096u
+
+struct win {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned inflight;
+	int64_t err;
+	uint64_t *lat_ns;	/* one slot per op, for percentiles */
+	size_t nlat, nlat_max;
+	unsigned free_slots[QD_MAX];	/* stack of idle op slots */
+	unsigned nfree;
+};
+
+struct op {
+	struct win *w;
+	uint64_t t0;
+	int64_t want;
+	unsigned slot;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static double cpu_s(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+	       (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+static void die(const char *what, int err)
+{
+	fprintf(stderr, "coil_bench: %s: %s\n", what,
+		err < 0 ? coil_strerror(err) : strerror(err));
+	exit(1);
+}
+
+static void op_cb(void *arg, int64_t res)
+{
+	struct op *op = arg;
+	struct win *w = op->w;
+	uint64_t lat = now_ns() - op->t0;
+
+	pthread_mutex_lock(&w->lock);
+	if (res != op->want && !w->err)
+		w->err = res < 0 ? res : -EIO;
+	if (w->nlat < w->nlat_max)
+		w->lat_ns[w->nlat++] = lat;
+	w->inflight--;
+	w->free_slots[w->nfree++] = op->slot;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+/* Take an idle slot (op struct and buffer index) once fewer than @qd are
+ * in flight; a slot is reused only after its completion ran. */
+static unsigned win_wait(struct win *w, unsigned qd)
+{
+	unsigned slot;
+
+	pthread_mutex_lock(&w->lock);
+	while (w->inflight >= qd || !w->nfree)
+		pthread_cond_wait(&w->cond, &w->lock);
+	w->inflight++;
+	slot = w->free_slots[--w->nfree];
+	pthread_mutex_unlock(&w->lock);
+	return slot;
+}
+
+static void win_drain(struct win *w)
+{
+	pthread_mutex_lock(&w->lock);
+	while (w->inflight)
+		pthread_cond_wait(&w->cond, &w->lock);
+	pthread_mutex_unlock(&w->lock);
+	if (w->err)
+		die("i/o", (int)w->err);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void lat_print(const char *key, struct win *w)
+{
+	size_t n = w->nlat;
+
+	qsort(w->lat_ns, n, sizeof(uint64_t), cmp_u64);
+	printf("\"%s\": {\"ops\": %zu, \"p50_us\": %.1f, \"p99_us\": %.1f}", key, n,
+	       n ? w->lat_ns[n / 2] / 1e3 : 0.0,
+	       n ? w->lat_ns[(n * 99) / 100] / 1e3 : 0.0);
+	w->nlat = 0;
+}
+
+static void stats_print(coil_store *s)
+{
+	int n = coil_stats_json(s, NULL, 0);
+	char *buf;
+
+	if (n < 0)
+		die("coil_stats_json", n);
+	buf = malloc((size_t)n + 1);
+	if (!buf || coil_stats_json(s, buf, (size_t)n + 1) < 0)
+		die("coil_stats_json", EIO);
+	printf("\"stats\": %s", buf);
+	free(buf);
+}
+
+static uint8_t *slurp(const char *path, uint64_t *len)
+{
+	struct stat st;
+	uint64_t got = 0;
+	uint8_t *buf;
+	int fd = open(path, O_RDONLY);
+
+	if (fd < 0 || fstat(fd, &st) < 0)
+		die(path, errno);
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf)
+		die("malloc", ENOMEM);
+	while (got < (uint64_t)st.st_size) {
+		ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+
+		if (r <= 0)
+			die(path, r < 0 ? errno : EIO);
+		got += (uint64_t)r;
+	}
+	close(fd);
+	*len = got;
+	return buf;
+}
+
+static coil_store *store_open(const char *path, unsigned flags,
+			      const char *compression, uint64_t size)
+{
+	struct coil_options co;
+	coil_store *s;
+	int ret;
+
+	coil_options_init(&co);
+	co.flags = flags;
+	if (compression)
+		co.compression = compression;
+	if (size > co.size)
+		co.size = size;
+	ret = coil_open(path, &co, &s);
+	if (ret < 0)
+		die(path, ret);
+	return s;
+}
+
+static void win_init(struct win *w, size_t nops)
+{
+	unsigned i;
+
+	for (i = 0; i < QD_MAX; i++)
+		w->free_slots[i] = QD_MAX - 1 - i;
+	w->nfree = QD_MAX;
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->cond, NULL);
+	w->nlat_max = nops;
+	w->lat_ns = calloc(nops ? nops : 1, sizeof(uint64_t));
+	if (!w->lat_ns)
+		die("malloc", ENOMEM);
+}
+
+/* Stream @len bytes between @buf and @o in @bs requests, @qd in flight. */
+static void stream(coil_obj *o, uint8_t *buf, uint64_t len, size_t bs,
+		   unsigned qd, int write, struct win *w, struct op *ops)
+{
+	uint64_t off;
+
+	for (off = 0; off < len; off += bs) {
+		size_t n = len - off < bs ? (size_t)(len - off) : bs;
+		unsigned slot = win_wait(w, qd);
+		struct op *op = &ops[slot];
+		int ret;
+
+		op->slot = slot;
+		op->w = w;
+		op->want = (int64_t)n;
+		op->t0 = now_ns();
+		ret = write ? coil_write(o, buf + off, n, off, op_cb, op) :
+			      coil_read(o, buf + off, n, off, op_cb, op);
+		if (ret < 0)
+			die(write ? "coil_write" : "coil_read", ret);
+	}
+	win_drain(w);
+}
+
+static int cmd_copy(int argc, char **argv, int write)
+{
+	struct op ops[QD_MAX];
+	struct win w = { 0 };
+	uint64_t len, t0;
+	uint8_t *src, *dst;
+	double c0;
+	coil_store *s;
+	coil_obj *o;
+	size_t bs;
+	unsigned qd;
+	int ret;
+
+	if (argc < 7)
+		return 2;
+	src = slurp(argv[3], &len);
+	bs = strtoul(argv[5], NULL, 0);
+	qd = (unsigned)strtoul(argv[6], NULL, 0);
+	if (!bs || !qd || qd > QD_MAX)
+		die("bs/qd", EINVAL);
+	win_init(&w, len / bs + 1);
+	if (write) {
+		unlink(argv[2]);
+		s = store_open(argv[2], COIL_CREATE, argc > 7 ? argv[7] : NULL,
+			       len * 3);
+	} else {
+		s = store_open(argv[2], 0, NULL, 0);
+	}
+	ret = coil_obj_open(s, argv[4], write ? COIL_CREATE : 0, &o);
+	if (ret < 0)
+		die(argv[4], ret);
+	dst = write ? src : malloc(len + 1);
+	if (!dst)
+		die("malloc", ENOMEM);
+	c0 = cpu_s();
+	t0 = now_ns();
+	stream(o, dst, len, bs, qd, write, &w, ops);
+	if (write && (ret = coil_sync(s)) < 0)
+		die("coil_sync", ret);
+	t0 = now_ns() - t0;
+	c0 = cpu_s() - c0;
+	if (!write && memcmp(src, dst, len) != 0)
+		die("read back differs", EIO);
+	printf("{\"op\": \"%s\", \"bytes\": %" PRIu64 ", \"bs\": %zu, \"qd\": %u, "
+	       "\"seconds\": %.4f, \"cpu_s\": %.4f, \"mb_s\": %.1f, "
+	       "\"mb_per_cpu_s\": %.1f, ", write ? "write" : "read", len, bs, qd,
+	       t0 / 1e9, c0, len / 1e6 / (t0 / 1e9), len / 1e6 / (c0 > 0 ? c0 : 1e-9));
+	lat_print("latency", &w);
+	printf(", ");
+	stats_print(s);
+	printf("}\n");
+	coil_obj_close(o);
+	ret = coil_close(s);
+	if (ret < 0)
+		die("coil_close", ret);
+	if (!write)
+		free(dst);
+	free(src);
+	free(w.lat_ns);
+	return 0;
+}
+
+/* A value like db_bench's CompressibleString: @ratio of it random printable
+ * bytes, the rest repeats of those, so zstd sees the same redundancy. */
+static void value_fill(uint8_t *v, size_t len, double ratio, uint64_t *rng)
+{
+	size_t raw = (size_t)(len * ratio), i;
+
+	if (raw < 1)
+		raw = 1;
+	for (i = 0; i < raw; i++) {
+		*rng ^= *rng << 13;
+		*rng ^= *rng >> 7;
+		*rng ^= *rng << 17;
+		v[i] = (uint8_t)(' ' + *rng % 95);
+	}
+	for (; i < len; i++)
+		v[i] = v[i - raw];
+}
+
+static void shuffle(uint64_t *a, uint64_t n, uint64_t *rng)
+{
+	uint64_t i;
+
+	for (i = n; i > 1; i--) {
+		uint64_t j, t;
+
+		*rng ^= *rng << 13;
+		*rng ^= *rng >> 7;
+		*rng ^= *rng << 17;
+		j = *rng % i;
+		t = a[i - 1];
+		a[i - 1] = a[j];
+		a[j] = t;
+	}
+}
+
+static int cmd_pages(int argc, char **argv)
+{
+	struct op ops[QD_MAX];
+	struct win w = { 0 };
+	uint64_t n, i, *order, rng, t0, tw, tr;
+	uint8_t *vals, *rd;
+	double ratio, cw, cr;
+	unsigned qd;
+	coil_store *s;
+	coil_obj *o;
+	struct stat st;
+	int ret;
+
+	if (argc < 8)
+		return 2;
+	n = strtoull(argv[3], NULL, 0);
+	qd = (unsigned)strtoul(argv[4], NULL, 0);
+	ratio = strtod(argv[5], NULL);
+	rng = strtoull(argv[7], NULL, 0) | 1;
+	if (!n || !qd || qd > QD_MAX)
+		die("n/qd", EINVAL);
+	/* Each in-flight write needs its own value buffer until it completes;
+	 * values are generated into a ring of qd slots. */
+	vals = malloc((size_t)QD_MAX * PAGE);
+	rd = malloc((size_t)QD_MAX * PAGE);
+	order = malloc(n * sizeof(*order));
+	if (!vals || !rd || !order)
+		die("malloc", ENOMEM);
+	win_init(&w, n);
+	for (i = 0; i < n; i++)
+		order[i] = i;
+	shuffle(order, n, &rng);
+
+	unlink(argv[2]);
+	s = store_open(argv[2], COIL_CREATE, argv[6], n * PAGE * 3 + (64u << 20));
+	ret = coil_obj_open(s, "pages", COIL_CREATE, &o);
+	if (ret < 0)
+		die("pages", ret);
+	cw = cpu_s();
+	t0 = now_ns();
+	for (i = 0; i < n; i++) {
+		unsigned slot = win_wait(&w, qd);
+		struct op *op = &ops[slot];
+		uint8_t *v = vals + (size_t)slot * PAGE;
+
+		op->slot = slot;
+		value_fill(v, PAGE, ratio, &rng);
+		op->w = &w;
+		op->want = PAGE;
+		op->t0 = now_ns();
+		ret = coil_write(o, v, PAGE, order[i] * PAGE, op_cb, op);
+		if (ret < 0)
+			die("coil_write", ret);
+	}
+	win_drain(&w);
+	ret = coil_sync(s);
+	if (ret < 0)
+		die("coil_sync", ret);
+	tw = now_ns() - t0;
+	cw = cpu_s() - cw;
+	printf("{\"pages\": %" PRIu64 ", \"qd\": %u, \"write\": {\"seconds\": %.4f, "
+	       "\"ops_s\": %.0f, \"cpu_s\": %.4f, ", n, qd, tw / 1e9,
+	       n / (tw / 1e9), cw);
+	lat_print("latency", &w);
+	printf("}, \"after_write\": {");
+	stats_print(s);
+	printf("}, ");
+	coil_obj_close(o);
+	ret = coil_close(s);
+	if (ret < 0)
+		die("coil_close", ret);
+
+	/* Cold reopen, then uniformly random page reads. */
+	s = store_open(argv[2], 0, NULL, 0);
+	ret = coil_obj_open(s, "pages", 0, &o);
+	if (ret < 0)
+		die("pages", ret);
+	cr = cpu_s();
+	t0 = now_ns();
+	for (i = 0; i < n; i++) {
+		unsigned slot = win_wait(&w, qd);
+		struct op *op = &ops[slot];
+		uint64_t pg;
+
+		rng ^= rng << 13;
+		rng ^= rng >> 7;
+		rng ^= rng << 17;
+		pg = rng % n;
+		op->slot = slot;
+		op->w = &w;
+		op->want = PAGE;
+		op->t0 = now_ns();
+		ret = coil_read(o, rd + (size_t)slot * PAGE, PAGE, pg * PAGE, op_cb, op);
+		if (ret < 0)
+			die("coil_read", ret);
+	}
+	win_drain(&w);
+	tr = now_ns() - t0;
+	cr = cpu_s() - cr;
+	printf("\"read\": {\"seconds\": %.4f, \"ops_s\": %.0f, \"cpu_s\": %.4f, ",
+	       tr / 1e9, n / (tr / 1e9), cr);
+	lat_print("latency", &w);
+	printf("}, ");
+	stats_print(s);
+	coil_obj_close(o);
+	ret = coil_close(s);
+	if (ret < 0)
+		die("coil_close", ret);
+	if (stat(argv[2], &st) < 0)
+		die(argv[2], errno);
+	printf(", \"file_bytes\": %" PRIu64 ", \"file_allocated_bytes\": %" PRIu64
+	       ", \"value_bytes\": %" PRIu64 "}\n", (uint64_t)st.st_size,
+	       (uint64_t)st.st_blocks * 512, n * PAGE);
+	free(vals);
+	free(rd);
+	free(order);
+	free(w.lat_ns);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	int ret = 2;
+
+	if (argc > 1 && strcmp(argv[1], "copy-in") == 0)
+		ret = cmd_copy(argc, argv, 1);
+	else if (argc > 1 && strcmp(argv[1], "copy-out") == 0)
+		ret = cmd_copy(argc, argv, 0);
+	else if (argc > 1 && strcmp(argv[1], "pages") == 0)
+		ret = cmd_pages(argc, argv);
+	if (ret == 2)
+		fprintf(stderr, "usage: see the comment at the top of coil_bench.c\n");
+	return ret;
+}
