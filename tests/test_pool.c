@@ -408,7 +408,7 @@ Test(pool, nonblock_submit_returns_eagain_at_the_bound)
 	struct pool_stats st;
 
 	for (int i = 0; i < 3; i++)
-		test_task(&a[i], 1, 20000, 0, 0);
+		test_task(&a[i], 1, 40000, 0, 0);
 	for (int i = 0; i < 2; i++)
 		test_task(&b[i], 2, 0, 0, 0);
 	test_task(&c[0], 3, 0, 0, 0);
@@ -547,7 +547,7 @@ Test(pool, admission_is_fifo)
 	struct pool_stats st;
 
 	for (int i = 0; i < 3; i++)
-		test_task(&hold[i], 0, 20000, 0, 0);
+		test_task(&hold[i], 0, 50000, 0, 0);
 	test_task(&small[0], 0, 0, 0, 0);
 	cr_assert_eq(pool_submit(p, &rh, hold, 3, NULL, NULL, 0), 0);
 	big.p = p;
