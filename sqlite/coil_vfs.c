@@ -46,6 +46,9 @@ SQLITE_EXTENSION_INIT1
 #define WBUF_BYTES (512u * 1024u)
 #define STORE_SIZE_DEFAULT (1ull << 30)
 #define STATS_JSON_MAX (1u << 20)
+/* Bound on the heap WAL index: 4096 regions of 32 KiB index 16 M frames,
+ * a 64 GiB WAL of 4 KiB pages. */
+#define SHM_REGIONS_MAX 4096
 
 struct vnode {
 	struct vnode *next;
@@ -53,6 +56,15 @@ struct vnode {
 	int refs;   /* vfiles naming this object */
 	int shared; /* vfiles holding SHARED or stronger */
 	int lock;   /* the strongest lock any vfile holds */
+	/* The WAL index (xShm*) lives on the heap: coil's store lock makes
+	 * this process the only one that can open the database, so process
+	 * memory is all the sharing there is. */
+	void **shm;                          /* shm_n regions of shm_size */
+	int shm_n;
+	int shm_size;
+	int shm_maps;                        /* vfiles that mapped it */
+	int shm_readers[SQLITE_SHM_NLOCK];   /* holders of each shared slot */
+	unsigned char shm_writer[SQLITE_SHM_NLOCK]; /* slot held exclusive */
 };
 
 struct vfile;
@@ -77,6 +89,9 @@ struct vfile {
 	coil_obj *obj;
 	int lock;  /* this handle's SQLite lock level */
 	int flags; /* SQLITE_OPEN_* it was opened with */
+	int shm_mapped;
+	unsigned shm_shared_mask; /* WAL-index slots held shared */
+	unsigned shm_excl_mask;   /* ... and exclusive */
 };
 
 /* g_mu guards the store list, every store's node list and every lock state.
@@ -357,12 +372,25 @@ static struct vnode *node_get(struct vstore *st, const char *name)
 	return n;
 }
 
+static void shm_free(struct vnode *node)
+{
+	int i;
+
+	for (i = 0; i < node->shm_n; i++)
+		free(node->shm[i]);
+	free(node->shm);
+	node->shm = NULL;
+	node->shm_n = 0;
+	node->shm_size = 0;
+}
+
 static void node_put(struct vstore *st, struct vnode *node)
 {
 	struct vnode **pp;
 
 	if (--node->refs > 0)
 		return;
+	shm_free(node);
 	for (pp = &st->nodes; *pp; pp = &(*pp)->next) {
 		if (*pp == node) {
 			*pp = node->next;
@@ -392,6 +420,29 @@ static int vfile_unlock_locked(struct vfile *f, int level)
 	return SQLITE_OK;
 }
 
+/* Release @f's WAL-index locks and mapping (g_mu held); the last mapping
+ * frees the regions: no connection then has the WAL open, and the next one
+ * rebuilds the index from the WAL. */
+static void shm_unmap_locked(struct vfile *f)
+{
+	struct vnode *n = f->node;
+	int i;
+
+	if (!f->shm_mapped)
+		return;
+	for (i = 0; i < SQLITE_SHM_NLOCK; i++) {
+		if (f->shm_excl_mask & (1u << i))
+			n->shm_writer[i] = 0;
+		if (f->shm_shared_mask & (1u << i))
+			n->shm_readers[i]--;
+	}
+	f->shm_excl_mask = 0;
+	f->shm_shared_mask = 0;
+	f->shm_mapped = 0;
+	if (--n->shm_maps == 0)
+		shm_free(n);
+}
+
 static int vfile_close(sqlite3_file *file)
 {
 	struct vfile *f = (struct vfile *)file;
@@ -413,6 +464,7 @@ static int vfile_close(sqlite3_file *file)
 	}
 
 	pthread_mutex_lock(&g_mu);
+	shm_unmap_locked(f);
 	vfile_unlock_locked(f, SQLITE_LOCK_NONE);
 	node_put(st, f->node);
 	store_put(st);
@@ -674,10 +726,137 @@ static int vfile_device_characteristics(sqlite3_file *file)
 	       SQLITE_IOCAP_SEQUENTIAL | SQLITE_IOCAP_POWERSAFE_OVERWRITE;
 }
 
-/* Version 1: no shared memory.  SQLite then runs WAL only with
- * locking_mode=EXCLUSIVE and keeps the wal-index on the heap. */
+static int vfile_shm_map(sqlite3_file *file, int region, int size, int extend,
+			 void volatile **out)
+{
+	struct vfile *f = (struct vfile *)file;
+	struct vnode *n = f->node;
+	int rc = SQLITE_OK;
+
+	*out = NULL;
+	if (region < 0 || size <= 0)
+		return SQLITE_IOERR_SHMMAP;
+	pthread_mutex_lock(&g_mu);
+	if (n->shm_size && n->shm_size != size) {
+		rc = SQLITE_IOERR_SHMSIZE;
+		goto out;
+	}
+	if (!f->shm_mapped) {
+		f->shm_mapped = 1;
+		n->shm_maps++;
+	}
+	n->shm_size = size;
+	if (region >= n->shm_n) {
+		void **grown;
+
+		if (!extend)
+			goto out;
+		if (region >= SHM_REGIONS_MAX) {
+			rc = SQLITE_IOERR_SHMMAP;
+			goto out;
+		}
+		grown = realloc(n->shm, sizeof(*grown) * (size_t)(region + 1));
+		if (!grown) {
+			rc = SQLITE_IOERR_NOMEM;
+			goto out;
+		}
+		n->shm = grown;
+		while (n->shm_n <= region) {
+			n->shm[n->shm_n] = calloc(1, (size_t)size);
+			if (!n->shm[n->shm_n]) {
+				rc = SQLITE_IOERR_NOMEM;
+				goto out;
+			}
+			n->shm_n++;
+		}
+	}
+	*out = n->shm[region];
+out:
+	pthread_mutex_unlock(&g_mu);
+	return rc;
+}
+
+/* The WAL-index locks: SQLITE_SHM_NLOCK slots, each shared by many or held
+ * exclusive by one connection (os_unix.c's rules, in-process only). */
+static int vfile_shm_lock(sqlite3_file *file, int ofst, int cnt, int flags)
+{
+	struct vfile *f = (struct vfile *)file;
+	struct vnode *n = f->node;
+	unsigned mask;
+	int i, rc = SQLITE_OK;
+
+	if (ofst < 0 || cnt < 1 || ofst + cnt > SQLITE_SHM_NLOCK)
+		return SQLITE_IOERR_SHMLOCK;
+	mask = (1u << (ofst + cnt)) - (1u << ofst);
+	pthread_mutex_lock(&g_mu);
+	if (flags & SQLITE_SHM_UNLOCK) {
+		for (i = ofst; i < ofst + cnt; i++) {
+			if (f->shm_excl_mask & (1u << i))
+				n->shm_writer[i] = 0;
+			if (f->shm_shared_mask & (1u << i))
+				n->shm_readers[i]--;
+		}
+		f->shm_excl_mask &= ~mask;
+		f->shm_shared_mask &= ~mask;
+	} else if (flags & SQLITE_SHM_SHARED) {
+		if ((f->shm_shared_mask & mask) == mask)
+			goto out;
+		for (i = ofst; i < ofst + cnt; i++) {
+			if (n->shm_writer[i] && !(f->shm_excl_mask & (1u << i))) {
+				rc = SQLITE_BUSY;
+				goto out;
+			}
+		}
+		for (i = ofst; i < ofst + cnt; i++) {
+			if (!(f->shm_shared_mask & (1u << i)))
+				n->shm_readers[i]++;
+		}
+		f->shm_shared_mask |= mask;
+	} else {
+		for (i = ofst; i < ofst + cnt; i++) {
+			int mine = !!(f->shm_shared_mask & (1u << i));
+
+			if ((n->shm_writer[i] && !(f->shm_excl_mask & (1u << i))) ||
+			    n->shm_readers[i] - mine > 0) {
+				rc = SQLITE_BUSY;
+				goto out;
+			}
+		}
+		for (i = ofst; i < ofst + cnt; i++) {
+			if (f->shm_shared_mask & (1u << i))
+				n->shm_readers[i]--;
+			n->shm_writer[i] = 1;
+		}
+		f->shm_shared_mask &= ~mask;
+		f->shm_excl_mask |= mask;
+	}
+out:
+	pthread_mutex_unlock(&g_mu);
+	return rc;
+}
+
+static void vfile_shm_barrier(sqlite3_file *file)
+{
+	(void)file;
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+static int vfile_shm_unmap(sqlite3_file *file, int delete_flag)
+{
+	struct vfile *f = (struct vfile *)file;
+
+	(void)delete_flag; /* heap memory: nothing outlives the last mapping */
+	pthread_mutex_lock(&g_mu);
+	shm_unmap_locked(f);
+	pthread_mutex_unlock(&g_mu);
+	return SQLITE_OK;
+}
+
+/* Version 2: the WAL index on the heap (vfile_shm_*), so WAL works in
+ * normal locking mode between the connections of this process; with
+ * locking_mode=EXCLUSIVE SQLite keeps it in its own heap and never maps. */
 static const sqlite3_io_methods vfile_methods = {
-	.iVersion = 1,
+	.iVersion = 2,
 	.xClose = vfile_close,
 	.xRead = vfile_read,
 	.xWrite = vfile_write,
@@ -690,6 +869,10 @@ static const sqlite3_io_methods vfile_methods = {
 	.xFileControl = vfile_file_control,
 	.xSectorSize = vfile_sector_size,
 	.xDeviceCharacteristics = vfile_device_characteristics,
+	.xShmMap = vfile_shm_map,
+	.xShmLock = vfile_shm_lock,
+	.xShmBarrier = vfile_shm_barrier,
+	.xShmUnmap = vfile_shm_unmap,
 };
 
 /* --- vfs methods ------------------------------------------------------- */

@@ -539,3 +539,56 @@ Test(sqlite, no_store_is_an_error)
 	free(out);
 	scratch_fini(&s);
 }
+
+/* --- several connections of one process ---------------------------------- */
+
+/* Two connections in one shell (.connection): in WAL mode without
+ * EXCLUSIVE (the WAL index on the heap), a reader keeps its snapshot while
+ * the other connection commits; a second writer is refused with BUSY. */
+static void two_connections(const char *mode)
+{
+	struct scratch s;
+	char *script, *out;
+	size_t len;
+	FILE *m;
+	int status;
+
+	scratch_init(&s, mode);
+	m = open_memstream(&script, &len);
+	coil_preamble(m, &s, NULL);
+	fprintf(m, "PRAGMA journal_mode=%s;\n"
+		   "CREATE TABLE t(x);\nINSERT INTO t VALUES (1);\n"
+		   ".connection 1\n", mode);
+	coil_preamble(m, &s, NULL);
+	fprintf(m, "SELECT 'c1', count(*) FROM t;\n");
+	if (!strcmp(mode, "wal"))
+		fprintf(m, "BEGIN;\nSELECT 'snap0', count(*) FROM t;\n"
+			   ".connection 0\nINSERT INTO t VALUES (2);\n"
+			   ".connection 1\nSELECT 'snap1', count(*) FROM t;\n"
+			   "COMMIT;\n");
+	else
+		fprintf(m, ".connection 0\nINSERT INTO t VALUES (2);\n"
+			   ".connection 1\n");
+	fprintf(m, "SELECT 'c1 after', count(*) FROM t;\n"
+		   "BEGIN IMMEDIATE;\nINSERT INTO t VALUES (3);\n"
+		   ".connection 0\nSELECT 'c0 reads', count(*) FROM t;\n"
+		   "INSERT INTO t VALUES (4);\nSELECT 'not reached';\n");
+	fclose(m);
+	out = shell_run(&s, script, NULL, &status);
+	cr_assert_lt(status, 128, "crashed:\n%s", out);
+	cr_assert_not_null(strstr(out, "c1|1\n"), "%s", out);
+	if (!strcmp(mode, "wal")) {
+		cr_assert_not_null(strstr(out, "snap0|1\nsnap1|1\n"),
+				   "snapshot not kept:\n%s", out);
+	}
+	cr_assert_not_null(strstr(out, "c1 after|2\n"), "%s", out);
+	cr_assert_not_null(strstr(out, "c0 reads|2\n"), "%s", out);
+	cr_assert_not_null(strstr(out, "database is locked"), "%s", out);
+	cr_assert_null(strstr(out, "not reached"), "%s", out);
+	free(out);
+	free(script);
+	scratch_fini(&s);
+}
+
+Test(sqlite, two_connections_wal) { two_connections("wal"); }
+Test(sqlite, two_connections_rollback) { two_connections("delete"); }
