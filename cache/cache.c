@@ -17,6 +17,8 @@
 #include "common/common.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <xxhash.h>
 
@@ -43,6 +45,22 @@ const char *cache_policy_name(enum cache_policy p)
 	case CACHE_POLICY_2Q: return "2q";
 	}
 	return "?";
+}
+
+int cache_policy_parse(const char *name, enum cache_policy *out)
+{
+	static const enum cache_policy all[] = {
+		CACHE_POLICY_S3FIFO, CACHE_POLICY_LRU, CACHE_POLICY_2Q,
+	};
+
+	if (!name || !out)
+		return -EINVAL;
+	for (unsigned i = 0; i < COIL_ARRAY_LEN(all); i++)
+		if (!strcmp(name, cache_policy_name(all[i]))) {
+			*out = all[i];
+			return 0;
+		}
+	return -EINVAL;
 }
 
 void cache_options_init(struct cache_options *o)
@@ -540,4 +558,33 @@ int cache_stats_get(struct cache *c, struct cache_stats *st)
 		pthread_mutex_unlock(&s->lock);
 	}
 	return 0;
+}
+
+int cache_stats_json(struct cache *c, char *buf, size_t len)
+{
+	struct cache_stats st;
+	uint64_t lookups;
+	int n;
+
+	if (!c || (!buf && len))
+		return -EINVAL;
+	cache_stats_get(c, &st);
+	lookups = st.hits + st.misses;
+	n = snprintf(buf, len,
+		     "{\"policy\":\"%s\",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64
+		     ",\"hit_ratio\":%.4f,\"inserts\":%" PRIu64
+		     ",\"insert_dups\":%" PRIu64 ",\"insert_rejects\":%" PRIu64
+		     ",\"evictions\":%" PRIu64 ",\"invalidations\":%" PRIu64
+		     ",\"bytes\":%" PRIu64 ",\"bytes_max\":%" PRIu64
+		     ",\"entries\":%" PRIu64 ",\"prefetch_inserts\":%" PRIu64
+		     ",\"ready_before_demand\":%" PRIu64
+		     ",\"evicted_before_use\":%" PRIu64 ",\"ghost_hits\":%" PRIu64
+		     ",\"shards\":%" PRIu32 "}",
+		     cache_policy_name(c->policy), st.hits, st.misses,
+		     lookups ? (double)st.hits / (double)lookups : 0.0, st.inserts,
+		     st.insert_dups, st.insert_rejects, st.evictions,
+		     st.invalidations, st.bytes, st.bytes_max, st.entries,
+		     st.prefetch_inserts, st.ready_before_demand,
+		     st.evicted_before_use, st.ghost_hits, c->nshards);
+	return n < 0 ? -EINVAL : n;
 }

@@ -149,7 +149,14 @@ struct cache_stats {
  * one atomic snapshot).  @return 0, -EINVAL. */
 int cache_stats_get(struct cache *c, struct cache_stats *st);
 
+/* Write the statistics as one JSON object (for coil_stats_json's "cache"
+ * member), NUL-terminated, truncated to fit @len like snprintf.
+ * @return the length the whole object needs (without the NUL), -EINVAL. */
+int cache_stats_json(struct cache *c, char *buf, size_t len);
+
 /* Name of a policy ("s3fifo", "lru", "2q"); "?" if unknown. */
 const char *cache_policy_name(enum cache_policy p);
+/* Parse a policy name as above.  @return 0, -EINVAL. */
+int cache_policy_parse(const char *name, enum cache_policy *out);
 
 #endif

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const enum cache_policy all_policies[] = {
 	CACHE_POLICY_S3FIFO, CACHE_POLICY_LRU, CACHE_POLICY_2Q,
@@ -418,6 +419,42 @@ Test(cache, prefetch_accounting)
 			     st.evicted_before_use + 1 /* invalidated */ +
 			     waiting - 1 /* 139 is demanded, still cached */);
 	}
+	cache_destroy(c);
+}
+
+Test(cache, stats_json_and_policy_names)
+{
+	struct cache *c = mk(1 << 20, CACHE_POLICY_2Q, 1);
+	const struct cache_entry *e;
+	enum cache_policy p;
+	char buf[1024], small[16];
+	int n;
+
+	cr_assert_eq(insert_new(c, 0, 1, 100, CACHE_INSERT_PREFETCH), 0);
+	cr_assert_eq(cache_get(c, &(struct cache_key){ 0, 1 }, &e), CACHE_HIT_PREFETCHED);
+	cache_put(c, e);
+	n = cache_stats_json(c, buf, sizeof(buf));
+	cr_assert_gt(n, 0);
+	cr_assert_lt(n, (int)sizeof(buf));
+	cr_assert_eq((size_t)n, strlen(buf));
+	cr_assert_not_null(strstr(buf, "\"policy\":\"2q\""));
+	cr_assert_not_null(strstr(buf, "\"hits\":1,"));
+	cr_assert_not_null(strstr(buf, "\"ready_before_demand\":1,"));
+	cr_assert_not_null(strstr(buf, "\"evicted_before_use\":0,"));
+	cr_assert_eq(buf[0], '{');
+	cr_assert_eq(buf[n - 1], '}');
+	/* too small: truncated, terminated, and the needed length returned */
+	cr_assert_eq(cache_stats_json(c, small, sizeof(small)), n);
+	cr_assert_eq(strlen(small), sizeof(small) - 1);
+	cr_assert_eq(cache_stats_json(c, NULL, 0), n);
+	cr_assert_eq(cache_stats_json(NULL, buf, sizeof(buf)), -EINVAL);
+
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(cache_policy_parse(cache_policy_name(all_policies[i]), &p), 0);
+		cr_assert_eq(p, all_policies[i]);
+	}
+	cr_assert_eq(cache_policy_parse("arc", &p), -EINVAL);
+	cr_assert_eq(cache_policy_parse(NULL, &p), -EINVAL);
 	cache_destroy(c);
 }
 
