@@ -7,6 +7,7 @@
  * shell runs (journal and WAL objects really live in it). */
 #include <criterion/criterion.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -592,3 +593,62 @@ static void two_connections(const char *mode)
 
 Test(sqlite, two_connections_wal) { two_connections("wal"); }
 Test(sqlite, two_connections_rollback) { two_connections("delete"); }
+
+/* --- the C entry point: a program linking both libraries ------------------ */
+
+/* The program side of coil_sqlite_register(): libsqlite3 and the extension
+ * reached through dlopen, since this test binary links neither (it carries
+ * coil's internal archive, and one process must not hold two copies of a
+ * store).  The names mirror sqlite3.h. */
+typedef struct sqlite3 sqlite3;
+typedef int (*exec_cb)(void *, int, char **, char **);
+
+static int count_cb(void *arg, int n, char **vals, char **names)
+{
+	(void)names;
+	if (n == 1 && vals[0])
+		*(long *)arg = strtol(vals[0], NULL, 10);
+	return 0;
+}
+
+Test(sqlite, c_api_register)
+{
+	struct scratch s;
+	void *lib, *ext;
+	int (*reg)(const char *, int);
+	int (*open_v2)(const char *, sqlite3 **, int, const char *);
+	int (*exec)(sqlite3 *, const char *, exec_cb, void *, char **);
+	int (*close_db)(sqlite3 *);
+	sqlite3 *db = NULL;
+	long count = -1;
+	int pass;
+
+	scratch_init(&s, "capi");
+	lib = dlopen("libsqlite3.so.0", RTLD_NOW | RTLD_GLOBAL);
+	cr_assert_not_null(lib, "%s", dlerror());
+	ext = dlopen(COIL_SQLITE_EXT, RTLD_NOW | RTLD_LOCAL);
+	cr_assert_not_null(ext, "%s", dlerror());
+	*(void **)&reg = dlsym(ext, "coil_sqlite_register");
+	*(void **)&open_v2 = dlsym(lib, "sqlite3_open_v2");
+	*(void **)&exec = dlsym(lib, "sqlite3_exec");
+	*(void **)&close_db = dlsym(lib, "sqlite3_close");
+	cr_assert(reg && open_v2 && exec && close_db);
+
+	/* make_default = 1: the plain name below needs no vfs argument. */
+	cr_assert_eq(reg(s.store, 1), 0);
+	for (pass = 0; pass < 2; pass++) {
+		/* SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE */
+		cr_assert_eq(open_v2("capi.db", &db, 0x2 | 0x4, NULL), 0);
+		if (pass == 0)
+			cr_assert_eq(exec(db, "CREATE TABLE t(x);"
+					  "INSERT INTO t VALUES (1), (2);",
+					  NULL, NULL, NULL), 0);
+		cr_assert_eq(exec(db, "SELECT count(*) FROM t;", count_cb,
+				  &count, NULL), 0);
+		cr_assert_eq(count, 2);
+		cr_assert_eq(close_db(db), 0);
+	}
+	cr_assert(!file_exists("capi.db"));
+	cr_assert_gt(store_obj_size(&s, "capi.db"), 0);
+	scratch_fini(&s);
+}
