@@ -1,7 +1,7 @@
 /* format/ckpt.c — the checkpoint: a header BLOCK then a payload holding the
  * whole metadata (segment table, objects with their extents, dictionaries),
  * written by a bounds-checked cursor and walked by one. */
-#include "format/format.h"
+#include "format/format_internal.h"
 
 _Static_assert(FMT_CKPT_CSUM_OFF == 80, "checkpoint header fields are 80 bytes");
 _Static_assert(FMT_CKPT_HDR == FMT_CKPT_CSUM_OFF + 8, "then its checksum");
@@ -53,6 +53,8 @@ int fmt_ckpt_decode(struct fmt_ckpt *h, const uint8_t *buf, size_t len)
 		return -EIO;
 	if (coil_get_le64(buf + FMT_CKPT_CSUM_OFF) != fmt_csum(buf, FMT_CKPT_CSUM_OFF))
 		return -EIO;
+	if (!fmt_all_zero(buf + 6, 2))
+		return -EIO;
 	struct fmt_ckpt t = {
 		.store_id = coil_get_le64(buf + 8),
 		.seq = coil_get_le64(buf + 16),
@@ -83,11 +85,6 @@ int fmt_ckpt_verify_payload(const struct fmt_ckpt *h, const uint8_t *payload, si
 	return fmt_csum(payload, h->payload_len) == h->payload_csum ? 0 : -EIO;
 }
 
-static int name_ok(const char *name, size_t len)
-{
-	return name && len >= 1 && len <= FMT_NAME_MAX && !memchr(name, 0, len);
-}
-
 int fmt_ckpt_put_seg(struct fmt_cursor *c, uint64_t live_bytes, uint8_t state)
 {
 	static const uint8_t pad[7];
@@ -104,11 +101,10 @@ int fmt_ckpt_get_seg(struct fmt_cursor *c, uint64_t *live_bytes, uint8_t *state)
 	const uint8_t *pad = fmt_cursor_get_ptr(c, 7);
 	if (!pad)
 		return -EIO;
-	for (int i = 0; i < 7; i++)
-		if (pad[i]) {
-			c->err = -EIO;
-			return -EIO;
-		}
+	if (!fmt_all_zero(pad, 7)) {
+		c->err = -EIO;
+		return -EIO;
+	}
 	*live_bytes = live;
 	*state = st;
 	return 0;
@@ -117,7 +113,7 @@ int fmt_ckpt_get_seg(struct fmt_cursor *c, uint64_t *live_bytes, uint8_t *state)
 int fmt_ckpt_put_obj(struct fmt_cursor *c, uint64_t obj_id, uint64_t size,
 		     const char *name, size_t name_len, uint32_t n_extents)
 {
-	if (!name_ok(name, name_len))
+	if (!fmt_name_ok(name, name_len))
 		return -EINVAL;
 	fmt_cursor_put_u64(c, obj_id);
 	fmt_cursor_put_u64(c, size);
@@ -136,7 +132,7 @@ int fmt_ckpt_get_obj(struct fmt_cursor *c, struct fmt_ckpt_obj *o)
 	uint32_t n_extents = fmt_cursor_get_u32(c);
 	if (c->err)
 		return -EIO;
-	if (!name_ok(name, name_len) ||
+	if (!fmt_name_ok(name, name_len) ||
 	    (uint64_t)n_extents * FMT_EXTENT_MIN > fmt_cursor_remaining(c)) {
 		c->err = -EIO;
 		return -EIO;

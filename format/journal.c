@@ -5,7 +5,7 @@
  * descriptors (and so the checksums) of the blobs it references: one device
  * flush orders data and metadata, and replay stops at the first record whose
  * bytes or whose blobs do not verify. */
-#include "format/format.h"
+#include "format/format_internal.h"
 
 #include <xxhash.h>
 
@@ -62,6 +62,8 @@ int fmt_jchunk_decode(struct fmt_jchunk *h, const uint8_t *buf, size_t len)
 		return -EIO;
 	if (coil_get_le64(buf + 56) != fmt_csum(buf, 56))
 		return -EIO;
+	if (!fmt_all_zero(buf + 6, 2) || !fmt_all_zero(buf + 36, 4) || !fmt_all_zero(buf + 48, 8))
+		return -EIO;
 	struct fmt_jchunk t = {
 		.store_id = coil_get_le64(buf + 8),
 		.seq = coil_get_le64(buf + 16),
@@ -114,11 +116,6 @@ static int flags_ok(uint16_t type, uint16_t flags)
 	return type == FMT_JREC_WRITE ? !(flags & ~FMT_JREC_REMAP) : flags == 0;
 }
 
-static int name_ok(const char *name, size_t len)
-{
-	return name && len >= 1 && len <= FMT_NAME_MAX && !memchr(name, 0, len);
-}
-
 /* Start a record: the header with a placeholder length and checksum. */
 static int jrec_begin(struct fmt_cursor *c, size_t *start, uint16_t type, uint16_t flags)
 {
@@ -149,7 +146,7 @@ static int jrec_end(struct fmt_cursor *c, size_t start)
 int fmt_jrec_put_create(struct fmt_cursor *c, uint64_t obj_id, const char *name, size_t name_len)
 {
 	size_t start;
-	if (!name_ok(name, name_len))
+	if (!fmt_name_ok(name, name_len))
 		return -EINVAL;
 	jrec_begin(c, &start, FMT_JREC_CREATE, 0);
 	fmt_cursor_put_u64(c, obj_id);
@@ -279,7 +276,7 @@ int fmt_jrec_create_decode(const struct fmt_jrec *r, struct fmt_jrec_create *out
 		return -EIO;
 	uint16_t n = coil_get_le16(r->body + 8);
 	const char *name = (const char *)r->body + 10;
-	if (r->len != 10u + n || !name_ok(name, n))
+	if (r->len != 10u + n || !fmt_name_ok(name, n))
 		return -EIO;
 	out->obj_id = coil_get_le64(r->body);
 	out->name_len = n;

@@ -1,6 +1,6 @@
 /* format/super.c — the superblock (two copies, newer valid wins), the store
  * geometry chosen at create, and the segment header. */
-#include "format/format.h"
+#include "format/format_internal.h"
 
 #include <xxhash.h>
 
@@ -123,6 +123,8 @@ int fmt_super_decode(struct fmt_super *sb, const uint8_t *buf, size_t len)
 		return -EIO;
 	if (coil_get_le64(buf + FMT_SUPER_CSUM_OFF) != fmt_csum(buf, FMT_SUPER_CSUM_OFF))
 		return -EIO;
+	if (!fmt_all_zero(buf + 116, 4) || !fmt_all_zero(buf + 160, FMT_SUPER_CSUM_OFF - 160))
+		return -EIO;
 	struct fmt_super s;
 	s.version = coil_get_le32(buf + 8);
 	s.block_size = coil_get_le32(buf + 12);
@@ -224,6 +226,8 @@ int fmt_seghdr_decode(struct fmt_seghdr *h, const uint8_t *buf, size_t len)
 	if (memcmp(buf, seg_magic, 4) || coil_get_le16(buf + 4) != FMT_VERSION)
 		return -EIO;
 	if (coil_get_le64(buf + 32) != fmt_csum(buf, 32))
+		return -EIO;
+	if (!fmt_all_zero(buf + 6, 2) || !fmt_all_zero(buf + 20, 4))
 		return -EIO;
 	h->store_id = coil_get_le64(buf + 8);
 	h->index = coil_get_le32(buf + 16);

@@ -712,3 +712,35 @@ Test(format_ckpt, bad_items_rejected)
 	fmt_cursor_init_ro(&c, buf, 12);
 	cr_assert_eq(fmt_ckpt_get_dict(&c, &dict, &obj), -EIO);
 }
+
+/* Reserved bytes are zero in version 1: with a valid checksum, a non-zero
+ * reserved byte is still rejected (a newer layout must bump the version). */
+Test(format_reserved, nonzero_reserved_bytes_rejected)
+{
+	struct fmt_super sb, d;
+	unsigned super_res[] = { 116, 119, 160, 2000, FMT_SUPER_CSUM_OFF - 1 };
+	super_sample(&sb, GiB);
+	for (size_t i = 0; i < COIL_ARRAY_LEN(super_res); i++) {
+		cr_assert_eq(fmt_super_encode(&sb, block, sizeof(block)), FMT_BLOCK);
+		block[super_res[i]] = 1;
+		coil_put_le64(block + FMT_SUPER_CSUM_OFF, fmt_csum(block, FMT_SUPER_CSUM_OFF));
+		cr_assert_eq(fmt_super_decode(&d, block, sizeof(block)), -EIO, "super %u", super_res[i]);
+	}
+
+	struct fmt_seghdr h = { 1, 2, 3 }, hd;
+	unsigned seg_res[] = { 6, 7, 20, 23 };
+	for (size_t i = 0; i < COIL_ARRAY_LEN(seg_res); i++) {
+		cr_assert_eq(fmt_seghdr_encode(&h, block, sizeof(block)), FMT_BLOCK);
+		block[seg_res[i]] = 0x80;
+		coil_put_le64(block + 32, fmt_csum(block, 32));
+		cr_assert_eq(fmt_seghdr_decode(&hd, block, sizeof(block)), -EIO, "seg %u", seg_res[i]);
+	}
+
+	struct fmt_ckpt c = { .store_id = 1, .seq = 2 }, cd;
+	for (unsigned off = 6; off < 8; off++) {
+		cr_assert_eq(fmt_ckpt_encode(&c, block, sizeof(block)), FMT_BLOCK);
+		block[off] = 1;
+		coil_put_le64(block + FMT_CKPT_CSUM_OFF, fmt_csum(block, FMT_CKPT_CSUM_OFF));
+		cr_assert_eq(fmt_ckpt_decode(&cd, block, sizeof(block)), -EIO, "ckpt %u", off);
+	}
+}

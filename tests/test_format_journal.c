@@ -220,6 +220,10 @@ Test(format_journal, chunk_header_fields_checked)
 	jchunk_patch_rejected(28, 4, FMT_BLOCK);      /* payload longer than one block can hold */
 	jchunk_patch_rejected(28, 4, UINT32_MAX);
 	jchunk_patch_rejected(32, 4, UINT32_MAX);     /* nrec the payload cannot hold */
+	jchunk_patch_rejected(6, 2, 1);               /* reserved bytes */
+	jchunk_patch_rejected(36, 4, 1u << 31);
+	jchunk_patch_rejected(48, 4, 1);
+	jchunk_patch_rejected(52, 4, 1u << 24);
 	struct fmt_jchunk h = { .nblocks = 1, .payload_len = FMT_BLOCK - 63 };
 	cr_assert_eq(fmt_jchunk_encode(&h, chunk, CHUNK_CAP), -EINVAL);
 	h.payload_len = FMT_BLOCK - 64;
