@@ -232,6 +232,8 @@ static int issue_one(struct uring *r, struct uring_io *io)
 	if (fault_on_issue(r, io) == FAULT_INJECTED) {
 		io_uring_prep_nop(sqe);
 		io->_iflags |= IF_INJECT;
+		/* an injected byte count stands for the whole remainder */
+		io->_sub_len = io->len - io->_done;
 		goto out;
 	}
 #endif
@@ -369,6 +371,7 @@ static void on_cqe(struct uring *r, struct uring_io *io, int res)
 	/* the kernel never returns more than asked; if it did, trusting it
 	 * would run past the caller's buffer */
 	COIL_ASSERT((uint32_t)res <= io->_sub_len);
+	io->_sub_len = 0;  /* a forced short cap applies to one attempt */
 	io->_done += (uint32_t)res;
 	if (io->_done == io->len) {
 		finish(r, io, (int)io->len);
