@@ -202,6 +202,7 @@ int pool_submit(struct pool *p, struct pool_req *r, struct pool_task *tasks,
 	/* Visible to workers only now that the whole request is admitted. */
 	pthread_cond_init(&r->cv_, NULL);
 	r->state_ = POOL_REQ_QUEUED;
+	r->id_ = ++p->next_id;
 	r->m.admit_wait_ns = coil_now_ns() - t0;
 	COIL_ASSERT(p->active_n < p->active_max);
 	p->active[p->active_n++] = r;
@@ -275,18 +276,18 @@ static struct pool_req *pick_one(struct pool *p, struct pool_worker *w,
 		 * served when the ring shrank or grew between its picks;
 		 * with >= 2 active that would let one request monopolise the
 		 * worker, so step past it. */
-		if (n >= 2 && p->active[idx] == w->last)
+		if (n >= 2 && p->active[idx]->id_ == w->last_id)
 			idx = (idx + 1) % n;
 	}
 	r = p->active[idx];
 	COIL_ASSERT(r->state_ == POOL_REQ_QUEUED && r->next_ < r->n_);
 	*ord = r->next_++;
 
-	if (r == w->last) {
+	if (r->id_ == w->last_id) {
 		w->consecutive++;
 	} else {
 		w->consecutive = 1;
-		w->last = r;
+		w->last_id = r->id_;
 	}
 	if (n >= 2 && w->consecutive > p->st.max_consecutive_same_req)
 		p->st.max_consecutive_same_req = w->consecutive;

@@ -111,6 +111,7 @@ struct pool_req {
 	uint32_t next_;		/* next ordinal to hand out (pending queue) */
 	uint32_t done_n_;	/* tasks completed */
 	uint32_t slots_;	/* semaphore mode: worker slots held */
+	uint64_t id_;		/* admission sequence number, never reused */
 	int state_;		/* POOL_REQ_* in pool.c */
 	int status_;		/* first failed task's error by ordinal, or 0 */
 	void (*done_)(struct pool_req *r, void *arg);

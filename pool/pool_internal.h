@@ -30,7 +30,9 @@ struct pool_worker {
 	 * == active requests (it wraps every W picks, so a worker's picks all
 	 * land on the same ring slot). */
 	size_t cursor;
-	const struct pool_req *last;	/* compared, never dereferenced */
+	uint64_t last_id;	/* request of the previous pick (0 = none);
+				 * an id, not a pointer: callers reuse their
+				 * pool_req for the next request */
 	uint64_t consecutive;
 };
 
@@ -63,6 +65,7 @@ struct pool {
 	unsigned waiters;
 	bool shutdown;
 	uint64_t pick_seq;
+	uint64_t next_id;	/* request ids start at 1 */
 	struct pool_stats st;
 	struct pool_worker *workers;
 	unsigned started;	/* threads created */
