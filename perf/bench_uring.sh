@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# perf/bench_uring.sh — 4 KiB random reads, QD32, O_DIRECT: coil's uring/
+# driver (perf/bench_uring.c) next to fio's own io_uring engine, on the SAME
+# file in the same run, alternating which goes first (ABBA), REPEATS times;
+# prints medians and the ratio, writes perf/results/uring.json.
+#
+#   perf/bench_uring.sh [BUILD_DIR]        (default build/h-uring)
+#   env: RUNTIME=8 REPEATS=5 FILE=perf/results/tmp/uring_bench.dat SIZE_MB=1024
+#
+# The file is filled with random bytes once (not sparse: reading holes would
+# never touch the device) and every read is O_DIRECT, so neither side is
+# served from the page cache.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD=${1:-build/h-uring}
+BIN=$BUILD/perf/bench_uring
+RUNTIME=${RUNTIME:-8}
+REPEATS=${REPEATS:-5}
+FILE=${FILE:-perf/results/tmp/uring_bench.dat}
+SIZE_MB=${SIZE_MB:-1024}
+OUT=${OUT:-perf/results/uring.json}
+
+[ -x "$BIN" ] || { echo "build first: ninja -C $BUILD perf/bench_uring" >&2; exit 1; }
+command -v fio >/dev/null || { echo "fio not found" >&2; exit 1; }
+mkdir -p "$(dirname "$FILE")" "$(dirname "$OUT")"
+if [ "$(stat -c %s "$FILE" 2>/dev/null || echo 0)" != $((SIZE_MB * 1048576)) ]; then
+	echo "creating $FILE ($SIZE_MB MiB of random bytes)" >&2
+	dd if=/dev/urandom of="$FILE" bs=1M count="$SIZE_MB" oflag=direct status=none
+fi
+
+run_coil() {
+	"$BIN" "$FILE" "$RUNTIME" 32 4096 |
+		python3 -c 'import json,sys; print(round(json.load(sys.stdin)["iops"]))'
+}
+run_fio() {
+	fio --name=randread --filename="$FILE" --ioengine=io_uring --direct=1 \
+		--rw=randread --bs=4k --iodepth=32 --runtime="$RUNTIME" \
+		--time_based --size="${SIZE_MB}M" --numjobs=1 \
+		--output-format=json 2>/dev/null |
+		python3 -c 'import json,sys; print(round(json.load(sys.stdin)["jobs"][0]["read"]["iops"]))'
+}
+
+coil=() fio=()
+for i in $(seq 1 "$REPEATS"); do
+	if [ $((i % 2)) -eq 1 ]; then
+		c=$(run_coil); f=$(run_fio)
+	else
+		f=$(run_fio); c=$(run_coil)
+	fi
+	coil+=("$c") fio+=("$f")
+	printf 'repeat %d: coil %s IOPS, fio %s IOPS, ratio %.3f\n' "$i" "$c" "$f" \
+		"$(python3 -c "print($c/$f)")"
+done
+
+python3 - "$OUT" "$RUNTIME" "$FILE" "$SIZE_MB" "${coil[*]}" "${fio[*]}" <<'EOF'
+import json, statistics, sys, platform, datetime
+out, runtime, path, size_mb = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+coil = [int(x) for x in sys.argv[5].split()]
+fio = [int(x) for x in sys.argv[6].split()]
+ratios = [c / f for c, f in zip(coil, fio)]
+res = {
+    "benchmark": "4 KiB random read, QD32, O_DIRECT, 1 job",
+    "peer": "fio --ioengine=io_uring --direct=1 --rw=randread --bs=4k --iodepth=32",
+    "file": path, "file_mib": size_mb, "runtime_s": runtime,
+    "repeats": len(coil), "order": "alternating (coil first on odd repeats)",
+    "coil_iops": coil, "fio_iops": fio, "ratios": [round(r, 4) for r in ratios],
+    "coil_median_iops": statistics.median(coil),
+    "fio_median_iops": statistics.median(fio),
+    "ratio_of_medians": round(statistics.median(coil) / statistics.median(fio), 4),
+    "median_ratio": round(statistics.median(ratios), 4),
+    "target": ">= 0.9",
+    "kernel": platform.release(),
+    "date": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
+}
+json.dump(res, open(out, "w"), indent=2)
+print()
+print("| | coil uring/ | fio io_uring |")
+print("|---|---:|---:|")
+print(f"| median IOPS ({len(coil)} repeats) | {res['coil_median_iops']:.0f} | {res['fio_median_iops']:.0f} |")
+print(f"| ratio of medians | {res['ratio_of_medians']:.3f} | 1 |")
+print(f"| median of per-repeat ratios | {res['median_ratio']:.3f} | 1 |")
+print(f"\nwrote {out}")
+EOF
