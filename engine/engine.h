@@ -1,0 +1,404 @@
+/* engine/engine.h — the engine's private types, shared by the files of
+ * engine/ (never by other modules).  See docs/architecture.md for the threads
+ * and the write/read/flush/checkpoint/recovery paths.
+ *
+ * Locks, always taken in this order:
+ *   s->mlock  metadata: object table, extent maps, segment table, allocator
+ *   s->jlock  journal: tickets, the reorder ring, the commit cycle, flushes
+ *   s->ckpt_mu one checkpoint at a time, superblock writes
+ * Neither lock is ever held across I/O or a user callback.
+ */
+#ifndef COIL_ENGINE_H
+#define COIL_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <zstd.h>
+
+#include "coil.h"
+#include "common/common.h"
+#include "engine/blob.h"
+#include "engine/extmap.h"
+#include "format/format.h"
+#include "pool/pool.h"
+#include "uring/uring.h"
+
+#define STORE_MAGIC 0x4c494f43u      /* "COIL" */
+#define STORE_MAGIC_DEAD 0x44414544u /* "DEAD" */
+#define HANDLE_MAGIC 0x4a424f43u     /* "COBJ" */
+#define HANDLE_MAGIC_DEAD 0x4a424f44u
+
+/* The largest single write.  A write is one journal record and must fit one
+ * chunk: at max_blob 4 KiB, 16 MiB is 4096 raw extents = 197 KiB of record. */
+#define ENGINE_WRITE_MAX (16u << 20)
+/* Largest object: offsets stay far from u64 overflow in every sum. */
+#define ENGINE_OBJ_SIZE_MAX (1ull << 60)
+/* Request contexts (writes, reads) made at open; the reorder ring of the
+ * journal holds every ticket a write or metadata op can have outstanding. */
+#define ENGINE_WREQ_MAX 512u
+#define ENGINE_RREQ_MAX 512u
+#define ENGINE_JSLOTS 2048u
+/* After recovery the chunk sequence jumps by this much, so a chunk left from
+ * before the crash can never carry a sequence the new session will expect. */
+#define ENGINE_SEQ_GAP (1ull << 20)
+/* Checkpoint when the journal is this full (percent). */
+#define ENGINE_CKPT_PERCENT 50u
+
+enum seg_state {
+	SEG_FREE = 0,
+	SEG_ACTIVE = 1,   /* open for appending */
+	SEG_SEALED = 2,   /* holds blobs; not appended to */
+	SEG_PENDING = 3,  /* sealed, no live bytes: free after next checkpoint */
+};
+
+struct seg {
+	uint64_t live;        /* logical bytes referenced by extent maps */
+	uint32_t inflight;    /* writes allocated here, not yet applied/failed */
+	uint32_t gen;         /* bumped on reuse (cache keys) */
+	_Atomic uint32_t readers; /* reads in flight holding blobs here */
+	uint8_t state;
+	uint8_t in_ckpt;      /* pending when the running checkpoint began */
+};
+
+struct object {
+	uint64_t id;
+	uint64_t size;
+	struct extmap map;
+	char *name;
+	uint16_t name_len;
+	bool removed;
+	uint32_t refs;         /* table link + handles + requests; under mlock */
+	struct object *name_next;
+	struct object *id_next;
+};
+
+struct coil_obj {
+	uint32_t magic;
+	struct coil_store *s;
+	struct object *obj;
+	_Atomic uint32_t inflight;
+	struct coil_obj *next;     /* free list / open list */
+};
+
+/* One journal entry: a record waiting for its ticket's turn. */
+struct jent {
+	uint64_t ticket;
+	uint8_t *rec;          /* encoded record (may be NULL: failed op) */
+	uint32_t rec_len;
+	int status;            /* < 0: the op failed; no record */
+	bool need_sync;
+	/* under mlock, in ticket order, after the chunk is durable enough */
+	void (*apply)(struct coil_store *s, struct jent *e);
+	/* after apply, outside every lock: completes the op */
+	void (*done)(struct coil_store *s, struct jent *e, int res);
+	struct jent *next;
+};
+
+struct flush_waiter {
+	coil_cb cb;
+	void *arg;
+	struct flush_waiter *next;
+};
+
+struct wrun {
+	struct uring_io io;
+	struct wreq *w;
+	uint32_t seg;
+};
+
+struct wreq {
+	struct jent je;
+	struct coil_store *s;
+	struct coil_obj *h;
+	struct object *obj;
+	const uint8_t *src;
+	uint64_t off;
+	uint64_t len;
+	coil_cb cb;
+	void *arg;
+	uint32_t nblobs, cap_blobs;
+	struct pool_req preq;
+	struct pool_task *tasks;
+	struct fmt_blob *fb;
+	struct blobd **bd;
+	uint32_t *slot;         /* each blob's slot offset in batch */
+	uint8_t *batch;
+	size_t batch_cap;
+	struct wrun *runs;
+	uint32_t nruns, cap_runs;
+	_Atomic uint32_t runs_pending;
+	_Atomic int io_status;
+	uint8_t *recbuf;
+	size_t rec_cap;
+	uint64_t logical, stored;
+	struct wreq *next_free;
+};
+
+struct rblob {
+	struct blobd *b;
+	struct rreq *r;
+	uint32_t lo, hi;        /* logical bytes needed */
+	uint64_t rd_off;
+	uint32_t rd_len;
+	uint8_t *iobuf;
+	uint8_t *dec;           /* decoded logical bytes (zstd) */
+	int res;
+	struct uring_io io;
+	struct fmt_blob fb;
+};
+
+struct rpiece {
+	uint64_t dst;           /* offset in the caller's buffer */
+	uint32_t blob;          /* index in rb[] */
+	uint32_t skip;          /* logical offset in the blob */
+	uint32_t len;
+};
+
+struct rreq {
+	struct coil_store *s;
+	struct coil_obj *h;
+	uint8_t *dst;
+	uint64_t off;
+	uint64_t len;           /* bytes the read returns */
+	coil_cb cb;
+	void *arg;
+	uint32_t nrb, cap_rb;
+	struct rblob *rb;
+	uint32_t npc, cap_pc;
+	struct rpiece *pc;
+	struct pool_task *tasks;
+	uint32_t *task_blob;
+	uint32_t ntasks, cap_tasks;
+	struct pool_req preq;
+	_Atomic uint32_t pending;
+	int status;
+	struct uring_io nop;
+	struct rreq *next_free;
+};
+
+/* Fixed-size aligned buffers made at open (I/O buffers, decode scratch). */
+struct bufpool {
+	pthread_mutex_t mu;
+	uint8_t *base;
+	size_t size;            /* bytes each */
+	uint32_t count;
+	uint32_t nfree;
+	uint8_t **free;
+	_Atomic uint64_t misses; /* served by malloc because empty or too big */
+};
+
+struct engine_stats {
+	_Atomic uint64_t writes, write_bytes, write_errors;
+	_Atomic uint64_t reads, read_bytes, read_errors;
+	_Atomic uint64_t csum_failures;
+	_Atomic uint64_t blobs_raw, blobs_zstd;
+	_Atomic uint64_t enc_logical, enc_stored;
+	_Atomic uint64_t dev_bytes_written, dev_bytes_read;
+	_Atomic uint64_t flushes, fsyncs;
+	_Atomic uint64_t chunks, chunk_bytes, records;
+	_Atomic uint64_t ckpts, ckpt_bytes, ckpt_ns_last, ckpt_failures;
+	_Atomic uint64_t journal_waits;
+	_Atomic uint64_t replayed_chunks, replayed_records;
+	_Atomic uint64_t inline_encodes, inline_decodes;
+	_Atomic uint64_t prefetch_hints;
+};
+
+struct coil_store {
+	uint32_t magic;
+	int fd;
+	dev_t dev;
+	ino_t ino;
+	char *path;
+	bool rdonly;
+	bool direct;
+	bool sync_writes;
+	int level;              /* zstd level, 0 = no compression */
+	unsigned pool_mode;
+	unsigned prefetch;
+	uint64_t cache_bytes;
+	uint32_t max_blob;      /* effective: min(option, segment/2) */
+	struct fmt_super sb;
+	uint64_t store_id;
+	struct uring *ring;
+	struct pool *pool;
+	_Atomic int broken;     /* first fatal error: writes fail with it */
+
+	/* ---- metadata (mlock) ---- */
+	pthread_mutex_t mlock;
+	pthread_cond_t mcond;   /* truncate/remove/ticket waiters */
+	struct object **by_name;
+	struct object **by_id;
+	uint32_t tab_cap;       /* buckets (power of two) */
+	uint64_t nobj;
+	uint64_t next_obj_id;
+	struct seg *segs;
+	uint32_t nseg;
+	uint32_t active;        /* UINT32_MAX: none */
+	uint64_t active_head;   /* next free byte, relative to the segment */
+	uint32_t alloc_cursor;
+	uint32_t free_segs;
+	struct coil_obj *handles_free;
+	uint32_t nhandles;       /* open handles */
+	uint64_t applied_end_lin;/* journal linear offset after the last applied chunk */
+	uint64_t applied_next_seq;
+
+	/* ---- journal (jlock) ---- */
+	pthread_mutex_t jlock;
+	pthread_cond_t jcond;
+	struct jent **jslot;     /* ENGINE_JSLOTS, by ticket */
+	uint64_t next_ticket;
+	uint64_t head_ticket;
+	bool jbusy;
+	bool jwait_space;
+	struct flush_waiter *sync_pending, *sync_current;
+	struct jent *cyc_first, *cyc_last;
+	bool cyc_sync;
+	uint8_t *chunk;
+	uint32_t chunk_cap;
+	uint32_t chunk_len;
+	uint64_t chunk_lin;      /* linear offset where the chunk goes */
+	uint64_t chunk_seq;
+	uint64_t j_head_lin;     /* next chunk's linear offset */
+	uint64_t j_tail_lin;     /* replay point of the durable checkpoint */
+	uint64_t j_next_seq;
+	struct uring_io jio;
+	struct uring_io fio;
+	uint32_t nonwrite_out;   /* metadata ops holding tickets */
+
+	/* ---- requests ---- */
+	pthread_mutex_t rq_mu;
+	pthread_cond_t rq_cond;
+	struct wreq *wfree;
+	struct rreq *rfree;
+	struct wreq *wreqs;
+	struct rreq *rreqs;
+	_Atomic uint64_t ops_inflight; /* writes/reads/flushes submitted, not done */
+	struct bufpool bp;
+
+	/* fallback zstd contexts for a coil thread the pool refuses */
+	pthread_mutex_t zmu;
+	ZSTD_CCtx *zc;
+	ZSTD_DCtx *zd;
+
+	/* ---- checkpoint thread ---- */
+	pthread_mutex_t ckpt_mu;
+	pthread_mutex_t ck_mu;
+	pthread_cond_t ck_cond;
+	pthread_t ck_thread;
+	bool ck_started;
+	bool ck_want;
+	bool ck_stop;
+	uint64_t ckpt_seq;
+	int ck_last_err;
+
+	struct engine_stats st;
+	struct coil_store *reg_next; /* process-wide registry */
+};
+
+/* ---- options.c ---- */
+int engine_parse_compression(const char *spec, int *level);
+
+/* ---- bufpool.c ---- */
+int bufpool_init(struct bufpool *bp, size_t size, uint32_t count);
+void bufpool_destroy(struct bufpool *bp);
+/* An aligned buffer of at least @len bytes (pool when it fits, else
+ * aligned malloc).  NULL on ENOMEM. */
+void *bufpool_get(struct bufpool *bp, size_t len);
+void bufpool_put(struct bufpool *bp, void *p);
+
+/* ---- object.c ---- */
+int objtab_init(struct coil_store *s);
+void objtab_destroy(struct coil_store *s);
+struct object *objtab_find_name(struct coil_store *s, const char *name,
+				size_t len);
+struct object *objtab_find_id(struct coil_store *s, uint64_t id);
+/* Create and link an object (refs = 1 for the table).  -ENOMEM. */
+int objtab_add(struct coil_store *s, uint64_t id, const char *name,
+	       size_t len, struct object **out);
+void objtab_unlink(struct coil_store *s, struct object *o);
+void object_put(struct coil_store *s, struct object *o);
+/* Extent-map drop callback: @arg is the store. */
+void seg_drop_live(void *arg, struct blobd *b, uint32_t len);
+
+/* ---- segment.c ---- */
+uint32_t seg_of(const struct coil_store *s, uint64_t dev_off);
+uint64_t seg_base(const struct coil_store *s, uint32_t idx);
+void seg_maybe_pending(struct coil_store *s, uint32_t idx);
+/* Place @nblobs encoded blobs; fills runs and blob dev_offs (mlock held by
+ * the function).  @return 0, -ENOSPC, -ENOMEM. */
+int seg_place_write(struct coil_store *s, struct wreq *w);
+void seg_inflight_done(struct coil_store *s, struct wreq *w);
+
+/* ---- journal.c ---- */
+int journal_init(struct coil_store *s);
+void journal_destroy(struct coil_store *s);
+/* Take the next ticket (submission order).  Called with mlock held for
+ * metadata ops so the memory change and the ticket are one step. */
+uint64_t journal_ticket(struct coil_store *s);
+/* Metadata ops reserve a ticket slot first (writes are bounded by the write
+ * contexts); waits, or -EAGAIN when @can_wait is false. */
+int journal_reserve_meta(struct coil_store *s, bool can_wait);
+void journal_release_meta(struct coil_store *s);
+/* The entry for its ticket is ready (record built or op failed). */
+void journal_ready(struct coil_store *s, struct jent *e);
+/* Same, without starting a cycle (for callers holding mlock: the caller
+ * kicks after unlocking). */
+void journal_ready_nokick(struct coil_store *s, struct jent *e);
+/* Start a commit cycle if there is work and none is running. */
+void journal_kick(struct coil_store *s);
+int journal_flush(struct coil_store *s, coil_cb cb, void *arg);
+/* Bytes of journal in use and capacity. */
+void journal_usage(struct coil_store *s, uint64_t *used, uint64_t *len);
+
+/* ---- write.c / read.c ---- */
+int engine_write(struct coil_obj *h, const void *buf, size_t len, uint64_t off,
+		 coil_cb cb, void *arg);
+int engine_read(struct coil_obj *h, void *buf, size_t len, uint64_t off,
+		coil_cb cb, void *arg);
+int reqs_init(struct coil_store *s);
+void reqs_destroy(struct coil_store *s);
+bool engine_on_coil_thread(struct coil_store *s);
+/* Wait for a free write context (blocks unless on a coil thread). */
+struct wreq *wreq_get(struct coil_store *s);
+void wreq_put(struct coil_store *s, struct wreq *w);
+
+/* ---- meta.c: apply records (live path and replay) ---- */
+int meta_apply_write(struct coil_store *s, struct object *o, uint64_t off,
+		     uint64_t len, const struct ext *ex, uint32_t n, bool remap);
+int meta_apply_truncate(struct coil_store *s, struct object *o, uint64_t size);
+void meta_apply_remove(struct coil_store *s, struct object *o);
+/* Metadata ops through the journal (sync: they wait for the commit). */
+int meta_create(struct coil_store *s, const char *name, size_t len,
+		struct object **out);
+int meta_remove(struct coil_store *s, struct object *o);
+int meta_truncate(struct coil_store *s, struct object *o, uint64_t size);
+
+/* ---- ckpt.c ---- */
+int ckpt_write(struct coil_store *s, bool clean);
+int ckpt_load(struct coil_store *s);
+int ckpt_thread_start(struct coil_store *s);
+void ckpt_thread_stop(struct coil_store *s);
+void ckpt_trigger(struct coil_store *s);
+int replay_journal(struct coil_store *s);
+int super_write(struct coil_store *s, bool clean);
+
+/* ---- store.c / api.c ---- */
+bool store_valid(struct coil_store *s);
+int coil_sync_internal(struct coil_store *s);
+
+/* ---- stats.c ---- */
+int engine_stats_json(struct coil_store *s, char *buf, size_t len);
+
+/* ---- util ---- */
+static inline void stat_add(_Atomic uint64_t *c, uint64_t v)
+{
+	atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+
+int store_io_sync(struct coil_store *s, int op, void *buf, uint32_t len,
+		  uint64_t off);
+
+#endif

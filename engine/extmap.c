@@ -1,0 +1,319 @@
+/* engine/extmap.c — the per-object extent map (see extmap.h). */
+#include "engine/extmap.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "engine/blob.h"
+
+/* Spare leaves kept so that a punch + insert (at most two leaf splits) never
+ * fails half way: every allocation happens in extmap_reserve, before the map
+ * is touched. */
+#define EXTMAP_SPARES 2
+
+void extmap_init(struct extmap *m)
+{
+	memset(m, 0, sizeof(*m));
+}
+
+static struct extmap_leaf **spares(struct extmap *m)
+{
+	/* Spare leaves are stored past nleaf in the leaf array's capacity. */
+	return m->leaf + m->cap;
+}
+
+/* The leaf array is allocated with EXTMAP_SPARES extra slots after cap. */
+static int extmap_reserve(struct extmap *m)
+{
+	if (m->nleaf + 2 > m->cap) {
+		uint32_t ncap = m->cap ? m->cap * 2 : 4;
+		struct extmap_leaf **nl;
+
+		while (ncap < m->nleaf + 2)
+			ncap *= 2;
+		nl = calloc(ncap + EXTMAP_SPARES, sizeof(*nl));
+		if (!nl)
+			return -ENOMEM;
+		if (m->leaf) {
+			memcpy(nl, m->leaf, m->nleaf * sizeof(*nl));
+			memcpy(nl + ncap, m->leaf + m->cap,
+			       EXTMAP_SPARES * sizeof(*nl));
+			free(m->leaf);
+		}
+		m->leaf = nl;
+		m->cap = ncap;
+	}
+	for (int i = 0; i < EXTMAP_SPARES; i++) {
+		if (!spares(m)[i]) {
+			spares(m)[i] = malloc(sizeof(struct extmap_leaf));
+			if (!spares(m)[i])
+				return -ENOMEM;
+			spares(m)[i]->n = 0;
+		}
+	}
+	return 0;
+}
+
+static struct extmap_leaf *take_spare(struct extmap *m)
+{
+	for (int i = 0; i < EXTMAP_SPARES; i++) {
+		struct extmap_leaf *l = spares(m)[i];
+		if (l) {
+			spares(m)[i] = NULL;
+			l->n = 0;
+			return l;
+		}
+	}
+	COIL_ASSERT(!"extmap: no spare leaf reserved");
+	return NULL;
+}
+
+static void leaf_insert_at_top(struct extmap *m, uint32_t li,
+			       struct extmap_leaf *l)
+{
+	COIL_ASSERT(m->nleaf < m->cap);
+	memmove(&m->leaf[li + 1], &m->leaf[li],
+		(m->nleaf - li) * sizeof(m->leaf[0]));
+	m->leaf[li] = l;
+	m->nleaf++;
+}
+
+static void leaf_remove_from_top(struct extmap *m, uint32_t li)
+{
+	free(m->leaf[li]);
+	memmove(&m->leaf[li], &m->leaf[li + 1],
+		(m->nleaf - li - 1) * sizeof(m->leaf[0]));
+	m->nleaf--;
+}
+
+/* Put @e at position (li, i), splitting the leaf when full. */
+static void put_at(struct extmap *m, uint32_t li, uint32_t i,
+		   const struct ext *e)
+{
+	struct extmap_leaf *l;
+
+	if (m->nleaf == 0) {
+		l = take_spare(m);
+		leaf_insert_at_top(m, 0, l);
+		li = 0;
+		i = 0;
+	}
+	l = m->leaf[li];
+	if (l->n == EXTMAP_LEAF_MAX) {
+		struct extmap_leaf *r = take_spare(m);
+		uint32_t half = EXTMAP_LEAF_MAX / 2;
+
+		memcpy(r->e, &l->e[half], (l->n - half) * sizeof(l->e[0]));
+		r->n = l->n - half;
+		l->n = half;
+		leaf_insert_at_top(m, li + 1, r);
+		if (i > half) {
+			l = r;
+			i -= half;
+		}
+	}
+	COIL_ASSERT(i <= l->n);
+	memmove(&l->e[i + 1], &l->e[i], (l->n - i) * sizeof(l->e[0]));
+	l->e[i] = *e;
+	l->n++;
+	m->n++;
+	m->bytes += e->len;
+}
+
+/* Index of the last leaf whose first extent starts at or before @off, or 0. */
+static uint32_t find_leaf(const struct extmap *m, uint64_t off)
+{
+	uint32_t lo = 0, hi = m->nleaf;
+
+	while (hi - lo > 1) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (m->leaf[mid]->e[0].off <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* First index in @l whose extent ends after @off. */
+static uint32_t leaf_lower_end(const struct extmap_leaf *l, uint64_t off)
+{
+	uint32_t lo = 0, hi = l->n;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (l->e[mid].off + l->e[mid].len <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static void drop_piece(extmap_drop_fn drop, void *arg, struct blobd *b,
+		       uint32_t len)
+{
+	if (drop)
+		drop(arg, b, len);
+}
+
+static void punch_reserved(struct extmap *m, uint64_t off, uint64_t len,
+			   extmap_drop_fn drop, void *arg)
+{
+	uint64_t end;
+	uint32_t li, i;
+
+	if (len == 0 || m->nleaf == 0)
+		return;
+	end = off + len < off ? UINT64_MAX : off + len;
+	li = find_leaf(m, off);
+	i = leaf_lower_end(m->leaf[li], off);
+	while (li < m->nleaf) {
+		struct extmap_leaf *l = m->leaf[li];
+
+		while (i < l->n) {
+			struct ext *e = &l->e[i];
+			uint64_t e_end = e->off + e->len;
+
+			if (e->off >= end)
+				return;
+			if (e->off < off && e_end > end) {
+				/* The punch falls inside one extent: keep
+				 * both sides, the right one a new extent of
+				 * the same blob. */
+				struct ext r = *e;
+				uint32_t cut = (uint32_t)(end - e->off);
+
+				r.off = end;
+				r.skip += cut;
+				r.len = (uint32_t)(e_end - end);
+				blobd_ref(r.b);
+				e->len = (uint32_t)(off - e->off);
+				drop_piece(drop, arg, e->b, (uint32_t)(end - off));
+				m->bytes -= e_end - e->off;
+				m->bytes += e->len;
+				put_at(m, li, i + 1, &r);
+				return;
+			}
+			if (e->off < off) {
+				uint32_t keep = (uint32_t)(off - e->off);
+				drop_piece(drop, arg, e->b, e->len - keep);
+				m->bytes -= e->len - keep;
+				e->len = keep;
+				i++;
+				continue;
+			}
+			if (e_end > end) {
+				uint32_t cut = (uint32_t)(end - e->off);
+				drop_piece(drop, arg, e->b, cut);
+				m->bytes -= cut;
+				e->off = end;
+				e->skip += cut;
+				e->len -= cut;
+				return;
+			}
+			drop_piece(drop, arg, e->b, e->len);
+			m->bytes -= e->len;
+			blobd_unref(e->b);
+			memmove(&l->e[i], &l->e[i + 1],
+				(l->n - i - 1) * sizeof(l->e[0]));
+			l->n--;
+			m->n--;
+		}
+		if (l->n == 0) {
+			leaf_remove_from_top(m, li);
+		} else {
+			li++;
+		}
+		i = 0;
+	}
+}
+
+int extmap_punch(struct extmap *m, uint64_t off, uint64_t len,
+		 extmap_drop_fn drop, void *arg)
+{
+	int rc = extmap_reserve(m);
+
+	if (rc < 0)
+		return rc;
+	punch_reserved(m, off, len, drop, arg);
+	return 0;
+}
+
+int extmap_insert(struct extmap *m, const struct ext *e, extmap_drop_fn drop,
+		  void *arg)
+{
+	uint32_t li, i;
+	int rc;
+
+	if (!e || e->len == 0 || e->off + e->len < e->off)
+		return -EINVAL;
+	rc = extmap_reserve(m);
+	if (rc < 0)
+		return rc;
+	punch_reserved(m, e->off, e->len, drop, arg);
+	if (m->nleaf == 0) {
+		put_at(m, 0, 0, e);
+		return 0;
+	}
+	li = find_leaf(m, e->off);
+	i = leaf_lower_end(m->leaf[li], e->off);
+	put_at(m, li, i, e);
+	return 0;
+}
+
+void extmap_destroy(struct extmap *m, extmap_drop_fn drop, void *arg)
+{
+	for (uint32_t li = 0; li < m->nleaf; li++) {
+		struct extmap_leaf *l = m->leaf[li];
+		for (uint32_t i = 0; i < l->n; i++) {
+			drop_piece(drop, arg, l->e[i].b, l->e[i].len);
+			blobd_unref(l->e[i].b);
+		}
+		free(l);
+	}
+	if (m->leaf) {
+		for (int i = 0; i < EXTMAP_SPARES; i++)
+			free(spares(m)[i]);
+		free(m->leaf);
+	}
+	memset(m, 0, sizeof(*m));
+}
+
+void extmap_iter_init(struct extmap_iter *it, const struct extmap *m,
+		      uint64_t off)
+{
+	it->m = m;
+	it->li = 0;
+	it->i = 0;
+	if (m->nleaf == 0)
+		return;
+	it->li = find_leaf(m, off);
+	it->i = leaf_lower_end(m->leaf[it->li], off);
+}
+
+const struct ext *extmap_iter_next(struct extmap_iter *it)
+{
+	const struct extmap *m = it->m;
+
+	while (it->li < m->nleaf) {
+		const struct extmap_leaf *l = m->leaf[it->li];
+		if (it->i < l->n)
+			return &l->e[it->i++];
+		it->li++;
+		it->i = 0;
+	}
+	return NULL;
+}
+
+uint64_t extmap_end(const struct extmap *m)
+{
+	const struct extmap_leaf *l;
+
+	if (m->nleaf == 0)
+		return 0;
+	l = m->leaf[m->nleaf - 1];
+	return l->e[l->n - 1].off + l->e[l->n - 1].len;
+}

@@ -1,0 +1,78 @@
+/* engine/extmap.h — one object's extent map: which bytes of which blob back
+ * each byte range of the object.
+ *
+ * Extents are kept sorted by object offset and never overlap.  A new extent
+ * shadows whatever it covers: older extents are trimmed or split, never
+ * rewritten on disk (no foreground read-modify-write).  The map is a two-level
+ * structure (a sorted array of leaves of up to EXTMAP_LEAF_MAX extents) so an
+ * insert costs O(log n + leaf) instead of a memmove of the whole map: a 1 GiB
+ * object overwritten in 4 KiB pieces holds 262144 extents.
+ *
+ * Not thread-safe: the engine calls it under the store's metadata lock.
+ */
+#ifndef COIL_ENGINE_EXTMAP_H
+#define COIL_ENGINE_EXTMAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct blobd; /* engine/blob.h: a refcounted stored-blob descriptor */
+
+struct ext {
+	uint64_t off;     /* object offset */
+	uint32_t len;     /* > 0 */
+	uint32_t skip;    /* offset into the blob's logical bytes */
+	struct blobd *b;  /* one reference held by the map */
+};
+
+#define EXTMAP_LEAF_MAX 64
+
+struct extmap_leaf {
+	uint32_t n;
+	struct ext e[EXTMAP_LEAF_MAX];
+};
+
+struct extmap {
+	struct extmap_leaf **leaf;
+	uint32_t nleaf;
+	uint32_t cap;
+	uint64_t n;       /* extents in the map */
+	uint64_t bytes;   /* sum of extent lengths (logical bytes mapped) */
+};
+
+/* Called for each piece an insert or punch removes from the map: @len bytes
+ * of blob @b stop being referenced (live-byte accounting). */
+typedef void (*extmap_drop_fn)(void *arg, struct blobd *b, uint32_t len);
+
+void extmap_init(struct extmap *m);
+/* Drop every extent (reporting each through @drop if not NULL), free. */
+void extmap_destroy(struct extmap *m, extmap_drop_fn drop, void *arg);
+
+/* Remove [off, off + len) from the map.  @return 0 or -ENOMEM (a split
+ * needed a new leaf; the map is unchanged then). */
+int extmap_punch(struct extmap *m, uint64_t off, uint64_t len,
+		 extmap_drop_fn drop, void *arg);
+
+/* Shadow [e->off, e->off + e->len) with @e; the map takes over the reference
+ * to e->b on success.  @return 0 or -ENOMEM (map unchanged... except that the
+ * punched range may already be gone; the engine treats -ENOMEM on apply as
+ * fatal for the store). */
+int extmap_insert(struct extmap *m, const struct ext *e, extmap_drop_fn drop,
+		  void *arg);
+
+/* Iteration in offset order starting at the first extent that ends after
+ * @off.  Valid only while the map is not modified. */
+struct extmap_iter {
+	const struct extmap *m;
+	uint32_t li;
+	uint32_t i;
+};
+void extmap_iter_init(struct extmap_iter *it, const struct extmap *m,
+		      uint64_t off);
+/* @return the next extent or NULL. */
+const struct ext *extmap_iter_next(struct extmap_iter *it);
+
+/* The extent end (off + len) of the last extent, or 0 if empty. */
+uint64_t extmap_end(const struct extmap *m);
+
+#endif

@@ -1,0 +1,330 @@
+/* engine/journal.c — tickets, the reorder ring, group commit and flushes.
+ *
+ * Every mutation takes a ticket when it is submitted.  Its journal entry
+ * becomes ready later (a write: once its data is on the device), in any
+ * order; the committer takes ready entries strictly in ticket order, so
+ * records enter the journal — and are applied to the extent maps — in
+ * submission order, which is what makes overlapping in-flight writes land
+ * in the order they were issued.
+ *
+ * One commit cycle runs at a time: gather every ready entry at the head
+ * (group commit), write them as one chunk, fdatasync if a flush or a
+ * sync_writes record asked for it, apply the records under mlock, complete
+ * them.  Entries that become ready while a cycle runs wait for the next one,
+ * which starts as soon as this one ends: the batch grows with the load.
+ * All flushes waiting when a cycle starts share its one fdatasync. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+int journal_init(struct coil_store *s)
+{
+	uint64_t cap = COIL_MIN(1u << 20, s->sb.journal_len / 4);
+
+	s->jslot = calloc(ENGINE_JSLOTS, sizeof(*s->jslot));
+	if (!s->jslot)
+		return -ENOMEM;
+	s->chunk_cap = (uint32_t)COIL_ALIGN_DOWN(cap, FMT_BLOCK);
+	if (posix_memalign((void **)&s->chunk, 4096, s->chunk_cap))
+		return -ENOMEM;
+	return 0;
+}
+
+void journal_destroy(struct coil_store *s)
+{
+	free(s->jslot);
+	free(s->chunk);
+	s->jslot = NULL;
+	s->chunk = NULL;
+}
+
+int journal_reserve_meta(struct coil_store *s, bool can_wait)
+{
+	pthread_mutex_lock(&s->jlock);
+	while (s->nonwrite_out >= ENGINE_JSLOTS - ENGINE_WREQ_MAX) {
+		if (!can_wait) {
+			pthread_mutex_unlock(&s->jlock);
+			return -EAGAIN;
+		}
+		pthread_cond_wait(&s->jcond, &s->jlock);
+	}
+	s->nonwrite_out++;
+	pthread_mutex_unlock(&s->jlock);
+	return 0;
+}
+
+void journal_release_meta(struct coil_store *s)
+{
+	pthread_mutex_lock(&s->jlock);
+	COIL_ASSERT(s->nonwrite_out > 0);
+	s->nonwrite_out--;
+	pthread_cond_broadcast(&s->jcond);
+	pthread_mutex_unlock(&s->jlock);
+}
+
+uint64_t journal_ticket(struct coil_store *s)
+{
+	uint64_t t;
+
+	pthread_mutex_lock(&s->jlock);
+	t = s->next_ticket++;
+	COIL_ASSERT(t - s->head_ticket < ENGINE_JSLOTS);
+	pthread_mutex_unlock(&s->jlock);
+	return t;
+}
+
+void journal_ready_nokick(struct coil_store *s, struct jent *e)
+{
+	pthread_mutex_lock(&s->jlock);
+	COIL_ASSERT(e->ticket >= s->head_ticket);
+	COIL_ASSERT(!s->jslot[e->ticket % ENGINE_JSLOTS]);
+	s->jslot[e->ticket % ENGINE_JSLOTS] = e;
+	pthread_mutex_unlock(&s->jlock);
+}
+
+void journal_ready(struct coil_store *s, struct jent *e)
+{
+	journal_ready_nokick(s, e);
+	journal_kick(s);
+}
+
+void journal_usage(struct coil_store *s, uint64_t *used, uint64_t *len)
+{
+	pthread_mutex_lock(&s->jlock);
+	*used = s->j_head_lin - s->j_tail_lin;
+	*len = s->sb.journal_len;
+	pthread_mutex_unlock(&s->jlock);
+}
+
+static void cycle_finish(struct coil_store *s, int res)
+{
+	struct jent *e, *next;
+	struct flush_waiter *fw, *fnext;
+	bool trigger;
+
+	pthread_mutex_lock(&s->mlock);
+	for (e = s->cyc_first; e; e = e->next) {
+		if (res < 0 && e->status == 0)
+			e->status = res;
+		e->apply(s, e);
+	}
+	if (res == 0 && s->chunk_len) {
+		s->applied_end_lin = s->chunk_lin + s->chunk_len;
+		s->applied_next_seq = s->chunk_seq + 1;
+	}
+	pthread_mutex_unlock(&s->mlock);
+
+	e = s->cyc_first;
+	fw = s->sync_current;
+	s->cyc_first = s->cyc_last = NULL;
+	s->sync_current = NULL;
+	for (; e; e = next) {
+		next = e->next;
+		e->done(s, e, e->status);
+	}
+	for (; fw; fw = fnext) {
+		fnext = fw->next;
+		fw->cb(fw->arg, res);
+		free(fw);
+		atomic_fetch_sub(&s->ops_inflight, 1);
+	}
+
+	pthread_mutex_lock(&s->jlock);
+	s->jbusy = false;
+	pthread_cond_broadcast(&s->jcond);
+	trigger = (s->j_head_lin - s->j_tail_lin) * 100 >
+		  s->sb.journal_len * ENGINE_CKPT_PERCENT;
+	pthread_mutex_unlock(&s->jlock);
+	if (trigger)
+		ckpt_trigger(s);
+	journal_kick(s);
+}
+
+static void fsync_done(struct uring_io *io, int res)
+{
+	struct coil_store *s = io->arg;
+
+	if (res < 0) {
+		int zero = 0;
+		atomic_compare_exchange_strong(&s->broken, &zero, res);
+	}
+	cycle_finish(s, res < 0 ? res : 0);
+}
+
+static void chunk_written(struct uring_io *io, int res)
+{
+	struct coil_store *s = io->arg;
+
+	if (res >= 0 && (uint32_t)res != s->chunk_len)
+		res = -EIO;
+	if (res < 0) {
+		/* A journal write that failed leaves the tail of the journal
+		 * unknown: nothing more may be appended (the store is
+		 * read-only from here; the next open recovers). */
+		int zero = 0;
+		atomic_compare_exchange_strong(&s->broken, &zero, res);
+		cycle_finish(s, res);
+		return;
+	}
+	if (s->chunk_len) {
+		stat_add(&s->st.chunks, 1);
+		stat_add(&s->st.chunk_bytes, s->chunk_len);
+		stat_add(&s->st.dev_bytes_written, s->chunk_len);
+	}
+	if (s->cyc_sync) {
+		stat_add(&s->st.fsyncs, 1);
+		uring_io_prep(&s->fio, URING_OP_FSYNC, NULL, 0, 0, fsync_done, s);
+		if (uring_submit(s->ring, &s->fio) < 0)
+			cycle_finish(s, -EIO);
+		return;
+	}
+	cycle_finish(s, 0);
+}
+
+static void nop_done(struct uring_io *io, int res)
+{
+	struct coil_store *s = io->arg;
+	int br = atomic_load(&s->broken);
+
+	(void)res;
+	if (br) {
+		cycle_finish(s, br);
+		return;
+	}
+	if (s->cyc_sync) {
+		chunk_written(io, 0);
+		return;
+	}
+	cycle_finish(s, 0);
+}
+
+void journal_kick(struct coil_store *s)
+{
+	uint64_t t, size = 0, jlen = s->sb.journal_len, pos, waste = 0;
+	uint32_t nrec = 0, chunk_len = 0;
+	bool sync = false;
+	struct jent *e;
+	int rc;
+
+	pthread_mutex_lock(&s->jlock);
+	if (s->jbusy) {
+		pthread_mutex_unlock(&s->jlock);
+		return;
+	}
+	size = FMT_JCHUNK_HDR;
+	for (t = s->head_ticket; t < s->next_ticket; t++) {
+		uint32_t add;
+
+		e = s->jslot[t % ENGINE_JSLOTS];
+		if (!e)
+			break;
+		add = e->status == 0 ? e->rec_len : 0;
+		if (size + add > s->chunk_cap)
+			break;
+		size += add;
+		if (add)
+			nrec++;
+		if (e->need_sync)
+			sync = true;
+	}
+	if (t == s->head_ticket && !s->sync_pending) {
+		pthread_mutex_unlock(&s->jlock);
+		return;
+	}
+	if (atomic_load(&s->broken)) {
+		/* Nothing more reaches the journal: a chunk after a failed
+		 * one would never be replayed, so its writes must not be
+		 * reported complete.  Fail them in order. */
+		nrec = 0;
+		sync = false;
+	}
+	if (nrec) {
+		chunk_len = (uint32_t)COIL_ALIGN_UP(size, FMT_BLOCK);
+		pos = s->j_head_lin % jlen;
+		if (pos + chunk_len > jlen)
+			waste = jlen - pos;
+		if (s->j_head_lin + waste + chunk_len - s->j_tail_lin > jlen) {
+			/* Journal full: wait (do not fail) for the
+			 * checkpoint to release it; it kicks us again. */
+			if (!s->jwait_space)
+				stat_add(&s->st.journal_waits, 1);
+			s->jwait_space = true;
+			pthread_mutex_unlock(&s->jlock);
+			ckpt_trigger(s);
+			return;
+		}
+	}
+	s->jwait_space = false;
+	s->cyc_first = s->cyc_last = NULL;
+	for (uint64_t u = s->head_ticket; u < t; u++) {
+		e = s->jslot[u % ENGINE_JSLOTS];
+		s->jslot[u % ENGINE_JSLOTS] = NULL;
+		e->next = NULL;
+		if (s->cyc_last)
+			s->cyc_last->next = e;
+		else
+			s->cyc_first = e;
+		s->cyc_last = e;
+	}
+	s->head_ticket = t;
+	s->jbusy = true;
+	s->sync_current = s->sync_pending;
+	s->sync_pending = NULL;
+	s->cyc_sync = sync || s->sync_current;
+	s->chunk_len = chunk_len;
+	if (chunk_len) {
+		s->chunk_lin = s->j_head_lin + waste;
+		s->chunk_seq = s->j_next_seq++;
+		s->j_head_lin = s->chunk_lin + chunk_len;
+	}
+	pthread_mutex_unlock(&s->jlock);
+
+	if (!chunk_len) {
+		/* Nothing to write: run the rest of the cycle on the ring
+		 * thread (callbacks never run on the submitter's thread). */
+		uring_io_prep(&s->jio, URING_OP_NOP, NULL, 0, 0, nop_done, s);
+		if (uring_submit(s->ring, &s->jio) < 0)
+			cycle_finish(s, -ESHUTDOWN);
+		return;
+	}
+	size = FMT_JCHUNK_HDR;
+	for (e = s->cyc_first; e; e = e->next) {
+		if (e->status || !e->rec_len)
+			continue;
+		memcpy(s->chunk + size, e->rec, e->rec_len);
+		size += e->rec_len;
+	}
+	rc = fmt_jchunk_seal(s->chunk, s->chunk_cap, s->store_id, s->chunk_seq,
+			     (uint32_t)(size - FMT_JCHUNK_HDR), nrec);
+	COIL_ASSERT(rc == (int)chunk_len);
+	stat_add(&s->st.records, nrec);
+	uring_io_prep(&s->jio, URING_OP_WRITE, s->chunk, chunk_len,
+		      s->sb.journal_off + s->chunk_lin % jlen, chunk_written, s);
+	if (uring_submit(s->ring, &s->jio) < 0)
+		cycle_finish(s, -ESHUTDOWN);
+}
+
+int journal_flush(struct coil_store *s, coil_cb cb, void *arg)
+{
+	struct flush_waiter *fw = malloc(sizeof(*fw));
+
+	if (!fw)
+		return -ENOMEM;
+	fw->cb = cb;
+	fw->arg = arg;
+	fw->next = NULL;
+	atomic_fetch_add(&s->ops_inflight, 1);
+	stat_add(&s->st.flushes, 1);
+	pthread_mutex_lock(&s->jlock);
+	{
+		struct flush_waiter **pp = &s->sync_pending;
+		while (*pp)
+			pp = &(*pp)->next;
+		*pp = fw;
+	}
+	pthread_mutex_unlock(&s->jlock);
+	journal_kick(s);
+	return 0;
+}

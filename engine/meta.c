@@ -1,0 +1,222 @@
+/* engine/meta.c — applying records to the in-memory metadata (the live path
+ * and journal replay share these), and the metadata operations create,
+ * remove and truncate, which travel through the journal like writes.
+ *
+ * Ordering: create and remove change the object table at once, under mlock,
+ * in the same step that takes their ticket, so the table order is the journal
+ * order.  A write applied after its object was removed is dropped, exactly as
+ * replay drops a WRITE for an id that no longer exists.  Truncate is applied
+ * at its turn in the journal (after every write submitted before it), so the
+ * caller waits for it. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+int meta_apply_write(struct coil_store *s, struct object *o, uint64_t off,
+		     uint64_t len, const struct ext *ex, uint32_t n, bool remap)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t idx = seg_of(s, ex[i].b->dev_off);
+		int rc;
+
+		COIL_ASSERT(idx < s->nseg);
+		rc = extmap_insert(&o->map, &ex[i], seg_drop_live, s);
+		if (rc < 0) {
+			for (uint32_t j = i; j < n; j++)
+				blobd_unref(ex[j].b);
+			return rc;
+		}
+		s->segs[idx].live += ex[i].len;
+	}
+	if (!remap && len && off + len > o->size)
+		o->size = off + len;
+	return 0;
+}
+
+int meta_apply_truncate(struct coil_store *s, struct object *o, uint64_t size)
+{
+	if (size < o->size) {
+		int rc = extmap_punch(&o->map, size, UINT64_MAX - size,
+				      seg_drop_live, s);
+		if (rc < 0)
+			return rc;
+	}
+	o->size = size;
+	return 0;
+}
+
+void meta_apply_remove(struct coil_store *s, struct object *o)
+{
+	objtab_unlink(s, o);
+}
+
+/* ---- metadata ops through the journal ----------------------------------- */
+
+struct mop {
+	struct jent je;
+	struct object *o;
+	uint64_t size;
+	bool waited;
+	bool fin;
+	int res;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint8_t rec[FMT_JREC_HDR + 16 + FMT_NAME_MAX];
+};
+
+static void mop_apply_none(struct coil_store *s, struct jent *e)
+{
+	(void)s;
+	(void)e;
+}
+
+static void mop_done_free(struct coil_store *s, struct jent *e, int res)
+{
+	(void)res;
+	journal_release_meta(s);
+	free(e);
+}
+
+static void mop_apply_truncate(struct coil_store *s, struct jent *e)
+{
+	struct mop *m = (struct mop *)e;
+
+	if (e->status == 0 && !m->o->removed) {
+		int rc = meta_apply_truncate(s, m->o, m->size);
+		if (rc < 0) {
+			int zero = 0;
+			atomic_compare_exchange_strong(&s->broken, &zero, rc);
+			e->status = rc;
+		}
+	}
+}
+
+static void mop_done_wake(struct coil_store *s, struct jent *e, int res)
+{
+	struct mop *m = (struct mop *)e;
+
+	journal_release_meta(s);
+	pthread_mutex_lock(&m->mu);
+	m->res = res;
+	m->fin = true;
+	pthread_cond_signal(&m->cv);
+	pthread_mutex_unlock(&m->mu);
+}
+
+static struct mop *mop_new(void)
+{
+	struct mop *m = calloc(1, sizeof(*m));
+
+	if (m) {
+		m->je.apply = mop_apply_none;
+		m->je.done = mop_done_free;
+		m->je.rec = m->rec;
+	}
+	return m;
+}
+
+static int mop_encode(struct mop *m, int (*put)(struct fmt_cursor *c,
+						  struct mop *m))
+{
+	struct fmt_cursor c;
+	int rc;
+
+	fmt_cursor_init(&c, m->rec, sizeof(m->rec));
+	rc = put(&c, m);
+	if (rc < 0)
+		return rc;
+	m->je.rec_len = (uint32_t)c.pos;
+	return 0;
+}
+
+static int put_remove(struct fmt_cursor *c, struct mop *m)
+{
+	return fmt_jrec_put_remove(c, m->o->id);
+}
+
+static int put_truncate(struct fmt_cursor *c, struct mop *m)
+{
+	return fmt_jrec_put_truncate(c, m->o->id, m->size);
+}
+
+int meta_create(struct coil_store *s, const char *name, size_t len,
+		struct object **out)
+{
+	struct mop *m = mop_new();
+	struct fmt_cursor c;
+	struct object *o;
+	int rc;
+
+	/* mlock is held by the caller; the ticket slot was reserved. */
+	if (!m)
+		return -ENOMEM;
+	rc = objtab_add(s, s->next_obj_id, name, len, &o);
+	if (rc < 0) {
+		free(m);
+		return rc;
+	}
+	fmt_cursor_init(&c, m->rec, sizeof(m->rec));
+	rc = fmt_jrec_put_create(&c, o->id, name, len);
+	COIL_ASSERT(rc == 0);
+	m->je.rec_len = (uint32_t)c.pos;
+	m->je.ticket = journal_ticket(s);
+	*out = o;
+	/* journal_ready takes jlock only; mlock -> jlock is the lock order. */
+	journal_ready_nokick(s, &m->je);
+	return 0;
+}
+
+int meta_remove(struct coil_store *s, struct object *o)
+{
+	struct mop *m = mop_new();
+	int rc;
+
+	/* mlock held by the caller; slot reserved. */
+	if (!m)
+		return -ENOMEM;
+	m->o = o;
+	rc = mop_encode(m, put_remove);
+	COIL_ASSERT(rc == 0);
+	m->o = NULL;
+	m->je.ticket = journal_ticket(s);
+	meta_apply_remove(s, o);
+	journal_ready_nokick(s, &m->je);
+	return 0;
+}
+
+int meta_truncate(struct coil_store *s, struct object *o, uint64_t size)
+{
+	struct mop m;
+	int rc;
+
+	memset(&m, 0, sizeof(m));
+	m.je.apply = mop_apply_truncate;
+	m.je.done = mop_done_wake;
+	m.je.rec = m.rec;
+	m.o = o;
+	m.size = size;
+	pthread_mutex_init(&m.mu, NULL);
+	pthread_cond_init(&m.cv, NULL);
+	rc = mop_encode(&m, put_truncate);
+	COIL_ASSERT(rc == 0);
+	rc = journal_reserve_meta(s, true);
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&s->mlock);
+	o->refs++;
+	m.je.ticket = journal_ticket(s);
+	pthread_mutex_unlock(&s->mlock);
+	journal_ready(s, &m.je);
+	pthread_mutex_lock(&m.mu);
+	while (!m.fin)
+		pthread_cond_wait(&m.cv, &m.mu);
+	pthread_mutex_unlock(&m.mu);
+	pthread_mutex_lock(&s->mlock);
+	object_put(s, o);
+	pthread_mutex_unlock(&s->mlock);
+	pthread_mutex_destroy(&m.mu);
+	pthread_cond_destroy(&m.cv);
+	return m.res;
+}

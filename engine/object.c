@@ -1,0 +1,186 @@
+/* engine/object.c — the object table: objects by name and by id.
+ *
+ * Two chained hash tables over the same objects, grown by doubling.  All
+ * under s->mlock.  An object lives while its table link, open handles or
+ * requests in flight hold a reference; a removed object is unlinked at once
+ * (its name is free for a new object) and freed on the last put. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+static uint64_t name_hash(const char *name, size_t len)
+{
+	return fmt_csum(name, len);
+}
+
+static uint64_t id_hash(uint64_t id)
+{
+	id ^= id >> 33;
+	id *= 0xff51afd7ed558ccdull;
+	id ^= id >> 33;
+	return id;
+}
+
+int objtab_init(struct coil_store *s)
+{
+	s->tab_cap = 256;
+	s->by_name = calloc(s->tab_cap, sizeof(*s->by_name));
+	s->by_id = calloc(s->tab_cap, sizeof(*s->by_id));
+	if (!s->by_name || !s->by_id)
+		return -ENOMEM;
+	s->nobj = 0;
+	return 0;
+}
+
+static void object_free(struct coil_store *s, struct object *o)
+{
+	extmap_destroy(&o->map, o->removed ? NULL : seg_drop_live, s);
+	free(o->name);
+	free(o);
+}
+
+void objtab_destroy(struct coil_store *s)
+{
+	if (s->by_id) {
+		for (uint32_t i = 0; i < s->tab_cap; i++) {
+			struct object *o = s->by_id[i];
+			while (o) {
+				struct object *n = o->id_next;
+				o->removed = true; /* no live accounting */
+				object_free(s, o);
+				o = n;
+			}
+		}
+	}
+	free(s->by_name);
+	free(s->by_id);
+	s->by_name = s->by_id = NULL;
+}
+
+static void tab_grow(struct coil_store *s)
+{
+	uint32_t ncap = s->tab_cap * 2;
+	struct object **bn = calloc(ncap, sizeof(*bn));
+	struct object **bi = calloc(ncap, sizeof(*bi));
+
+	if (!bn || !bi) {
+		/* Longer chains, not a failure. */
+		free(bn);
+		free(bi);
+		return;
+	}
+	for (uint32_t i = 0; i < s->tab_cap; i++) {
+		struct object *o = s->by_id[i];
+		while (o) {
+			struct object *n = o->id_next;
+			uint64_t h = id_hash(o->id) & (ncap - 1);
+			o->id_next = bi[h];
+			bi[h] = o;
+			o = n;
+		}
+		o = s->by_name[i];
+		while (o) {
+			struct object *n = o->name_next;
+			uint64_t h = name_hash(o->name, o->name_len) & (ncap - 1);
+			o->name_next = bn[h];
+			bn[h] = o;
+			o = n;
+		}
+	}
+	free(s->by_name);
+	free(s->by_id);
+	s->by_name = bn;
+	s->by_id = bi;
+	s->tab_cap = ncap;
+}
+
+struct object *objtab_find_name(struct coil_store *s, const char *name,
+				size_t len)
+{
+	struct object *o = s->by_name[name_hash(name, len) & (s->tab_cap - 1)];
+
+	for (; o; o = o->name_next)
+		if (o->name_len == len && !memcmp(o->name, name, len))
+			return o;
+	return NULL;
+}
+
+struct object *objtab_find_id(struct coil_store *s, uint64_t id)
+{
+	struct object *o = s->by_id[id_hash(id) & (s->tab_cap - 1)];
+
+	for (; o; o = o->id_next)
+		if (o->id == id)
+			return o;
+	return NULL;
+}
+
+int objtab_add(struct coil_store *s, uint64_t id, const char *name,
+	       size_t len, struct object **out)
+{
+	struct object *o;
+	uint64_t h;
+
+	if (len == 0 || len > COIL_NAME_MAX)
+		return -EINVAL;
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return -ENOMEM;
+	o->name = malloc(len + 1);
+	if (!o->name) {
+		free(o);
+		return -ENOMEM;
+	}
+	memcpy(o->name, name, len);
+	o->name[len] = 0;
+	o->name_len = (uint16_t)len;
+	o->id = id;
+	o->refs = 1;
+	extmap_init(&o->map);
+	if (s->nobj + 1 > (uint64_t)s->tab_cap)
+		tab_grow(s);
+	h = name_hash(name, len) & (s->tab_cap - 1);
+	o->name_next = s->by_name[h];
+	s->by_name[h] = o;
+	h = id_hash(id) & (s->tab_cap - 1);
+	o->id_next = s->by_id[h];
+	s->by_id[h] = o;
+	s->nobj++;
+	if (id >= s->next_obj_id)
+		s->next_obj_id = id + 1;
+	*out = o;
+	return 0;
+}
+
+/* Unlink from both tables and drop the table's reference.  The extents are
+ * released now (live bytes fall), even if handles still point at it. */
+void objtab_unlink(struct coil_store *s, struct object *o)
+{
+	struct object **pp;
+
+	COIL_ASSERT(!o->removed);
+	pp = &s->by_name[name_hash(o->name, o->name_len) & (s->tab_cap - 1)];
+	while (*pp != o)
+		pp = &(*pp)->name_next;
+	*pp = o->name_next;
+	pp = &s->by_id[id_hash(o->id) & (s->tab_cap - 1)];
+	while (*pp != o)
+		pp = &(*pp)->id_next;
+	*pp = o->id_next;
+	s->nobj--;
+	extmap_destroy(&o->map, seg_drop_live, s);
+	o->size = 0;
+	o->removed = true;
+	object_put(s, o);
+}
+
+void object_put(struct coil_store *s, struct object *o)
+{
+	COIL_ASSERT(o->refs > 0);
+	if (--o->refs == 0) {
+		COIL_ASSERT(o->removed);
+		object_free(s, o);
+	}
+}

@@ -1,0 +1,419 @@
+/* engine/read.c — the read path.
+ *
+ *   coil_read (caller)     under mlock: map [off, off+len) to holes and
+ *                          pieces of blobs (a blob read once however many
+ *                          pieces of it are wanted); take blob references;
+ *                          zero the holes; one ring read per blob
+ *   read_io_done (ring)    raw blobs: verify just the 4 KiB sectors read
+ *   read_all_done (ring)   compressed blobs: one pool request of DECODE
+ *                          tasks, never blocking (POOL_NONBLOCK; when the
+ *                          pool is saturated the ring thread decodes itself,
+ *                          counted in stats, rather than stall or requeue)
+ *   read_finish            copy the pieces, release, call back
+ *
+ * A raw blob read touches only the sectors asked for.  Any checksum or
+ * device failure makes the whole read -EIO; no byte of a failed blob is ever
+ * copied out.
+ *
+ * Seam for issue 8 (decoded-blob cache, prefetch): a compressed blob's
+ * decoded bytes land in rb->dec; that is where a cache lookup (before the
+ * ring read) and an insert (after decode) go, keyed by the blob's dev_off and
+ * its segment's gen (struct seg.gen). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+static struct rreq *rreq_get(struct coil_store *s)
+{
+	struct rreq *r;
+	bool coil = engine_on_coil_thread(s);
+
+	pthread_mutex_lock(&s->rq_mu);
+	while (!s->rfree) {
+		if (coil) {
+			pthread_mutex_unlock(&s->rq_mu);
+			return NULL;
+		}
+		pthread_cond_wait(&s->rq_cond, &s->rq_mu);
+	}
+	r = s->rfree;
+	s->rfree = r->next_free;
+	pthread_mutex_unlock(&s->rq_mu);
+	return r;
+}
+
+static void rreq_put(struct coil_store *s, struct rreq *r)
+{
+	if (r->cap_rb > 64) {
+		free(r->rb);
+		r->rb = NULL;
+		r->cap_rb = 0;
+	}
+	if (r->cap_pc > 256) {
+		free(r->pc);
+		r->pc = NULL;
+		r->cap_pc = 0;
+	}
+	if (r->cap_tasks > 64) {
+		free(r->tasks);
+		free(r->task_blob);
+		r->tasks = NULL;
+		r->task_blob = NULL;
+		r->cap_tasks = 0;
+	}
+	pthread_mutex_lock(&s->rq_mu);
+	r->next_free = s->rfree;
+	s->rfree = r;
+	pthread_cond_broadcast(&s->rq_cond);
+	pthread_mutex_unlock(&s->rq_mu);
+}
+
+static int grow(void **p, uint32_t *cap, uint32_t need, size_t elem)
+{
+	uint32_t ncap;
+	void *np;
+
+	if (need <= *cap)
+		return 0;
+	ncap = *cap ? *cap : 8;
+	while (ncap < need)
+		ncap *= 2;
+	np = realloc(*p, (size_t)ncap * elem);
+	if (!np)
+		return -ENOMEM;
+	*p = np;
+	*cap = ncap;
+	return 0;
+}
+
+static void read_release(struct coil_store *s, struct rreq *r)
+{
+	for (uint32_t i = 0; i < r->nrb; i++) {
+		struct rblob *rb = &r->rb[i];
+		bufpool_put(&s->bp, rb->iobuf);
+		bufpool_put(&s->bp, rb->dec);
+		rb->iobuf = rb->dec = NULL;
+		atomic_fetch_sub(&s->segs[seg_of(s, rb->b->dev_off)].readers, 1);
+		blobd_unref(rb->b);
+		rb->b = NULL;
+	}
+	r->nrb = 0;
+	r->npc = 0;
+}
+
+static void read_finish(struct rreq *r)
+{
+	struct coil_store *s = r->s;
+	coil_cb cb = r->cb;
+	void *arg = r->arg;
+	int64_t ret;
+	struct coil_obj *h = r->h;
+	int status = r->status;
+
+	for (uint32_t i = 0; status == 0 && i < r->nrb; i++)
+		if (r->rb[i].res < 0)
+			status = r->rb[i].res;
+	if (status == 0) {
+		for (uint32_t i = 0; i < r->npc; i++) {
+			struct rpiece *pc = &r->pc[i];
+			struct rblob *rb = &r->rb[pc->blob];
+			const uint8_t *src;
+
+			if (rb->b->codec == FMT_CODEC_RAW)
+				src = rb->iobuf + (rb->b->dev_off - rb->rd_off) +
+				      pc->skip;
+			else
+				src = rb->dec + pc->skip;
+			memcpy(r->dst + pc->dst, src, pc->len);
+		}
+	}
+	ret = status < 0 ? status : (int64_t)r->len;
+	if (status < 0) {
+		stat_add(&s->st.read_errors, 1);
+	} else {
+		stat_add(&s->st.reads, 1);
+		stat_add(&s->st.read_bytes, r->len);
+	}
+	read_release(s, r);
+	rreq_put(s, r);
+	atomic_fetch_sub(&h->inflight, 1);
+	if (cb)
+		cb(arg, ret);
+	if (atomic_fetch_sub(&s->ops_inflight, 1) == 1) {
+		pthread_mutex_lock(&s->rq_mu);
+		pthread_cond_broadcast(&s->rq_cond);
+		pthread_mutex_unlock(&s->rq_mu);
+	}
+}
+
+static void read_decoded(struct pool_req *preq, void *arg)
+{
+	struct rreq *r = arg;
+
+	(void)preq;
+	for (uint32_t i = 0; i < r->ntasks; i++) {
+		if (r->tasks[i].result < 0) {
+			struct rblob *rb = &r->rb[r->task_blob[i]];
+			rb->res = -EIO;
+			stat_add(&r->s->st.csum_failures, 1);
+		}
+	}
+	read_finish(r);
+}
+
+static void read_all_done(struct rreq *r)
+{
+	struct coil_store *s = r->s;
+	uint32_t n = 0;
+	int rc;
+
+	for (uint32_t i = 0; i < r->nrb; i++) {
+		struct rblob *rb = &r->rb[i];
+		if (rb->res == 0 && rb->b->codec != FMT_CODEC_RAW)
+			n++;
+	}
+	if (n == 0 || r->status) {
+		read_finish(r);
+		return;
+	}
+	if (n > r->cap_tasks) {
+		struct pool_task *t = realloc(r->tasks, n * sizeof(*t));
+		uint32_t *tb;
+
+		if (t)
+			r->tasks = t;
+		tb = realloc(r->task_blob, n * sizeof(*tb));
+		if (tb)
+			r->task_blob = tb;
+		if (!t || !tb) {
+			r->status = -ENOMEM;
+			read_finish(r);
+			return;
+		}
+		r->cap_tasks = n;
+	}
+	r->ntasks = 0;
+	for (uint32_t i = 0; i < r->nrb; i++) {
+		struct rblob *rb = &r->rb[i];
+		struct pool_task *t;
+
+		if (rb->res != 0 || rb->b->codec == FMT_CODEC_RAW)
+			continue;
+		rb->dec = bufpool_get(&s->bp, rb->b->logical_len);
+		if (!rb->dec) {
+			rb->res = -ENOMEM;
+			continue;
+		}
+		t = &r->tasks[r->ntasks];
+		memset(t, 0, sizeof(*t));
+		t->kind = POOL_TASK_DECODE_BLOB;
+		t->u.decode.blob = &rb->fb;
+		t->u.decode.stored = rb->iobuf + (rb->b->dev_off - rb->rd_off);
+		t->u.decode.stored_len = rb->b->stored_len;
+		t->u.decode.dst = rb->dec;
+		t->u.decode.dst_cap = rb->b->logical_len;
+		r->task_blob[r->ntasks++] = i;
+	}
+	if (r->ntasks == 0) {
+		read_finish(r);
+		return;
+	}
+	rc = pool_submit(s->pool, &r->preq, r->tasks, r->ntasks, read_decoded,
+			 r, POOL_NONBLOCK);
+	if (rc == 0)
+		return;
+	/* Saturated (or shutting down): decode here.  Bounded work, and it
+	 * keeps the ring thread from ever waiting on the pool. */
+	stat_add(&s->st.inline_decodes, 1);
+	pthread_mutex_lock(&s->zmu);
+	for (uint32_t i = 0; i < r->ntasks; i++) {
+		struct pool_task *t = &r->tasks[i];
+		t->result = fmt_blob_decode(s->zd, NULL, t->u.decode.blob,
+					    t->u.decode.stored,
+					    t->u.decode.stored_len,
+					    t->u.decode.dst,
+					    t->u.decode.dst_cap);
+	}
+	pthread_mutex_unlock(&s->zmu);
+	read_decoded(&r->preq, r);
+}
+
+static void read_io_done(struct uring_io *io, int res)
+{
+	struct rblob *rb = io->arg;
+	struct rreq *r = rb->r;
+
+	if (res >= 0 && (uint32_t)res != rb->rd_len)
+		res = -EIO;
+	if (res < 0) {
+		rb->res = res;
+	} else if (rb->b->codec == FMT_CODEC_RAW) {
+		uint64_t first = (rb->rd_off - rb->b->dev_off) / FMT_BLOCK;
+		uint64_t have = COIL_MIN((uint64_t)rb->rd_len,
+					 rb->b->logical_len - first * FMT_BLOCK);
+		if (fmt_blob_verify_sectors(&rb->fb, (uint32_t)first,
+					    rb->iobuf, have) < 0) {
+			rb->res = -EIO;
+			stat_add(&r->s->st.csum_failures, 1);
+		}
+	}
+	stat_add(&r->s->st.dev_bytes_read, rb->rd_len);
+	if (atomic_fetch_sub(&r->pending, 1) == 1)
+		read_all_done(r);
+}
+
+static void read_nop_done(struct uring_io *io, int res)
+{
+	struct rreq *r = io->arg;
+
+	(void)res;
+	read_finish(r);
+}
+
+/* Add the piece [skip, skip+len) of blob b for destination offset dst. */
+static int add_piece(struct coil_store *s, struct rreq *r, struct blobd *b,
+		     uint64_t dst, uint32_t skip, uint32_t len)
+{
+	uint32_t bi = UINT32_MAX;
+	struct rpiece *pc;
+
+	/* Pieces of one blob are nearly always adjacent in the map. */
+	for (uint32_t i = r->nrb; i > 0 && i + 4 > r->nrb; i--) {
+		if (r->rb[i - 1].b == b) {
+			bi = i - 1;
+			break;
+		}
+	}
+	if (bi == UINT32_MAX) {
+		struct rblob *rb;
+
+		if (grow((void **)&r->rb, &r->cap_rb, r->nrb + 1, sizeof(*r->rb)))
+			return -ENOMEM;
+		bi = r->nrb++;
+		rb = &r->rb[bi];
+		rb->b = b;
+		blobd_ref(b);
+		atomic_fetch_add(&s->segs[seg_of(s, b->dev_off)].readers, 1);
+		rb->r = r;
+		rb->lo = skip;
+		rb->hi = skip + len;
+		rb->iobuf = rb->dec = NULL;
+		rb->res = 0;
+	} else {
+		struct rblob *rb = &r->rb[bi];
+		rb->lo = COIL_MIN(rb->lo, skip);
+		rb->hi = COIL_MAX(rb->hi, skip + len);
+	}
+	if (grow((void **)&r->pc, &r->cap_pc, r->npc + 1, sizeof(*r->pc)))
+		return -ENOMEM;
+	pc = &r->pc[r->npc++];
+	pc->dst = dst;
+	pc->blob = bi;
+	pc->skip = skip;
+	pc->len = len;
+	return 0;
+}
+
+int engine_read(struct coil_obj *h, void *buf, size_t len, uint64_t off,
+		coil_cb cb, void *arg)
+{
+	struct coil_store *s = h->s;
+	struct extmap_iter it;
+	const struct ext *e;
+	struct rreq *r;
+	uint64_t end, pos;
+	int rc = 0;
+
+	r = rreq_get(s);
+	if (!r)
+		return -EAGAIN;
+	r->s = s;
+	r->h = h;
+	r->dst = buf;
+	r->off = off;
+	r->cb = cb;
+	r->arg = arg;
+	r->nrb = r->npc = r->ntasks = 0;
+	r->status = 0;
+
+	pthread_mutex_lock(&s->mlock);
+	if (h->obj->removed) {
+		pthread_mutex_unlock(&s->mlock);
+		rreq_put(s, r);
+		return -EBADF;
+	}
+	r->len = off >= h->obj->size ? 0 : COIL_MIN(len, h->obj->size - off);
+	end = off + r->len;
+	pos = off;
+	extmap_iter_init(&it, &h->obj->map, off);
+	while (r->len && (e = extmap_iter_next(&it)) && e->off < end) {
+		uint64_t a = COIL_MAX(e->off, off);
+		uint64_t b = COIL_MIN(e->off + e->len, end);
+
+		if (a > pos)
+			memset(r->dst + (pos - off), 0, a - pos);
+		rc = add_piece(s, r, e->b, a - off,
+			       (uint32_t)(e->skip + (a - e->off)),
+			       (uint32_t)(b - a));
+		if (rc < 0)
+			break;
+		pos = b;
+	}
+	pthread_mutex_unlock(&s->mlock);
+	if (rc < 0) {
+		read_release(s, r);
+		rreq_put(s, r);
+		return rc;
+	}
+	if (end > pos)
+		memset(r->dst + (pos - off), 0, end - pos);
+
+	for (uint32_t i = 0; i < r->nrb; i++) {
+		struct rblob *rb = &r->rb[i];
+		struct blobd *b = rb->b;
+		uint64_t a, z;
+
+		blobd_to_fmt(b, &rb->fb);
+		if (b->codec == FMT_CODEC_RAW) {
+			a = b->dev_off + COIL_ALIGN_DOWN(rb->lo, FMT_BLOCK);
+			z = b->dev_off + COIL_ALIGN_UP(rb->hi, FMT_BLOCK);
+		} else {
+			a = COIL_ALIGN_DOWN(b->dev_off, FMT_BLOCK);
+			z = COIL_ALIGN_UP(b->dev_off + b->stored_len, FMT_BLOCK);
+		}
+		rb->rd_off = a;
+		rb->rd_len = (uint32_t)(z - a);
+		rb->iobuf = bufpool_get(&s->bp, rb->rd_len);
+		if (!rb->iobuf) {
+			read_release(s, r);
+			rreq_put(s, r);
+			return -ENOMEM;
+		}
+		uring_io_prep(&rb->io, URING_OP_READ, rb->iobuf, rb->rd_len,
+			      rb->rd_off, read_io_done, rb);
+	}
+	atomic_fetch_add(&s->ops_inflight, 1);
+	atomic_fetch_add(&h->inflight, 1);
+	if (r->nrb == 0) {
+		/* Holes or EOF only: complete on the ring thread anyway, so
+		 * callbacks never run inside the submitting call. */
+		uring_io_prep(&r->nop, URING_OP_NOP, NULL, 0, 0, read_nop_done,
+			      r);
+		rc = uring_submit(s->ring, &r->nop);
+		if (rc < 0) {
+			atomic_fetch_sub(&h->inflight, 1);
+			atomic_fetch_sub(&s->ops_inflight, 1);
+			rreq_put(s, r);
+		}
+		return rc;
+	}
+	atomic_store(&r->pending, r->nrb);
+	for (uint32_t i = 0; i < r->nrb; i++) {
+		rc = uring_submit(s->ring, &r->rb[i].io);
+		if (rc < 0)
+			read_io_done(&r->rb[i].io, rc);
+	}
+	return 0;
+}

@@ -1,0 +1,218 @@
+/* engine/segment.c — the data area: segment states, live bytes, and placing
+ * a write's encoded blobs into the active segment.
+ *
+ * Live bytes count the logical bytes extent maps reference in a segment (an
+ * extent split by an overwrite keeps exact sums).  A sealed segment with no
+ * live bytes and no write in flight becomes PENDING: it is reused only after
+ * the next checkpoint is durable, because until then the journal may still
+ * hold records whose replay must find (and verify) those blobs. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+uint32_t seg_of(const struct coil_store *s, uint64_t dev_off)
+{
+	COIL_ASSERT(dev_off >= s->sb.data_off);
+	return (uint32_t)((dev_off - s->sb.data_off) / s->sb.segment_size);
+}
+
+uint64_t seg_base(const struct coil_store *s, uint32_t idx)
+{
+	return s->sb.data_off + (uint64_t)idx * s->sb.segment_size;
+}
+
+void seg_maybe_pending(struct coil_store *s, uint32_t idx)
+{
+	struct seg *g = &s->segs[idx];
+
+	if (g->state == SEG_SEALED && g->live == 0 && g->inflight == 0)
+		g->state = SEG_PENDING;
+}
+
+void seg_drop_live(void *arg, struct blobd *b, uint32_t len)
+{
+	struct coil_store *s = arg;
+	uint32_t idx = seg_of(s, b->dev_off);
+
+	COIL_ASSERT(idx < s->nseg);
+	COIL_ASSERT(s->segs[idx].live >= len);
+	s->segs[idx].live -= len;
+	seg_maybe_pending(s, idx);
+}
+
+static void seghdr_written(struct uring_io *io, int res)
+{
+	struct coil_store *s = io->arg;
+
+	/* The header is informational (docs/format.md): a failed write of it
+	 * costs nothing but a debugging aid. */
+	(void)res;
+	bufpool_put(&s->bp, io->buf);
+	free(io);
+}
+
+static void seg_write_header(struct coil_store *s, uint32_t idx)
+{
+	struct uring_io *io = malloc(sizeof(*io));
+	uint8_t *buf = bufpool_get(&s->bp, FMT_BLOCK);
+	struct fmt_seghdr h = { .store_id = s->store_id, .index = idx,
+				.open_seq = s->j_next_seq };
+
+	if (!io || !buf || fmt_seghdr_encode(&h, buf, FMT_BLOCK) < 0) {
+		free(io);
+		bufpool_put(&s->bp, buf);
+		return;
+	}
+	uring_io_prep(io, URING_OP_WRITE, buf, FMT_BLOCK, seg_base(s, idx),
+		      seghdr_written, s);
+	if (uring_submit(s->ring, io) < 0) {
+		bufpool_put(&s->bp, buf);
+		free(io);
+		return;
+	}
+	stat_add(&s->st.dev_bytes_written, FMT_BLOCK);
+}
+
+static int seg_open_next(struct coil_store *s)
+{
+	uint32_t pending = 0;
+
+	if (s->active != UINT32_MAX) {
+		s->segs[s->active].state = SEG_SEALED;
+		seg_maybe_pending(s, s->active);
+		s->active = UINT32_MAX;
+	}
+	for (uint32_t n = 0; n < s->nseg; n++) {
+		uint32_t i = (s->alloc_cursor + n) % s->nseg;
+		struct seg *g = &s->segs[i];
+
+		if (g->state == SEG_PENDING)
+			pending++;
+		if (g->state != SEG_FREE)
+			continue;
+		g->state = SEG_ACTIVE;
+		g->gen++;
+		g->live = 0;
+		s->active = i;
+		s->active_head = FMT_BLOCK;
+		s->alloc_cursor = (i + 1) % s->nseg;
+		s->free_segs--;
+		seg_write_header(s, i);
+		/* Keep a quarter of the segments free: pending ones come back
+		 * only through a checkpoint. */
+		if (s->free_segs < s->nseg / 4)
+			ckpt_trigger(s);
+		return 0;
+	}
+	if (pending)
+		ckpt_trigger(s);
+	return -ENOSPC;
+}
+
+/* Close the run [start, p) of the batch at device offset dev: pad to BLOCK
+ * and describe its write. */
+static int run_close(struct coil_store *s, struct wreq *w, size_t start,
+		     size_t *p, uint64_t dev)
+{
+	size_t len = COIL_ALIGN_UP(*p - start, FMT_BLOCK);
+	struct wrun *r;
+
+	if (w->nruns == w->cap_runs) {
+		uint32_t ncap = w->cap_runs ? w->cap_runs * 2 : 4;
+		struct wrun *nr = realloc(w->runs, ncap * sizeof(*nr));
+		if (!nr)
+			return -ENOMEM;
+		w->runs = nr;
+		w->cap_runs = ncap;
+	}
+	memset(w->batch + *p, 0, start + len - *p);
+	r = &w->runs[w->nruns++];
+	r->w = w;
+	r->seg = s->active;
+	uring_io_prep(&r->io, URING_OP_WRITE, w->batch + start, (uint32_t)len,
+		      dev, NULL, r);
+	s->active_head = dev + len - seg_base(s, s->active);
+	s->segs[s->active].inflight++;
+	*p = start + len;
+	return 0;
+}
+
+int seg_place_write(struct coil_store *s, struct wreq *w)
+{
+	size_t p = 0, start = 0;
+	uint64_t run_dev = 0;
+	bool open = false;
+	int rc = 0;
+
+	w->nruns = 0;
+	pthread_mutex_lock(&s->mlock);
+	for (uint32_t k = 0; k < w->nblobs; k++) {
+		struct fmt_blob *fb = &w->fb[k];
+		bool raw = fb->codec == FMT_CODEC_RAW;
+		size_t q;
+		uint64_t seg_end;
+
+		for (int attempt = 0;; attempt++) {
+			if (!open) {
+				if (s->active == UINT32_MAX ||
+				    s->active_head + FMT_BLOCK > s->sb.segment_size) {
+					rc = seg_open_next(s);
+					if (rc < 0)
+						goto fail;
+				}
+				start = p; /* aligned: runs end padded */
+				run_dev = seg_base(s, s->active) + s->active_head;
+				open = true;
+			}
+			q = raw ? COIL_ALIGN_UP(p, FMT_BLOCK) : p;
+			seg_end = seg_base(s, s->active) + s->sb.segment_size;
+			if (run_dev + (q - start) + fb->stored_len <= seg_end)
+				break;
+			COIL_ASSERT(attempt == 0);
+			/* Does not fit: finish this run, seal the segment. */
+			if (p > start) {
+				rc = run_close(s, w, start, &p, run_dev);
+				if (rc < 0)
+					goto fail;
+			}
+			s->active_head = s->sb.segment_size;
+			open = false;
+		}
+		COIL_ASSERT(q <= w->slot[k]);
+		if (q != w->slot[k])
+			memmove(w->batch + q, w->batch + w->slot[k],
+				fb->stored_len);
+		fb->dev_off = run_dev + (q - start);
+		p = q + fb->stored_len;
+	}
+	if (open && p > start)
+		rc = run_close(s, w, start, &p, run_dev);
+	if (rc < 0)
+		goto fail;
+	pthread_mutex_unlock(&s->mlock);
+	return 0;
+fail:
+	/* Space already taken by closed runs is dead: their segments get no
+	 * live bytes and become reusable once sealed. */
+	for (uint32_t i = 0; i < w->nruns; i++) {
+		s->segs[w->runs[i].seg].inflight--;
+		seg_maybe_pending(s, w->runs[i].seg);
+	}
+	w->nruns = 0;
+	pthread_mutex_unlock(&s->mlock);
+	return rc;
+}
+
+/* The write's extents were applied (or the write failed): its segments may
+ * become reusable. */
+void seg_inflight_done(struct coil_store *s, struct wreq *w)
+{
+	for (uint32_t i = 0; i < w->nruns; i++) {
+		struct seg *g = &s->segs[w->runs[i].seg];
+		COIL_ASSERT(g->inflight > 0);
+		g->inflight--;
+		seg_maybe_pending(s, w->runs[i].seg);
+	}
+}

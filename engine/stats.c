@@ -1,0 +1,194 @@
+/* engine/stats.c — coil_stats_json: one JSON object describing the store. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+struct sbuf {
+	char *p;
+	size_t len, cap;
+	int err;
+};
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (b->err)
+		return;
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			b->err = -EIO;
+			return;
+		}
+		if ((size_t)n < b->cap - b->len) {
+			b->len += (size_t)n;
+			return;
+		}
+		size_t ncap = (b->cap + (size_t)n + 1) * 2;
+		char *np = realloc(b->p, ncap);
+		if (!np) {
+			b->err = -ENOMEM;
+			return;
+		}
+		b->p = np;
+		b->cap = ncap;
+	}
+}
+
+#define LD(x) ((unsigned long long)atomic_load(&(x)))
+
+int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
+{
+	struct sbuf b = { .p = malloc(4096), .cap = 4096 };
+	uint64_t logical = 0, stored = 0, allocated = 0, free_b = 0, nobj, next;
+	uint64_t nsealed = 0, nfree = 0, npending = 0, nactive = 0, next_total = 0;
+	uint64_t jused, jlen;
+	struct pool_stats ps;
+	struct uring_stats us;
+	int rc;
+
+	if (!b.p)
+		return -ENOMEM;
+	pthread_mutex_lock(&s->mlock);
+	for (uint32_t i = 0; i < s->tab_cap; i++) {
+		for (struct object *o = s->by_id[i]; o; o = o->id_next) {
+			struct extmap_iter it;
+			const struct ext *e;
+
+			logical += o->map.bytes;
+			next_total += o->map.n;
+			extmap_iter_init(&it, &o->map, 0);
+			while ((e = extmap_iter_next(&it)))
+				stored += (uint64_t)e->len * e->b->stored_len /
+					  e->b->logical_len;
+		}
+	}
+	for (uint32_t i = 0; i < s->nseg; i++) {
+		switch (s->segs[i].state) {
+		case SEG_FREE: nfree++; break;
+		case SEG_ACTIVE: nactive++; break;
+		case SEG_SEALED: nsealed++; break;
+		default: npending++; break;
+		}
+	}
+	allocated = (nsealed + npending) * s->sb.segment_size;
+	if (s->active != UINT32_MAX)
+		allocated += s->active_head;
+	free_b = nfree * s->sb.segment_size;
+	if (s->active != UINT32_MAX)
+		free_b += s->sb.segment_size - s->active_head;
+	nobj = s->nobj;
+	next = s->next_obj_id;
+	pthread_mutex_unlock(&s->mlock);
+	journal_usage(s, &jused, &jlen);
+	pool_stats(s->pool, &ps);
+	uring_stats(s->ring, &us);
+
+	sb_printf(&b, "{\"store\":{\"size\":%llu,\"segment_size\":%u,"
+		  "\"segments\":%u,\"max_blob\":%u,\"compression_level\":%d,"
+		  "\"direct\":%s,\"read_only\":%s,\"sync_writes\":%s,"
+		  "\"broken\":%d,\"objects\":%llu,\"next_obj_id\":%llu,"
+		  "\"extents\":%llu},",
+		  (unsigned long long)s->sb.store_size, s->sb.segment_size,
+		  s->nseg, s->max_blob, s->level, s->direct ? "true" : "false",
+		  s->rdonly ? "true" : "false",
+		  s->sync_writes ? "true" : "false", atomic_load(&s->broken),
+		  (unsigned long long)nobj, (unsigned long long)next,
+		  (unsigned long long)next_total);
+	sb_printf(&b, "\"space\":{\"logical\":%llu,\"stored\":%llu,"
+		  "\"allocated\":%llu,\"free\":%llu,\"segments_free\":%llu,"
+		  "\"segments_sealed\":%llu,\"segments_pending\":%llu,"
+		  "\"segments_active\":%llu},",
+		  (unsigned long long)logical, (unsigned long long)stored,
+		  (unsigned long long)allocated, (unsigned long long)free_b,
+		  (unsigned long long)nfree, (unsigned long long)nsealed,
+		  (unsigned long long)npending, (unsigned long long)nactive);
+	{
+		uint64_t el = atomic_load(&s->st.enc_logical);
+		uint64_t es = atomic_load(&s->st.enc_stored);
+		sb_printf(&b, "\"compression\":{\"ratio\":%.4f,"
+			  "\"written_logical\":%llu,\"written_stored\":%llu,"
+			  "\"blobs_raw\":%llu,\"blobs_zstd\":%llu},",
+			  logical ? (double)stored / (double)logical : 1.0,
+			  (unsigned long long)el, (unsigned long long)es,
+			  LD(s->st.blobs_raw), LD(s->st.blobs_zstd));
+	}
+	sb_printf(&b, "\"io\":{\"writes\":%llu,\"write_bytes\":%llu,"
+		  "\"write_errors\":%llu,\"reads\":%llu,\"read_bytes\":%llu,"
+		  "\"read_errors\":%llu,\"checksum_failures\":%llu,"
+		  "\"device_bytes_written\":%llu,\"device_bytes_read\":%llu,"
+		  "\"flushes\":%llu,\"fsyncs\":%llu,\"inline_encodes\":%llu,"
+		  "\"inline_decodes\":%llu,\"buffer_pool_misses\":%llu,"
+		  "\"ring_ops\":{\"read\":%llu,\"write\":%llu,\"fsync\":%llu,"
+		  "\"nop\":%llu},\"ring_errors\":%llu},",
+		  LD(s->st.writes), LD(s->st.write_bytes), LD(s->st.write_errors),
+		  LD(s->st.reads), LD(s->st.read_bytes), LD(s->st.read_errors),
+		  LD(s->st.csum_failures), LD(s->st.dev_bytes_written),
+		  LD(s->st.dev_bytes_read), LD(s->st.flushes), LD(s->st.fsyncs),
+		  LD(s->st.inline_encodes), LD(s->st.inline_decodes),
+		  LD(s->bp.misses),
+		  (unsigned long long)us.ops[URING_OP_READ],
+		  (unsigned long long)us.ops[URING_OP_WRITE],
+		  (unsigned long long)us.ops[URING_OP_FSYNC],
+		  (unsigned long long)us.ops[URING_OP_NOP],
+		  (unsigned long long)us.errors);
+	sb_printf(&b, "\"journal\":{\"bytes\":%llu,\"used\":%llu,"
+		  "\"chunks\":%llu,\"chunk_bytes\":%llu,\"records\":%llu,"
+		  "\"full_waits\":%llu,\"replayed_chunks\":%llu,"
+		  "\"replayed_records\":%llu},",
+		  (unsigned long long)jlen, (unsigned long long)jused,
+		  LD(s->st.chunks), LD(s->st.chunk_bytes), LD(s->st.records),
+		  LD(s->st.journal_waits), LD(s->st.replayed_chunks),
+		  LD(s->st.replayed_records));
+	sb_printf(&b, "\"checkpoint\":{\"count\":%llu,\"bytes_written\":%llu,"
+		  "\"last_ns\":%llu,\"failures\":%llu,\"seq\":%llu},",
+		  LD(s->st.ckpts), LD(s->st.ckpt_bytes), LD(s->st.ckpt_ns_last),
+		  LD(s->st.ckpt_failures), (unsigned long long)s->sb.ckpt_seq);
+	sb_printf(&b, "\"pool\":{\"workers\":%u,\"mode\":\"%s\",\"capacity\":%llu,"
+		  "\"in_flight\":%llu,\"peak_in_flight\":%llu,"
+		  "\"tasks_run\":%llu,\"tasks_failed\":%llu,"
+		  "\"requests_submitted\":%llu,\"requests_completed\":%llu,"
+		  "\"submits_blocked\":%llu,\"submits_eagain\":%llu,"
+		  "\"max_consecutive_same_req\":%llu,\"cpu_ns\":%llu},",
+		  ps.workers, ps.mode == POOL_MODE_SEMAPHORE ? "semaphore" : "fair",
+		  (unsigned long long)ps.capacity,
+		  (unsigned long long)ps.in_flight,
+		  (unsigned long long)ps.peak_in_flight,
+		  (unsigned long long)ps.tasks_run,
+		  (unsigned long long)ps.tasks_failed,
+		  (unsigned long long)ps.requests_submitted,
+		  (unsigned long long)ps.requests_completed,
+		  (unsigned long long)ps.submits_blocked,
+		  (unsigned long long)ps.submits_eagain,
+		  (unsigned long long)ps.max_consecutive_same_req,
+		  (unsigned long long)ps.cpu_ns);
+	sb_printf(&b, "\"cache\":{\"bytes_max\":%llu,\"bytes\":0,\"hits\":0,"
+		  "\"misses\":0,\"evictions\":0},",
+		  (unsigned long long)s->cache_bytes);
+	sb_printf(&b, "\"prefetch\":{\"enabled\":%s,\"hints\":%llu,"
+		  "\"admitted\":0,\"coalesced\":0,\"completed\":0,"
+		  "\"ready_before_demand\":0,\"demand_waits\":0,"
+		  "\"cancelled\":0,\"failed\":0}}",
+		  s->prefetch ? "true" : "false", LD(s->st.prefetch_hints));
+	if (b.err) {
+		rc = b.err;
+	} else {
+		if (outlen) {
+			size_t n = COIL_MIN(b.len, outlen - 1);
+			memcpy(out, b.p, n);
+			out[n] = 0;
+		}
+		rc = b.len > INT32_MAX ? -EOVERFLOW : (int)b.len;
+	}
+	free(b.p);
+	return rc;
+}

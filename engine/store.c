@@ -1,0 +1,444 @@
+/* engine/store.c — opening, creating and closing a store.
+ *
+ * Open: the file or block device (O_DIRECT unless COIL_NO_DIRECT), an
+ * exclusive advisory lock (flock; a second open, in this process too, is
+ * -EBUSY — the process-wide registry answers before flock so the reason is
+ * unambiguous), the ring, the superblocks, the checkpoint, journal replay,
+ * then a checkpoint (unless read-only) that makes the recovered state the
+ * new base.  Close: wait for everything in flight, flush, checkpoint with the
+ * clean flag, stop the threads, release. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+
+/* ---- process-wide registry of open stores ------------------------------- */
+
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct coil_store *reg_head;
+
+static bool reg_find_locked(dev_t dev, ino_t ino)
+{
+	for (struct coil_store *s = reg_head; s; s = s->reg_next)
+		if (s->dev == dev && s->ino == ino)
+			return true;
+	return false;
+}
+
+/* true if @s is an open store (not closed, not garbage).  Store-level calls
+ * check this so a closed store handle is -EBADF, not a crash. */
+bool store_valid(struct coil_store *s)
+{
+	bool ok = false;
+
+	if (!s)
+		return false;
+	pthread_mutex_lock(&reg_mu);
+	for (struct coil_store *p = reg_head; p; p = p->reg_next)
+		if (p == s) {
+			ok = s->magic == STORE_MAGIC;
+			break;
+		}
+	pthread_mutex_unlock(&reg_mu);
+	return ok;
+}
+
+static void reg_remove(struct coil_store *s)
+{
+	pthread_mutex_lock(&reg_mu);
+	for (struct coil_store **pp = &reg_head; *pp; pp = &(*pp)->reg_next)
+		if (*pp == s) {
+			*pp = s->reg_next;
+			break;
+		}
+	pthread_mutex_unlock(&reg_mu);
+}
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static int validate_options(const struct coil_options *o, int *level)
+{
+	int rc = engine_parse_compression(o->compression, level);
+
+	if (rc < 0)
+		return rc;
+	if (o->flags & ~(COIL_CREATE | COIL_RDONLY | COIL_NO_DIRECT))
+		return -EINVAL;
+	if ((o->flags & COIL_CREATE) && (o->flags & COIL_RDONLY))
+		return -EINVAL;
+	if (o->max_blob < 4096 || o->max_blob > FMT_BLOB_MAX ||
+	    (o->max_blob & (o->max_blob - 1)))
+		return -EINVAL;
+	if (o->pool_mode != COIL_POOL_FAIR && o->pool_mode != COIL_POOL_SEMAPHORE)
+		return -EINVAL;
+	if (o->workers > 1024)
+		return -EINVAL;
+	return 0;
+}
+
+static void store_free(struct coil_store *s)
+{
+	if (s->pool)
+		pool_destroy(s->pool);
+	s->pool = NULL;
+	if (s->ring)
+		uring_destroy(s->ring);
+	s->ring = NULL;
+	objtab_destroy(s);
+	journal_destroy(s);
+	reqs_destroy(s);
+	while (s->handles_free) {
+		struct coil_obj *h = s->handles_free;
+		s->handles_free = h->next;
+		free(h);
+	}
+	if (s->bp.base)
+		bufpool_destroy(&s->bp);
+	if (s->zc)
+		ZSTD_freeCCtx(s->zc);
+	if (s->zd)
+		ZSTD_freeDCtx(s->zd);
+	free(s->segs);
+	free(s->path);
+	if (s->fd >= 0) {
+		/* Unlock explicitly: the ring's registered-file reference may
+		 * outlive close() for a moment (deferred fput), and the lock
+		 * belongs to the open file description, not the fd. */
+		if (s->magic == STORE_MAGIC)
+			flock(s->fd, LOCK_UN);
+		close(s->fd);
+	}
+	pthread_mutex_destroy(&s->mlock);
+	pthread_mutex_destroy(&s->jlock);
+	pthread_mutex_destroy(&s->rq_mu);
+	pthread_mutex_destroy(&s->zmu);
+	pthread_mutex_destroy(&s->ckpt_mu);
+	pthread_mutex_destroy(&s->ck_mu);
+	pthread_cond_destroy(&s->mcond);
+	pthread_cond_destroy(&s->jcond);
+	pthread_cond_destroy(&s->rq_cond);
+	pthread_cond_destroy(&s->ck_cond);
+	s->magic = STORE_MAGIC_DEAD;
+	free(s);
+}
+
+/* Lay out a new store and write its superblocks. */
+static int store_format(struct coil_store *s, uint64_t size, uint32_t max_blob)
+{
+	int rc = fmt_super_layout(size, max_blob, &s->sb);
+
+	if (rc < 0)
+		return rc;
+	if (getrandom(s->sb.uuid, sizeof(s->sb.uuid), 0) !=
+	    (ssize_t)sizeof(s->sb.uuid)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
+			     (uint64_t)getpid() << 48;
+		memcpy(s->sb.uuid, &x, 8);
+		x = x * 0x9E3779B97F4A7C15ull + coil_now_ns();
+		memcpy(s->sb.uuid + 8, &x, 8);
+	}
+	s->sb.seq = 0;
+	s->sb.replay_off = 0;
+	s->sb.replay_seq = 1;
+	s->store_id = fmt_super_store_id(&s->sb);
+	return super_write(s, false);
+}
+
+static int read_supers(struct coil_store *s)
+{
+	uint8_t *buf = bufpool_get(&s->bp, 2 * FMT_BLOCK);
+	struct fmt_super a, b;
+	int ra, rb, pick, rc;
+
+	if (!buf)
+		return -ENOMEM;
+	rc = store_io_sync(s, URING_OP_READ, buf, 2 * FMT_BLOCK, 0);
+	if (rc < 0) {
+		bufpool_put(&s->bp, buf);
+		return rc;
+	}
+	ra = fmt_super_decode(&a, buf, FMT_BLOCK);
+	rb = fmt_super_decode(&b, buf + FMT_BLOCK, FMT_BLOCK);
+	bufpool_put(&s->bp, buf);
+	pick = fmt_super_pick(&a, ra, &b, rb);
+	if (pick < 0)
+		return -EIO;
+	s->sb = pick == 0 ? a : b;
+	s->store_id = fmt_super_store_id(&s->sb);
+	return 0;
+}
+
+static int dev_size(int fd, const struct stat *st, uint64_t *size)
+{
+	if (S_ISBLK(st->st_mode)) {
+		uint64_t n;
+		if (ioctl(fd, BLKGETSIZE64, &n) < 0)
+			return -errno;
+		*size = n;
+		return 0;
+	}
+	if (S_ISREG(st->st_mode)) {
+		*size = (uint64_t)st->st_size;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+COIL_API int coil_open(const char *path, const struct coil_options *o,
+		       coil_store **out)
+{
+	struct coil_options def;
+	struct coil_store *s;
+	struct uring_opts uo;
+	struct pool_opts po;
+	struct stat st;
+	uint64_t size = 0;
+	bool fresh = false, created = false;
+	int level, flags, rc;
+
+	if (!path || !out || !*path)
+		return -EINVAL;
+	*out = NULL;
+	if (!o) {
+		coil_options_init(&def);
+		o = &def;
+	}
+	rc = validate_options(o, &level);
+	if (rc < 0)
+		return rc;
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->fd = -1;
+	pthread_mutex_init(&s->mlock, NULL);
+	pthread_mutex_init(&s->jlock, NULL);
+	pthread_mutex_init(&s->rq_mu, NULL);
+	pthread_mutex_init(&s->zmu, NULL);
+	pthread_mutex_init(&s->ckpt_mu, NULL);
+	pthread_mutex_init(&s->ck_mu, NULL);
+	pthread_cond_init(&s->mcond, NULL);
+	pthread_cond_init(&s->jcond, NULL);
+	pthread_cond_init(&s->rq_cond, NULL);
+	pthread_cond_init(&s->ck_cond, NULL);
+	s->active = UINT32_MAX;
+	s->rdonly = o->flags & COIL_RDONLY;
+	s->direct = !(o->flags & COIL_NO_DIRECT);
+	s->sync_writes = o->sync_writes != 0;
+	s->level = level;
+	s->pool_mode = o->pool_mode;
+	s->prefetch = o->prefetch;
+	s->cache_bytes = o->cache_bytes;
+	s->path = strdup(path);
+	if (!s->path) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+
+	flags = (s->rdonly ? O_RDONLY : O_RDWR) | O_CLOEXEC |
+		(s->direct ? O_DIRECT : 0);
+	s->fd = open(path, flags);
+	if (s->fd < 0 && errno == ENOENT && (o->flags & COIL_CREATE)) {
+		s->fd = open(path, flags | O_CREAT | O_EXCL, 0644);
+		fresh = created = s->fd >= 0;
+		if (s->fd < 0 && errno == EEXIST)
+			s->fd = open(path, flags);
+	}
+	if (s->fd < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	if (fstat(s->fd, &st) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	rc = dev_size(s->fd, &st, &size);
+	if (rc < 0)
+		goto fail;
+	s->dev = st.st_dev;
+	s->ino = st.st_ino;
+
+	pthread_mutex_lock(&reg_mu);
+	if (reg_find_locked(s->dev, s->ino)) {
+		pthread_mutex_unlock(&reg_mu);
+		rc = -EBUSY;
+		goto fail_unlink;
+	}
+	if (flock(s->fd, (s->rdonly ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
+		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		pthread_mutex_unlock(&reg_mu);
+		goto fail_unlink;
+	}
+	s->magic = STORE_MAGIC;
+	s->reg_next = reg_head;
+	reg_head = s;
+	pthread_mutex_unlock(&reg_mu);
+
+	/* A new file (or an empty one) with COIL_CREATE is sized and
+	 * formatted; anything else must already be a store. */
+	if ((o->flags & COIL_CREATE) && S_ISREG(st.st_mode) && size == 0) {
+		if (o->size < 16 * FMT_BLOCK) {
+			rc = -ENOSPC;
+			goto fail_reg;
+		}
+		size = COIL_ALIGN_DOWN(o->size, FMT_BLOCK);
+		if (fallocate(s->fd, 0, 0, (off_t)size) < 0 &&
+		    ftruncate(s->fd, (off_t)size) < 0) {
+			rc = -errno;
+			goto fail_reg;
+		}
+		fresh = true;
+	} else if (size < 2 * FMT_BLOCK) {
+		rc = -EIO;
+		goto fail_reg;
+	}
+
+	rc = bufpool_init(&s->bp, o->max_blob + 2 * FMT_BLOCK,
+			  (uint32_t)COIL_MAX(16u, COIL_MIN(128u,
+				(16u << 20) / (o->max_blob + 2 * FMT_BLOCK))));
+	if (rc < 0)
+		goto fail_reg;
+	uring_opts_init(&uo);
+	uo.direct = s->direct;
+	rc = uring_create(s->fd, &uo, &s->ring);
+	if (rc < 0)
+		goto fail_reg;
+
+	if (fresh) {
+		rc = store_format(s, size, o->max_blob);
+		if (rc < 0)
+			goto fail_reg;
+	} else {
+		rc = read_supers(s);
+		if (rc == -EIO && (o->flags & COIL_CREATE) &&
+		    S_ISBLK(st.st_mode)) {
+			/* A device with no coil store on it: make one. */
+			rc = store_format(s, COIL_ALIGN_DOWN(size, FMT_BLOCK),
+					  o->max_blob);
+		}
+		if (rc < 0)
+			goto fail_reg;
+		if (s->sb.store_size > size) {
+			rc = -EIO;
+			goto fail_reg;
+		}
+	}
+	/* A blob and its segment header must fit one segment. */
+	s->max_blob = COIL_MIN(s->sb.max_blob, s->sb.segment_size / 2);
+	if (s->bp.size < s->max_blob + 2 * FMT_BLOCK) {
+		bufpool_destroy(&s->bp);
+		rc = bufpool_init(&s->bp, s->max_blob + 2 * FMT_BLOCK, 32);
+		if (rc < 0)
+			goto fail_reg;
+	}
+	s->nseg = s->sb.segment_count;
+	s->segs = calloc(s->nseg, sizeof(*s->segs));
+	s->zc = ZSTD_createCCtx();
+	s->zd = ZSTD_createDCtx();
+	if (!s->segs || !s->zc || !s->zd) {
+		rc = -ENOMEM;
+		goto fail_reg;
+	}
+	rc = objtab_init(s);
+	if (rc == 0)
+		rc = journal_init(s);
+	if (rc == 0)
+		rc = reqs_init(s);
+	if (rc < 0)
+		goto fail_reg;
+
+	rc = ckpt_load(s);
+	if (rc < 0)
+		goto fail_reg;
+	rc = replay_journal(s);
+	if (rc < 0)
+		goto fail_reg;
+	s->free_segs = 0;
+	for (uint32_t i = 0; i < s->nseg; i++) {
+		struct seg *g = &s->segs[i];
+		g->state = g->live ? SEG_SEALED : SEG_FREE;
+		g->inflight = 0;
+		if (g->state == SEG_FREE)
+			s->free_segs++;
+	}
+	s->alloc_cursor = 0;
+	s->ckpt_seq = s->sb.ckpt_seq;
+
+	memset(&po, 0, sizeof(po));
+	po.workers = o->workers;
+	po.mode = o->pool_mode == COIL_POOL_SEMAPHORE ? POOL_MODE_SEMAPHORE :
+							POOL_MODE_FAIR;
+	rc = pool_create(&po, &s->pool);
+	if (rc < 0)
+		goto fail_reg;
+	if (!s->rdonly) {
+		/* The recovered state becomes the new base: nothing written
+		 * before this point is needed from the journal again. */
+		rc = ckpt_write(s, false);
+		if (rc < 0)
+			goto fail_reg;
+		rc = ckpt_thread_start(s);
+		if (rc < 0)
+			goto fail_reg;
+	}
+	*out = s;
+	return 0;
+
+fail_reg:
+	reg_remove(s);
+fail_unlink:
+	if (created && s->path)
+		unlink(s->path);
+fail:
+	store_free(s);
+	return rc;
+}
+
+COIL_API int coil_close(coil_store *s)
+{
+	int rc = 0, r2;
+
+	if (!s)
+		return 0;
+	if (!store_valid(s))
+		return -EBADF;
+	pthread_mutex_lock(&s->mlock);
+	if (s->nhandles) {
+		pthread_mutex_unlock(&s->mlock);
+		return -EBUSY;
+	}
+	pthread_mutex_unlock(&s->mlock);
+	if (engine_on_coil_thread(s))
+		return -EDEADLK;
+	/* Close is for one thread: from here the handle is dead to others. */
+	reg_remove(s);
+
+	pthread_mutex_lock(&s->rq_mu);
+	while (atomic_load(&s->ops_inflight))
+		pthread_cond_wait(&s->rq_cond, &s->rq_mu);
+	pthread_mutex_unlock(&s->rq_mu);
+
+	if (!s->rdonly) {
+		rc = coil_sync_internal(s);
+		ckpt_thread_stop(s);
+		if (!atomic_load(&s->broken)) {
+			r2 = ckpt_write(s, true);
+			if (rc == 0)
+				rc = r2;
+		} else if (rc == 0) {
+			rc = atomic_load(&s->broken);
+		}
+	}
+	store_free(s);
+	return rc;
+}

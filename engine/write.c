@@ -1,0 +1,446 @@
+/* engine/write.c — the write path and the request-context pools.
+ *
+ *   coil_write (caller)      validate, take a context and a ticket, split
+ *                            into blobs, one pool request of ENCODE tasks
+ *   write_encoded (worker)   place the blobs in the active segment (packing
+ *                            in place), build the journal record, submit the
+ *                            data write(s)
+ *   write_run_done (ring)    when every run is on the device, the record is
+ *                            ready for its turn in the journal
+ *   write_apply (ring, mlock) after the chunk: shadow the extents
+ *   write_done (ring)        the user callback
+ *
+ * Blobs are cut at max_blob boundaries of the object offset, so a later
+ * aligned overwrite replaces whole blobs and partial ones shadow cleanly.
+ * Each blob is encoded straight into its slot of one batch buffer (slots are
+ * the blob lengths rounded up to 4 KiB); placement then packs compressed
+ * blobs down in place, which never overtakes a slot not yet moved. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+bool engine_on_coil_thread(struct coil_store *s)
+{
+	return uring_on_ring_thread(s->ring) || pool_worker_index() >= 0;
+}
+
+int reqs_init(struct coil_store *s)
+{
+	s->wreqs = calloc(ENGINE_WREQ_MAX, sizeof(*s->wreqs));
+	s->rreqs = calloc(ENGINE_RREQ_MAX, sizeof(*s->rreqs));
+	if (!s->wreqs || !s->rreqs)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < ENGINE_WREQ_MAX; i++) {
+		s->wreqs[i].next_free = s->wfree;
+		s->wfree = &s->wreqs[i];
+	}
+	for (uint32_t i = 0; i < ENGINE_RREQ_MAX; i++) {
+		s->rreqs[i].next_free = s->rfree;
+		s->rfree = &s->rreqs[i];
+	}
+	return 0;
+}
+
+void reqs_destroy(struct coil_store *s)
+{
+	if (s->wreqs) {
+		for (uint32_t i = 0; i < ENGINE_WREQ_MAX; i++) {
+			struct wreq *w = &s->wreqs[i];
+			free(w->tasks);
+			free(w->fb);
+			free(w->bd);
+			free(w->slot);
+			free(w->runs);
+			free(w->recbuf);
+		}
+	}
+	if (s->rreqs) {
+		for (uint32_t i = 0; i < ENGINE_RREQ_MAX; i++) {
+			struct rreq *r = &s->rreqs[i];
+			free(r->rb);
+			free(r->pc);
+			free(r->tasks);
+			free(r->task_blob);
+		}
+	}
+	free(s->wreqs);
+	free(s->rreqs);
+	s->wreqs = NULL;
+	s->rreqs = NULL;
+}
+
+struct wreq *wreq_get(struct coil_store *s)
+{
+	struct wreq *w;
+	bool coil = engine_on_coil_thread(s);
+
+	pthread_mutex_lock(&s->rq_mu);
+	while (!s->wfree) {
+		if (coil) {
+			/* A callback must not block: the caller may retry. */
+			pthread_mutex_unlock(&s->rq_mu);
+			return NULL;
+		}
+		pthread_cond_wait(&s->rq_cond, &s->rq_mu);
+	}
+	w = s->wfree;
+	s->wfree = w->next_free;
+	pthread_mutex_unlock(&s->rq_mu);
+	return w;
+}
+
+void wreq_put(struct coil_store *s, struct wreq *w)
+{
+	/* A context that grew for one huge write gives the memory back. */
+	if (w->cap_blobs > 64) {
+		free(w->tasks);
+		free(w->fb);
+		free(w->bd);
+		free(w->slot);
+		w->tasks = NULL;
+		w->fb = NULL;
+		w->bd = NULL;
+		w->slot = NULL;
+		w->cap_blobs = 0;
+	}
+	pthread_mutex_lock(&s->rq_mu);
+	w->next_free = s->wfree;
+	s->wfree = w;
+	pthread_cond_signal(&s->rq_cond);
+	pthread_mutex_unlock(&s->rq_mu);
+}
+
+static int wreq_reserve(struct wreq *w, uint32_t n)
+{
+	struct pool_task *t;
+	struct fmt_blob *fb;
+	struct blobd **bd;
+	uint32_t *slot;
+
+	if (n <= w->cap_blobs)
+		return 0;
+	t = realloc(w->tasks, n * sizeof(*t));
+	if (t)
+		w->tasks = t;
+	fb = realloc(w->fb, n * sizeof(*fb));
+	if (fb)
+		w->fb = fb;
+	bd = realloc(w->bd, n * sizeof(*bd));
+	if (bd)
+		w->bd = bd;
+	slot = realloc(w->slot, n * sizeof(*slot));
+	if (slot)
+		w->slot = slot;
+	if (!t || !fb || !bd || !slot)
+		return -ENOMEM;
+	w->cap_blobs = n;
+	return 0;
+}
+
+/* ---- completion --------------------------------------------------------- */
+
+static void write_apply(struct coil_store *s, struct jent *e)
+{
+	struct wreq *w = (struct wreq *)e;
+	struct object *o = w->obj;
+
+	if (e->status == 0 && !o->removed && w->nblobs) {
+		struct ext ex[64];
+		uint64_t pos = w->off;
+		uint32_t k = 0;
+		int rc = 0;
+
+		/* Apply in groups so the stack array stays small. */
+		while (k < w->nblobs && rc == 0) {
+			uint32_t n = 0;
+			uint64_t goff = pos;
+			while (k < w->nblobs && n < COIL_ARRAY_LEN(ex)) {
+				ex[n].off = pos;
+				ex[n].len = w->fb[k].logical_len;
+				ex[n].skip = 0;
+				ex[n].b = w->bd[k];
+				w->bd[k] = NULL;
+				pos += ex[n].len;
+				n++;
+				k++;
+			}
+			rc = meta_apply_write(s, o, goff, pos - goff, ex, n,
+					      false);
+		}
+		if (rc < 0) {
+			int zero = 0;
+			atomic_compare_exchange_strong(&s->broken, &zero, rc);
+			e->status = rc;
+		}
+		for (; k < w->nblobs; k++) {
+			blobd_unref(w->bd[k]);
+			w->bd[k] = NULL;
+		}
+	} else if (e->status == 0 && !o->removed) {
+		/* zero-length write: nothing to map */
+	} else {
+		for (uint32_t k = 0; k < w->nblobs; k++) {
+			blobd_unref(w->bd[k]);
+			w->bd[k] = NULL;
+		}
+	}
+	seg_inflight_done(s, w);
+	w->nruns = 0;
+}
+
+static void write_done(struct coil_store *s, struct jent *e, int res)
+{
+	struct wreq *w = (struct wreq *)e;
+	coil_cb cb = w->cb;
+	void *arg = w->arg;
+	int64_t ret = res < 0 ? res : (int64_t)w->len;
+	struct coil_obj *h = w->h;
+
+	if (res < 0)
+		stat_add(&s->st.write_errors, 1);
+	else {
+		stat_add(&s->st.writes, 1);
+		stat_add(&s->st.write_bytes, w->len);
+	}
+	bufpool_put(&s->bp, w->batch);
+	w->batch = NULL;
+	wreq_put(s, w);
+	atomic_fetch_sub(&h->inflight, 1);
+	if (cb)
+		cb(arg, ret);
+	if (atomic_fetch_sub(&s->ops_inflight, 1) == 1) {
+		pthread_mutex_lock(&s->rq_mu);
+		pthread_cond_broadcast(&s->rq_cond);
+		pthread_mutex_unlock(&s->rq_mu);
+	}
+}
+
+static void write_fail(struct coil_store *s, struct wreq *w, int err)
+{
+	for (uint32_t k = 0; k < w->nblobs; k++) {
+		blobd_unref(w->bd[k]);
+		w->bd[k] = NULL;
+	}
+	w->je.status = err;
+	w->je.rec_len = 0;
+	journal_ready(s, &w->je);
+}
+
+static void write_run_done(struct uring_io *io, int res)
+{
+	struct wrun *r = io->arg;
+	struct wreq *w = r->w;
+
+	if (res >= 0 && (uint32_t)res != io->len)
+		res = -EIO;
+	if (res < 0) {
+		int zero = 0;
+		atomic_compare_exchange_strong(&w->io_status, &zero, res);
+	}
+	if (atomic_fetch_sub(&w->runs_pending, 1) == 1) {
+		w->je.status = atomic_load(&w->io_status);
+		if (w->je.status)
+			w->je.rec_len = 0;
+		journal_ready(w->s, &w->je);
+	}
+}
+
+/* Encoded: place, describe, submit.  Runs on a pool worker (or inline). */
+static void write_encoded_go(struct wreq *w, int rc)
+{
+	struct coil_store *s = w->s;
+	struct fmt_cursor c;
+	size_t mark, need;
+
+	for (uint32_t k = 0; rc == 0 && k < w->nblobs; k++)
+		if (w->tasks[k].result < 0)
+			rc = (int)w->tasks[k].result;
+	if (rc < 0) {
+		write_fail(s, w, rc);
+		return;
+	}
+	for (uint32_t k = 0; k < w->nblobs; k++)
+		w->bd[k] = NULL;
+	rc = seg_place_write(s, w);
+	if (rc < 0) {
+		write_fail(s, w, rc);
+		return;
+	}
+	need = FMT_JREC_HDR + 32;
+	for (uint32_t k = 0; k < w->nblobs; k++) {
+		struct fmt_blob *fb = &w->fb[k];
+		need += FMT_EXTENT_FIXED + 8u * fb->n_csums;
+		w->stored += fb->stored_len;
+		if (fb->codec == FMT_CODEC_RAW)
+			stat_add(&s->st.blobs_raw, 1);
+		else
+			stat_add(&s->st.blobs_zstd, 1);
+		w->bd[k] = blobd_new(fb);
+		if (!w->bd[k])
+			rc = -ENOMEM;
+	}
+	stat_add(&s->st.enc_logical, w->len);
+	stat_add(&s->st.enc_stored, w->stored);
+	if (rc == 0 && need > w->rec_cap) {
+		uint8_t *nb = realloc(w->recbuf, need);
+		if (nb) {
+			w->recbuf = nb;
+			w->rec_cap = need;
+		} else {
+			rc = -ENOMEM;
+		}
+	}
+	if (rc == 0) {
+		uint64_t pos = w->off;
+
+		fmt_cursor_init(&c, w->recbuf, w->rec_cap);
+		rc = fmt_jrec_write_begin(&c, &mark, 0, w->obj->id, w->off,
+					  w->len);
+		for (uint32_t k = 0; rc == 0 && k < w->nblobs; k++) {
+			struct fmt_extent ex;
+
+			ex.obj_off = pos;
+			ex.len = w->fb[k].logical_len;
+			ex.blob_skip = 0;
+			memcpy(&ex.blob, &w->fb[k],
+			       offsetof(struct fmt_blob, csums) +
+				       8u * w->fb[k].n_csums);
+			rc = fmt_cursor_put_extent(&c, &ex);
+			pos += ex.len;
+		}
+		if (rc == 0)
+			rc = fmt_jrec_write_end(&c, mark, w->nblobs);
+		w->je.rec = w->recbuf;
+		w->je.rec_len = (uint32_t)c.pos;
+	}
+	if (rc < 0) {
+		/* Space was placed: the runs' inflight counts are released
+		 * when the failed entry is applied. */
+		write_fail(s, w, rc);
+		return;
+	}
+	if (w->nruns == 0) {
+		journal_ready(s, &w->je);
+		return;
+	}
+	atomic_store(&w->runs_pending, w->nruns);
+	atomic_store(&w->io_status, 0);
+	for (uint32_t i = 0; i < w->nruns; i++) {
+		struct wrun *r = &w->runs[i];
+		r->io.cb = write_run_done;
+		r->io.arg = r;
+		stat_add(&s->st.dev_bytes_written, r->io.len);
+		rc = uring_submit(s->ring, &r->io);
+		if (rc < 0)
+			write_run_done(&r->io, rc);
+	}
+}
+
+static void write_encoded(struct pool_req *preq, void *arg)
+{
+	write_encoded_go(arg, pool_req_status(preq));
+}
+
+/* The pool refused a coil thread's request (it must not block): encode on
+ * this thread with the store's spare context. */
+static void write_encode_inline(struct coil_store *s, struct wreq *w)
+{
+	stat_add(&s->st.inline_encodes, 1);
+	pthread_mutex_lock(&s->zmu);
+	for (uint32_t k = 0; k < w->nblobs; k++) {
+		struct pool_task *t = &w->tasks[k];
+		t->result = fmt_blob_encode(s->zc, t->u.encode.level, NULL, 0,
+					    t->u.encode.src, t->u.encode.len,
+					    t->u.encode.dst,
+					    t->u.encode.dst_cap,
+					    t->u.encode.out);
+	}
+	pthread_mutex_unlock(&s->zmu);
+}
+
+int engine_write(struct coil_obj *h, const void *buf, size_t len, uint64_t off,
+		 coil_cb cb, void *arg)
+{
+	struct coil_store *s = h->s;
+	uint32_t mb = s->max_blob, n = 0;
+	uint64_t pos, end = off + len;
+	size_t total = 0;
+	struct wreq *w;
+	int rc;
+
+	w = wreq_get(s);
+	if (!w)
+		return -EAGAIN;
+	for (pos = off; pos < end; n++)
+		pos = COIL_MIN(COIL_ALIGN_DOWN(pos, mb) + mb, end);
+	rc = wreq_reserve(w, n ? n : 1);
+	if (rc < 0) {
+		wreq_put(s, w);
+		return rc;
+	}
+	memset(&w->je, 0, sizeof(w->je));
+	w->je.apply = write_apply;
+	w->je.done = write_done;
+	w->je.need_sync = s->sync_writes;
+	w->s = s;
+	w->h = h;
+	w->obj = h->obj;
+	w->src = buf;
+	w->off = off;
+	w->len = len;
+	w->cb = cb;
+	w->arg = arg;
+	w->nblobs = n;
+	w->nruns = 0;
+	w->stored = 0;
+	pos = off;
+	for (uint32_t k = 0; k < n; k++) {
+		uint64_t bend = COIL_MIN(COIL_ALIGN_DOWN(pos, mb) + mb, end);
+
+		w->slot[k] = (uint32_t)total;
+		w->bd[k] = NULL;
+		total += COIL_ALIGN_UP(bend - pos, FMT_BLOCK);
+		pos = bend;
+	}
+	w->batch = NULL;
+	if (n) {
+		w->batch = bufpool_get(&s->bp, total);
+		if (!w->batch) {
+			wreq_put(s, w);
+			return -ENOMEM;
+		}
+	}
+	pos = off;
+	for (uint32_t k = 0; k < n; k++) {
+		uint64_t bend = COIL_MIN(COIL_ALIGN_DOWN(pos, mb) + mb, end);
+		struct pool_task *t = &w->tasks[k];
+
+		memset(t, 0, sizeof(*t));
+		t->kind = POOL_TASK_ENCODE_BLOB;
+		t->u.encode.src = (const uint8_t *)buf + (pos - off);
+		t->u.encode.len = (uint32_t)(bend - pos);
+		t->u.encode.level = s->level;
+		t->u.encode.dst = w->batch + w->slot[k];
+		t->u.encode.dst_cap = COIL_ALIGN_UP(bend - pos, FMT_BLOCK);
+		t->u.encode.out = &w->fb[k];
+		pos = bend;
+	}
+	atomic_fetch_add(&s->ops_inflight, 1);
+	atomic_fetch_add(&h->inflight, 1);
+	w->je.ticket = journal_ticket(s);
+	if (n == 0) {
+		journal_ready(s, &w->je);
+		return 0;
+	}
+	rc = pool_submit(s->pool, &w->preq, w->tasks, n, write_encoded, w,
+			 engine_on_coil_thread(s) ? POOL_NONBLOCK : 0);
+	if (rc == -EAGAIN) {
+		write_encode_inline(s, w);
+		write_encoded_go(w, 0);
+	} else if (rc < 0) {
+		write_fail(s, w, rc);
+	}
+	return 0;
+}

@@ -1,0 +1,56 @@
+/* tests/engine_test_util.h — helpers shared by the engine's test files. */
+#ifndef COIL_TEST_ENGINE_UTIL_H
+#define COIL_TEST_ENGINE_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "coil.h"
+
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
+
+/* Stores live in the build dir (the tests' working directory): O_DIRECT
+ * needs a real filesystem. */
+static inline void et_path(char *buf, size_t len, const char *name)
+{
+	mkdir("engine-stores", 0755);
+	snprintf(buf, len, "engine-stores/%s-%d.coil", name, (int)getpid());
+	unlink(buf);
+}
+
+static inline void et_opts(struct coil_options *o, const char *path)
+{
+	struct statfs sf;
+
+	coil_options_init(o);
+	o->flags = COIL_CREATE;
+	o->size = 64ull << 20;
+	o->workers = 2;
+	if (statfs("engine-stores", &sf) == 0 && sf.f_type == TMPFS_MAGIC)
+		o->flags |= COIL_NO_DIRECT;
+	(void)path;
+}
+
+/* Deterministic data: half compressible text-like, half random. */
+static inline void et_fill(uint8_t *p, size_t n, uint64_t seed, int mix)
+{
+	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		if (mix && ((i / 8192) % 2 == 0))
+			p[i] = (uint8_t)("coil engine "[(i + seed) % 12]);
+		else
+			p[i] = (uint8_t)x;
+	}
+}
+
+#endif
