@@ -223,11 +223,16 @@ int pool_join(struct pool_req *r)
 	struct pool *p;
 	int rc;
 
-	if (!r || !r->pool_ ||
-	    (r->state_ != POOL_REQ_QUEUED && r->state_ != POOL_REQ_COMPLETE))
+	/* pool_ was written by this (the submitting) thread; state_ is the
+	 * workers' and is read only under the lock. */
+	if (!r || !r->pool_)
 		return -EINVAL;
 	p = r->pool_;
 	pthread_mutex_lock(&p->lock);
+	if (r->state_ != POOL_REQ_QUEUED && r->state_ != POOL_REQ_COMPLETE) {
+		pthread_mutex_unlock(&p->lock);
+		return -EINVAL;
+	}
 	if (r->state_ != POOL_REQ_COMPLETE && on_worker_of(p)) {
 		pthread_mutex_unlock(&p->lock);
 		return -EDEADLK;

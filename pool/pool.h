@@ -185,8 +185,9 @@ int pool_submit(struct pool *p, struct pool_req *r, struct pool_task *tasks,
  * pool; -EINVAL if r was never submitted. */
 int pool_join(struct pool_req *r);
 
-/* The request's status once complete (for done callbacks): 0 or the error
- * of the lowest-ordinal failed task. */
+/* The request's status once complete: 0 or the error of the lowest-ordinal
+ * failed task; -EINVAL if not complete.  Call it from the done callback or
+ * after pool_join (it takes no lock). */
 int pool_req_status(const struct pool_req *r);
 
 /* A snapshot of the pool's counters.  NULL p fills zeros. */
