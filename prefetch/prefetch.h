@@ -352,11 +352,13 @@ void ra_commit(struct ra_state *ra, const struct ra_advice *adv,
 typedef bool (*pf_resident_fn)(void *arg, struct pf_unit id);
 
 /* Carries out @adv for object @obj_id: pf_cancel_all when advised, then
- * pf_admit each blob in order until PF_AT_CAPACITY (which starts
- * backpressure, resolved with its duration when a later advice admits
- * fully), then ra_commit.  @resident may be NULL (nothing resident).
- * @now_ns: the caller's clock (coil_now_ns()).  The caller then drains work
- * with pf_begin_next.  @return blobs newly admitted (>= 0), or -errno. */
+ * pf_admit each blob in order until PF_AT_CAPACITY, then ra_commit.  The
+ * first refusal of an episode counts backpressure; its duration is added
+ * when a later advice admits in full or a cancel empties the queue (with
+ * @ra NULL, e.g. a hint with no stream, every refusal counts and no
+ * duration is kept).  @resident may be NULL (nothing resident).  @now_ns:
+ * the caller's clock (coil_now_ns()).  The caller then drains work with
+ * pf_begin_next.  @return blobs newly admitted (>= 0), or -errno. */
 int pf_apply(struct pf_machine *m, struct ra_state *ra, uint64_t obj_id,
 	     const struct ra_advice *adv, pf_resident_fn resident, void *arg,
 	     uint64_t now_ns);

@@ -225,7 +225,9 @@ int ra_on_write(struct ra_state *ra, uint64_t off, uint64_t len,
 	 * position at its next read. */
 	adv->cancel = RA_CANCEL_OVERWRITE;
 	ra->stats.cancels[RA_CANCEL_OVERWRITE]++;
-	ra->ahead_hi = ra->ahead_want = ra->ahead_lo;
+	/* ahead_want keeps the old target, so the refill does not count as
+	 * the reader consuming a window and does not grow it. */
+	ra->ahead_hi = ra->ahead_lo;
 	return 0;
 }
 
@@ -243,7 +245,7 @@ int ra_on_truncate(struct ra_state *ra, uint64_t size, struct ra_advice *adv)
 		return 0;
 	adv->cancel = RA_CANCEL_TRUNCATE;
 	ra->stats.cancels[RA_CANCEL_TRUNCATE]++;
-	ra->ahead_hi = ra->ahead_want = ra->ahead_lo;
+	ra->ahead_hi = ra->ahead_lo; /* as for an overwrite: no growth */
 	return 0;
 }
 

@@ -219,9 +219,13 @@ Test(prefetch_readahead, overwrite_of_the_prefetched_range_cancels_and_readmits,
 	expect(RA_NONE, 0, 0, RA_CANCEL_OVERWRITE);
 	cr_assert_eq(ra.ahead_hi, ra.ahead_lo);
 	cr_assert_neq(ra.window, 0, "the pattern survives an overwrite");
+	uint32_t window = ra.window;
+
 	read_blob(5, 100);
 	cr_assert_eq(adv.kind, RA_READAHEAD);
 	cr_assert_eq(adv.first_blob, 6, "re-admits from the reader");
+	cr_assert_eq(ra.window, window, "a refill is not growth");
+	cr_assert_eq(adv.nblobs, window);
 	cr_assert_eq(ra_on_write(&ra, 0, 0, &adv), 0);
 	expect(RA_NONE, 0, 0, RA_CANCEL_NONE);
 }
@@ -275,7 +279,44 @@ Test(prefetch_readahead, hints_cover_the_range_clipped_and_leave_the_pattern, .i
 	cr_assert_eq(ra.stats.hints, 5);
 }
 
+Test(prefetch_readahead, stats_count_reads_growth_and_cancels_by_reason, .init = setup)
+{
+	for (uint64_t b = 0; b < 8; b++) {
+		read_blob(b, 100);
+		commit_all();
+	}
+	read_blob(40, 100);
+	ra_on_hint(&ra, 0, BS, 100 * BS, &adv);
+	ra_on_close(&ra, &adv);
+	cr_assert_eq(ra.stats.reads, 9);
+	cr_assert_eq(ra.stats.sequential_reads, 7, "the first read only starts a run");
+	cr_assert_eq(ra.stats.random_reads, 1);
+	cr_assert_eq(ra.stats.windows_grown, 3);
+	cr_assert_eq(ra.stats.hints, 1);
+	cr_assert_eq(ra.stats.cancels[RA_CANCEL_PATTERN], 1);
+	cr_assert_eq(ra.stats.cancels[RA_CANCEL_CLOSE], 1);
+	cr_assert_eq(ra.stats.blobs_advised, 1 + 2 + 3 + 6 + 1);
+}
+
 /* ---- pf_apply against a real machine ------------------------------------ */
+
+Test(prefetch_readahead, apply_without_a_stream_admits_a_hint_and_counts_backpressure, .init = setup)
+{
+	struct pf_machine m;
+
+	cr_assert_eq(pf_init(&m, 2, 0), 0);
+	cr_assert_eq(ra_on_hint(&ra, 0, 5 * BS, 100 * BS, &adv), 0);
+	cr_assert_eq(pf_apply(&m, NULL, OBJ, &adv, NULL, NULL, 0), 2);
+	cr_assert_eq(pf_apply(&m, NULL, OBJ, &adv, NULL, NULL, 0), 0);
+	struct pf_report r;
+
+	pf_report_get(&m, &r);
+	cr_assert_eq(r.backpressure_count, 2, "no stream: every refusal counts");
+	cr_assert_eq(r.coalesced, 2);
+	cr_assert_eq(pf_apply(NULL, NULL, OBJ, &adv, NULL, NULL, 0), -EINVAL);
+	pf_destroy(&m);
+}
+
 
 static struct pf_report rep(const struct pf_machine *m)
 {
