@@ -296,6 +296,7 @@ struct ra_stats {
 	uint64_t reads;
 	uint64_t sequential_reads;
 	uint64_t random_reads;
+	uint64_t rereads;    /* re-reads inside the current blob: ignored */
 	uint64_t windows_grown;
 	uint64_t blobs_advised;
 	uint64_t hints;

@@ -111,6 +111,15 @@ int ra_on_read(struct ra_state *ra, uint64_t off, uint64_t len,
 		       (ra->window > 0 && off > ra->seq_next &&
 			off / bs < ra->ahead_hi);
 
+	/* Re-reading what the reader has just read, within the blob it is
+	 * in (SQLite re-reads its current page), is not a pattern change:
+	 * that blob is already fetched, and the run goes on from seq_next. */
+	if (!follows && ra->window > 0 && off < ra->seq_next &&
+	    end <= ra->seq_next && ra->ahead_lo > 0 &&
+	    off / bs >= ra->ahead_lo - 1) {
+		ra->stats.rereads++;
+		return 0;
+	}
 	if (!follows) {
 		ra->stats.random_reads++;
 		if (ra->window > 0)

@@ -183,6 +183,35 @@ Test(prefetch_readahead, forward_skip_inside_the_admitted_range_follows_the_run,
 	cr_assert_eq(adv.cancel, RA_CANCEL_PATTERN);
 }
 
+Test(prefetch_readahead, rereading_the_current_blob_keeps_the_run, .init = setup)
+{
+	/* 16 KiB reads, so the reader sits inside blobs. */
+	for (uint64_t off = 0; off < 4 * BS + 16384; off += 16384) {
+		cr_assert_eq(ra_on_read(&ra, off, 16384, 100 * BS, &adv), 0);
+		commit_all();
+	}
+	uint32_t window = ra.window;
+	uint64_t hi = ra.ahead_hi;
+
+	cr_assert_gt(window, 0);
+	/* seq_next = 4 * BS + 16384: re-read the page just read, and the
+	 * start of the blob the reader is in. */
+	cr_assert_eq(ra_on_read(&ra, 4 * BS, 16384, 100 * BS, &adv), 0);
+	expect(RA_NONE, 0, 0, RA_CANCEL_NONE);
+	cr_assert_eq(ra_on_read(&ra, 4 * BS, 100, 100 * BS, &adv), 0);
+	expect(RA_NONE, 0, 0, RA_CANCEL_NONE);
+	cr_assert_eq(ra.stats.rereads, 2);
+	cr_assert_eq(ra.window, window);
+	cr_assert_eq(ra.ahead_hi, hi);
+	/* The run continues where it was. */
+	cr_assert_eq(ra_on_read(&ra, 4 * BS + 16384, 16384, 100 * BS, &adv), 0);
+	cr_assert_eq(adv.cancel, RA_CANCEL_NONE);
+	cr_assert_eq(ra.stats.random_reads, 0);
+	/* Re-reading the previous blob is a pattern change. */
+	cr_assert_eq(ra_on_read(&ra, 3 * BS, 16384, 100 * BS, &adv), 0);
+	expect(RA_NONE, 0, 0, RA_CANCEL_PATTERN);
+}
+
 Test(prefetch_readahead, readahead_never_passes_the_end_of_the_object, .init = setup)
 {
 	for (uint64_t b = 0; b < 6; b++) {
