@@ -151,6 +151,8 @@ struct pool_stats {
 	uint64_t requests_completed;
 	uint64_t submits_blocked;	/* had to wait for admission */
 	uint64_t submits_eagain;	/* POOL_NONBLOCK refused */
+	uint64_t nonblock_overtakes;	/* POOL_NONBLOCK admitted ahead of
+					 * parked submitters */
 	uint64_t max_waiters;		/* peak submitters parked at once */
 	uint64_t cpu_ns;		/* sum of task thread-CPU */
 };
@@ -171,8 +173,11 @@ void pool_destroy(struct pool *p);
  * worker thread after the last task, when the pool no longer touches r; it
  * must not block.  Instead of done the caller may pool_join(r) (use one or
  * the other).
- * @return 0 submitted; -EAGAIN with POOL_NONBLOCK when the request cannot
- * be admitted now; -EINVAL (n == 0, n > POOL_TASKS_MAX, unknown kind, NULL);
+ * Blocking submitters are admitted FIFO.  A POOL_NONBLOCK submit is admitted
+ * whenever it fits the bound, passing parked submitters at most `workers`
+ * times per parked head (so they never starve).
+ * @return 0 submitted; -EAGAIN with POOL_NONBLOCK when the in-flight bound
+ * would be exceeded (or the parked head has used up its passes); -EINVAL (n == 0, n > POOL_TASKS_MAX, unknown kind, NULL);
  * -EDEADLK for a blocking submit from one of this pool's workers (a done
  * callback must use POOL_NONBLOCK); -ESHUTDOWN once pool_destroy began. */
 #define POOL_TASKS_MAX (1u << 20)

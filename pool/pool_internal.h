@@ -63,6 +63,7 @@ struct pool {
 	size_t active_max;
 	struct pool_waiter *wait_head, *wait_tail;
 	unsigned waiters;
+	unsigned overtakes;	/* non-blocking admissions past the head */
 	bool shutdown;
 	uint64_t pick_seq;
 	uint64_t next_id;	/* request ids start at 1 */

@@ -536,20 +536,22 @@ Test(pool, metrics_account_cpu_and_waits)
 }
 
 /* FIFO admission: a large request parked at the bound is not overtaken by
- * small ones arriving after it (it would otherwise starve). */
-Test(pool, admission_is_fifo)
+ * blocking submitters arriving after it (it would otherwise starve); a
+ * non-blocking one that fits may pass it, but only `workers` times. */
+Test(pool, admission_is_fifo_with_bounded_nonblock_passes)
 {
 	struct pool *p = mk(1, 4, POOL_MODE_FAIR);
-	struct pool_task hold[3], small[1];
-	struct pool_req rh, rs;
+	struct pool_task hold[2], s1[1], s2[1];
+	struct pool_req rh, r1, r2;
 	struct parked_arg big = { .rc = 1 };
 	pthread_t th;
 	struct pool_stats st;
 
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 2; i++)
 		test_task(&hold[i], 0, 50000, 0, 0);
-	test_task(&small[0], 0, 0, 0, 0);
-	cr_assert_eq(pool_submit(p, &rh, hold, 3, NULL, NULL, 0), 0);
+	test_task(&s1[0], 11, 0, 0, 0);
+	test_task(&s2[0], 12, 0, 0, 0);
+	cr_assert_eq(pool_submit(p, &rh, hold, 2, NULL, NULL, 0), 0);
 	big.p = p;
 	cr_assert_eq(pthread_create(&th, NULL, parked_submit, &big), 0);
 	for (int spin = 0; spin < 500; spin++) {
@@ -558,12 +560,22 @@ Test(pool, admission_is_fifo)
 			break;
 		usleep(1000);
 	}
-	cr_assert_eq(st.submits_blocked, 1);
-	/* 3 in flight + 1 fits the bound of 4, but the big one is first. */
-	cr_assert_eq(pool_submit(p, &rs, small, 1, NULL, NULL, POOL_NONBLOCK), -EAGAIN);
+	cr_assert_eq(st.submits_blocked, 1, "2 in flight + 4 > 4: the big one parks");
+	/* 2 + 1 fits: the ring thread's request passes the parked one... */
+	cr_assert_eq(pool_submit(p, &r1, s1, 1, NULL, NULL, POOL_NONBLOCK), 0);
+	/* ...3 + 1 still fits, but one worker = one pass per parked head. */
+	cr_assert_eq(pool_submit(p, &r2, s2, 1, NULL, NULL, POOL_NONBLOCK), -EAGAIN);
 	pthread_join(th, NULL);
 	cr_assert_eq(big.rc, 0);
 	cr_assert_eq(pool_join(&rh), 0);
+	cr_assert_eq(pool_join(&r1), 0);
+	cr_assert_eq(s1[0].result, 11);
 	cr_assert_eq(pool_join(&big.r), 0);
+	pool_stats(p, &st);
+	cr_assert_eq(st.nonblock_overtakes, 1);
+	cr_assert_eq(st.submits_eagain, 1);
+	/* The head was admitted: a new head would get a fresh budget. */
+	cr_assert_eq(pool_submit(p, &r2, s2, 1, NULL, NULL, POOL_NONBLOCK), 0);
+	cr_assert_eq(pool_join(&r2), 0);
 	pool_destroy(p);
 }
