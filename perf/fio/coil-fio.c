@@ -469,6 +469,7 @@ static int fio_coil_open_file(struct thread_data *td, struct fio_file *f)
 {
 	struct coil_td *ct = td->io_ops_data;
 	unsigned int flags = read_only ? 0 : COIL_CREATE;
+	uint64_t size;
 	coil_obj *obj;
 	int ret;
 
@@ -480,6 +481,13 @@ static int fio_coil_open_file(struct thread_data *td, struct fio_file *f)
 		return 1;
 	}
 	FILE_SET_ENG_DATA(f, obj);
+	/* fio stops at real_file_size: let the job's range (or the object,
+	 * when larger) be the file. */
+	if (coil_obj_size(obj, &size) < 0)
+		size = 0;
+	if (f->io_size != -1ULL && f->file_offset + f->io_size > size)
+		size = f->file_offset + f->io_size;
+	f->real_file_size = size;
 	return 0;
 }
 
@@ -506,9 +514,10 @@ static int fio_coil_unlink_file(struct thread_data *td, struct fio_file *f)
 }
 
 /* Called before the job starts, in fio's main process when
- * create_serialize=1 (the default).  Object sizes matter only when the job
- * gives no size=; then the store (if it exists) is opened briefly to read
- * them, and closed again so forked job processes can open it. */
+ * create_serialize=1 (the default).  With size= given, the range is the
+ * job's (-1 = unknown until open, which then sets it); without, the store
+ * (if it exists) is opened briefly to read the object sizes, and closed
+ * again so that forked job processes can open it. */
 static int fio_coil_setup(struct thread_data *td)
 {
 	struct coil_fio_options *fo = td->eo;
@@ -516,12 +525,14 @@ static int fio_coil_setup(struct thread_data *td)
 	struct fio_file *f;
 	struct stat st;
 	unsigned int i;
-	int ret = 0;
 
+	if (td->o.size || td->o.file_size_low) {
+		for_each_file(td, f, i)
+			f->real_file_size = -1ULL;
+		return 0;
+	}
 	for_each_file(td, f, i)
 		f->real_file_size = 0;
-	if (td->o.size || td->o.file_size_low)
-		return 0;
 	if (!fo->store || stat(fo->store, &st) < 0)
 		return 0;
 	r = store_get(td);
@@ -538,7 +549,7 @@ static int fio_coil_setup(struct thread_data *td)
 		coil_obj_close(obj);
 	}
 	store_put(r);
-	return ret;
+	return 0;
 }
 
 static void fio_coil_cleanup(struct thread_data *td)
@@ -596,7 +607,7 @@ static int fio_coil_init(struct thread_data *td)
 }
 
 /* fio finds an external engine through this symbol (dlsym "ioengine"). */
-struct ioengine_ops ioengine = {
+__attribute__((visibility("default"))) struct ioengine_ops ioengine = {
 	.name = "coil",
 	.version = FIO_IOOPS_VERSION,
 	.flags = FIO_DISKLESSIO | FIO_NODISKUTIL | FIO_ASYNCIO_SETS_ISSUE_TIME,
