@@ -14,6 +14,9 @@
  *     a structure its own decoder would reject;
  *   - integers are little-endian, checksums XXH3-64 with seed 0.
  *
+ * Reserved fields and padding are zero in version 1 and decoders reject
+ * anything else, so encode(decode(x)) == x for every structure.
+ *
  * Pointers returned inside decoded structures (record bodies, names, extent
  * cursors) point into the caller's buffer and are valid as long as it is.
  */
@@ -339,6 +342,7 @@ enum fmt_jrec_type {
 };
 #define FMT_JREC_HDR 16u
 #define FMT_JREC_REMAP 0x1u    /* WRITE flag: relocation, size unchanged */
+#define FMT_JREC_WRITE_FIXED 28u /* WRITE body before its extents */
 #define FMT_NAME_MAX 255u
 
 /* One record found in a payload; body points into the payload. */

@@ -22,7 +22,7 @@ uint64_t fmt_jrec_csum(const uint8_t *hdr, const uint8_t *body, size_t len)
 	return XXH3_64bits_withSeed(body, len, coil_get_le64(hdr));
 }
 
-#define WRITE_FIXED 28u /* obj_id, off, len, n_extents */
+#define WRITE_FIXED FMT_JREC_WRITE_FIXED /* obj_id, off, len, n_extents */
 
 static int jchunk_valid(const struct fmt_jchunk *h)
 {

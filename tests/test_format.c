@@ -120,7 +120,7 @@ Test(format_super, layout_follows_the_doc)
 	cr_assert_eq(sb.segment_size, 2 * MiB);
 
 	/* every layout decodes */
-	uint64_t sizes[] = { 6 * MiB, 7 * MiB + 4095, 100 * MiB, 3 * GiB, 5 * GiB, 1ull << 40, 1ull << 50 };
+	uint64_t sizes[] = { 6 * MiB, 7 * MiB + 4095, 100 * MiB, 3 * GiB, 5 * GiB, 1ull << 40, 1ull << 50, UINT64_MAX };
 	for (size_t i = 0; i < COIL_ARRAY_LEN(sizes); i++) {
 		struct fmt_super d;
 		cr_assert_eq(fmt_super_layout(sizes[i], 65536, &sb), 0, "size %llu",

@@ -24,6 +24,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(memcmp(out, blk, 160) == 0);
 		FUZZ_CHECK(b.data_off + (uint64_t)b.segment_count * b.segment_size <= b.store_size);
 	}
+	/* any size and max_blob: layout either refuses or yields a valid block */
+	if (size >= 12) {
+		struct fmt_super l, ld;
+		uint64_t store_size = coil_get_le64(data);
+		uint32_t max_blob = coil_get_le32(data + 8);
+		int rl = fmt_super_layout(store_size, max_blob, &l);
+		FUZZ_CHECK(rl == 0 || rl == -EINVAL || rl == -ENOSPC);
+		if (rl == 0) {
+			FUZZ_CHECK(fmt_super_encode(&l, out, sizeof(out)) == FMT_BLOCK);
+			FUZZ_CHECK(fmt_super_decode(&ld, out, sizeof(out)) == 0);
+		}
+	}
+
 	int p = fmt_super_pick(&a, ra, &b, rb);
 	FUZZ_CHECK(p == 0 || p == 1 || p == -EIO);
 	if (p == 0) FUZZ_CHECK(ra == 0);
