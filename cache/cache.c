@@ -149,7 +149,7 @@ int cache_create(const struct cache_options *o, struct cache **out)
 	    vmax > (UINT32_MAX >> 1))
 		return -EINVAL;
 	bmax = o->bytes_max;
-	while (nshards > 1 && bmax / nshards < (uint64_t)SHARD_VALUES_MIN * charge_of(vmax))
+	while (nshards > 1 && bmax / nshards < (uint64_t)SHARD_VALUES_MIN * vmax)
 		nshards >>= 1;
 
 	entries = o->entries_max;

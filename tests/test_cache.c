@@ -126,6 +126,33 @@ Test(cache, hit_miss_and_dup)
 	cache_destroy(c);
 }
 
+Test(cache, value_alignment_and_shards)
+{
+	struct cache *c;
+	char buf[512];
+	void *v;
+
+	/* 4 KiB aligned from one page up: a raw blob can be read O_DIRECT
+	 * straight into the buffer the cache will own */
+	for (size_t len = 4096; len <= (1u << 20); len = len * 3 + 5) {
+		v = cache_alloc_value(len);
+		cr_assert_not_null(v);
+		cr_assert_eq((uintptr_t)v % 4096, 0, "len %zu", len);
+		cache_free_value(v);
+	}
+	cache_free_value(NULL);
+	/* the default 64 MiB keeps 16 shards; a 4 MiB cache gets 1 so a
+	 * 1 MiB blob does not evict its whole shard */
+	c = mk(64 << 20, CACHE_POLICY_S3FIFO, 0);
+	cr_assert_gt(cache_stats_json(c, buf, sizeof(buf)), 0);
+	cr_assert_not_null(strstr(buf, "\"shards\":16}"), "%s", buf);
+	cache_destroy(c);
+	c = mk(4 << 20, CACHE_POLICY_S3FIFO, 0);
+	cr_assert_gt(cache_stats_json(c, buf, sizeof(buf)), 0);
+	cr_assert_not_null(strstr(buf, "\"shards\":1}"), "%s", buf);
+	cache_destroy(c);
+}
+
 Test(cache, bad_input_is_an_error_not_a_crash)
 {
 	struct cache_options o;
@@ -520,13 +547,24 @@ static void *ct_run(void *p)
 Test(cache, concurrent_never_serves_other_keys_bytes)
 {
 	for (unsigned p = 0; p < COIL_ARRAY_LEN(all_policies); p++) {
-		/* small: lots of eviction races */
-		struct cache *c = mk(2 << 20, all_policies[p], 4);
+		/* small: lots of eviction races; small values so the 2 MiB
+		 * really splits into 4 shards */
+		struct cache_options o;
+		struct cache *c;
+		char js[512];
 		pthread_t t[CT_THREADS];
 		struct ct_arg a[CT_THREADS];
 		struct cache_stats st;
 		uint64_t hits = 0;
 
+		cache_options_init(&o);
+		o.bytes_max = 2 << 20;
+		o.policy = all_policies[p];
+		o.shards = 4;
+		o.value_len_max = 16384;
+		cr_assert_eq(cache_create(&o, &c), 0);
+		cr_assert_gt(cache_stats_json(c, js, sizeof(js)), 0);
+		cr_assert_not_null(strstr(js, "\"shards\":4}"), "%s", js);
 		for (int i = 0; i < CT_THREADS; i++) {
 			a[i] = (struct ct_arg){ .c = c, .seed = 7 * i + p };
 			cr_assert_eq(pthread_create(&t[i], NULL, ct_run, &a[i]), 0);
