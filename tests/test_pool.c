@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -578,4 +579,89 @@ Test(pool, admission_is_fifo_with_bounded_nonblock_passes)
 	cr_assert_eq(pool_submit(p, &r2, s2, 1, NULL, NULL, POOL_NONBLOCK), 0);
 	cr_assert_eq(pool_join(&r2), 0);
 	pool_destroy(p);
+}
+
+/* A random mix — blocking and non-blocking submits, joins and callbacks,
+ * sizes up to 1.5x the capacity — in both modes: every result lands in its
+ * slot, the counters balance, and only idle admissions exceed the bound. */
+struct mix_arg {
+	struct pool *p;
+	int id;
+	int bad;
+	atomic_int cb_done;
+};
+
+static void mix_cb(struct pool_req *r, void *arg)
+{
+	struct mix_arg *a = arg;
+
+	if (pool_req_status(r) != 0)
+		a->bad++;
+	atomic_store(&a->cb_done, 1);
+}
+
+static void *mixer(void *a_)
+{
+	struct mix_arg *a = a_;
+	struct pool_task t[12];
+	struct pool_req r;
+	uint64_t seed = 0xabcdefull * (uint64_t)(a->id + 1);
+
+	for (int k = 0; k < 60; k++) {
+		unsigned n = 1 + rnd(&seed) % 12;
+		unsigned how = rnd(&seed) % 3;	/* 0 join, 1 nonblock+join, 2 callback */
+		int rc;
+
+		for (unsigned i = 0; i < n; i++)
+			test_task(&t[i], (uint64_t)k * 100 + i, 0, rnd(&seed) % 40, 0);
+		atomic_store(&a->cb_done, 0);
+		rc = pool_submit(a->p, &r, t, n, how == 2 ? mix_cb : NULL, a,
+				 how == 1 ? POOL_NONBLOCK : 0);
+		if (rc == -EAGAIN && how == 1)
+			continue;
+		if (rc != 0) {
+			a->bad++;
+			continue;
+		}
+		if (how == 2) {
+			while (!atomic_load(&a->cb_done))
+				sched_yield();
+		} else if (pool_join(&r) != 0) {
+			a->bad++;
+		}
+		for (unsigned i = 0; i < n; i++)
+			if (t[i].result != (int64_t)k * 100 + i)
+				a->bad++;
+	}
+	return NULL;
+}
+
+Test(pool, random_mix_keeps_invariants, .timeout = 60)
+{
+	for (unsigned mode = 0; mode < 2; mode++) {
+		struct pool *p = mk(3, 3, mode);	/* capacity 9 < 12 */
+		struct mix_arg a[8];
+		pthread_t th[8];
+		struct pool_stats st;
+
+		for (int i = 0; i < 8; i++) {
+			a[i] = (struct mix_arg){ .p = p, .id = i };
+			cr_assert_eq(pthread_create(&th[i], NULL, mixer, &a[i]), 0);
+		}
+		for (int i = 0; i < 8; i++) {
+			pthread_join(th[i], NULL);
+			cr_assert_eq(a[i].bad, 0, "mode %u thread %d", mode, i);
+		}
+		pool_stats(p, &st);
+		cr_assert_eq(st.requests_completed, st.requests_submitted);
+		cr_assert_eq(st.in_flight, 0);
+		cr_assert_eq(st.active, 0);
+		cr_assert_eq(st.tasks_failed, 0);
+		/* Fair: past the bound of 9 only by an idle admission (<= 12).
+		 * Semaphore: 3 slots = one big request or up to 3 small. */
+		cr_assert_leq(st.peak_in_flight, 12);
+		if (mode == POOL_MODE_FAIR)
+			cr_assert_eq(st.max_consecutive_same_req, 1);
+		pool_destroy(p);
+	}
 }
