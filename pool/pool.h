@@ -176,8 +176,11 @@ void pool_destroy(struct pool *p);
  * Blocking submitters are admitted FIFO.  A POOL_NONBLOCK submit is admitted
  * whenever it fits the bound, passing parked submitters at most `workers`
  * times per parked head (so they never starve).
+ * In semaphore mode a submit waits for min(n, workers) free worker slots.
  * @return 0 submitted; -EAGAIN with POOL_NONBLOCK when the in-flight bound
- * would be exceeded (or the parked head has used up its passes); -EINVAL (n == 0, n > POOL_TASKS_MAX, unknown kind, NULL);
+ * would be exceeded (or the parked head has used up its passes; semaphore
+ * mode: no free slots); -EINVAL (n == 0, n > POOL_TASKS_MAX, unknown kind,
+ * NULL, unknown flags);
  * -EDEADLK for a blocking submit from one of this pool's workers (a done
  * callback must use POOL_NONBLOCK); -ESHUTDOWN once pool_destroy began. */
 #define POOL_TASKS_MAX (1u << 20)
@@ -187,7 +190,7 @@ int pool_submit(struct pool *p, struct pool_req *r, struct pool_task *tasks,
 
 /* Block until every task of r completed.  @return 0, or the error of the
  * lowest-ordinal failed task; -EDEADLK when called from a worker of r's
- * pool; -EINVAL if r was never submitted. */
+ * pool; -EINVAL if r was not admitted (e.g. its pool_submit failed). */
 int pool_join(struct pool_req *r);
 
 /* The request's status once complete: 0 or the error of the lowest-ordinal
