@@ -485,6 +485,76 @@ Test(cache, stats_json_and_policy_names)
 	cache_destroy(c);
 }
 
+/* Against a model: after every random operation, the index holds exactly
+ * the keys cache_contains reports, and the charged bytes are exactly those
+ * of the resident entries plus the evicted ones readers still hold. */
+Test(cache, accounting_matches_a_model)
+{
+	enum { KEYS = 64, HELD = 6 };
+
+	for (unsigned p = 0; p < COIL_ARRAY_LEN(all_policies); p++) {
+		struct cache *c = mk(1 << 20, all_policies[p], 1);
+		const struct cache_entry *held[HELD] = { 0 };
+		unsigned seed = 99 + p;
+
+		for (int step = 0; step < 4000; step++) {
+			uint64_t ki = (uint64_t)rand_r(&seed) % KEYS;
+			struct cache_key k = { ki * 4096, ki % 3 };
+			uint32_t len = 1 + (uint32_t)(ki * 7919 % 120000);
+			unsigned op = (unsigned)rand_r(&seed) % 10, slot = ki % HELD;
+			const struct cache_entry *e;
+			struct cache_stats st;
+			uint64_t bytes = 0, entries = 0;
+
+			if (op < 5) {
+				if (cache_get(c, &k, &e) >= 0) {
+					cr_assert(val_ok(e, &k, len));
+					cache_put(c, held[slot]);
+					held[slot] = e;
+				} else {
+					insert_new(c, k.dev_off, k.gen, len, 0);
+				}
+			} else if (op < 7) {
+				cache_invalidate(c, &k);
+			} else if (op < 8) {
+				cache_put(c, held[slot]);
+				held[slot] = NULL;
+			} else {
+				insert_new(c, k.dev_off, k.gen, len, 0);
+			}
+			for (uint64_t i = 0; i < KEYS; i++) {
+				uint32_t l = 1 + (uint32_t)(i * 7919 % 120000);
+
+				if (cached(c, i * 4096, i % 3)) {
+					entries++;
+					bytes += COIL_ALIGN_UP(l, 64) + CACHE_ENTRY_OVERHEAD;
+				}
+			}
+			for (unsigned h = 0; h < HELD; h++) {
+				if (!held[h])
+					continue;
+				/* a held entry no longer resident is a zombie,
+				 * unless the same key was cached again */
+				e = NULL;
+				if (cache_contains(c, &held[h]->key)) {
+					cr_assert_eq(cache_get(c, &held[h]->key, &e), 0);
+					cache_put(c, e);
+				}
+				if (e != held[h])
+					bytes += COIL_ALIGN_UP(held[h]->len, 64) +
+						 CACHE_ENTRY_OVERHEAD;
+			}
+			cr_assert_eq(cache_stats_get(c, &st), 0);
+			cr_assert_eq(st.entries, entries, "step %d", step);
+			cr_assert_eq(st.bytes, bytes, "step %d", step);
+			cr_assert_leq(st.bytes, st.bytes_max);
+		}
+		for (unsigned h = 0; h < HELD; h++)
+			cache_put(c, held[h]);
+		cache_destroy(c);
+	}
+}
+
 /* --- concurrency --------------------------------------------------------- */
 
 #define CT_THREADS 4
