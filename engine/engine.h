@@ -398,6 +398,16 @@ static inline void stat_add(_Atomic uint64_t *c, uint64_t v)
 	atomic_fetch_add_explicit(c, v, memory_order_relaxed);
 }
 
+/* An operation counted in ops_inflight finished (after its callback). */
+static inline void ops_done(struct coil_store *s)
+{
+	if (atomic_fetch_sub(&s->ops_inflight, 1) == 1) {
+		pthread_mutex_lock(&s->rq_mu);
+		pthread_cond_broadcast(&s->rq_cond);
+		pthread_mutex_unlock(&s->rq_mu);
+	}
+}
+
 int store_io_sync(struct coil_store *s, int op, void *buf, uint32_t len,
 		  uint64_t off);
 

@@ -128,7 +128,7 @@ static void cycle_finish(struct coil_store *s, int res)
 		fnext = fw->next;
 		fw->cb(fw->arg, res);
 		free(fw);
-		atomic_fetch_sub(&s->ops_inflight, 1);
+		ops_done(s);
 	}
 
 	pthread_mutex_lock(&s->jlock);

@@ -210,11 +210,7 @@ static void write_done(struct coil_store *s, struct jent *e, int res)
 	atomic_fetch_sub(&h->inflight, 1);
 	if (cb)
 		cb(arg, ret);
-	if (atomic_fetch_sub(&s->ops_inflight, 1) == 1) {
-		pthread_mutex_lock(&s->rq_mu);
-		pthread_cond_broadcast(&s->rq_cond);
-		pthread_mutex_unlock(&s->rq_mu);
-	}
+	ops_done(s);
 }
 
 static void write_fail(struct coil_store *s, struct wreq *w, int err)
