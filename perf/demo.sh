@@ -105,6 +105,8 @@ def prefetch_line(st):
     wasted = find(p, 'evicted_before_use') or 0
     if not p:
         return 'not reported'
+    if not done and not ready and not waits:
+        return 'no readahead was issued'
     return ('%d readaheads completed; %d reads found their data already prefetched, '
             '%d found it in flight, %d waited; %d prefetched units evicted unused'
             % (done, ready, inflight, waits, wasted))
@@ -124,7 +126,7 @@ if stored:
     print('  stored after zstd       %s   (%.2fx smaller; random bytes are kept raw)'
           % (mib(stored), logical / stored))
 if alloc:
-    print('  allocated on disk       %s   (whole 4 KiB blocks, journal and metadata excluded)' % mib(alloc))
+    print('  allocated on disk       %s   (in data segments: blobs packed into 4 KiB-aligned batches)' % mib(alloc))
 print()
 print('Loader (one thread, 32 requests in flight, requests of up to 1 MiB)')
 print('  write  %7.1f MiB/s   p50 %8.0f us   p99 %8.0f us   (%d requests, then coil_sync)'

@@ -14,14 +14,17 @@
  * thread=1 in one fio process share one open store through a refcounted
  * process-wide table keyed by the store path; coil itself lets one process
  * open a store, so jobs in separate processes get a clear -EBUSY error.
+ * The first job to open a store chooses its options.  In thread mode the
+ * store stays open until fio unloads the engine, so stonewalled jobs share
+ * its cache and statistics.
  *
  * I/O is asynchronous: ->queue() parks the io_u, ->commit() submits the
  * batch with coil_read()/coil_write()/coil_flush(), completions arrive on a
  * coil thread and are pushed into a bounded per-job completion ring that
  * ->getevents() waits on (honouring its timeout) and ->event() drains.
  *
- * Setting COIL_FIO_STATS=FILE makes the last job that closes a store write
- * coil_stats_json() into FILE (used by perf/demo.sh).
+ * Setting COIL_FIO_STATS=FILE makes coil_stats_json() of each store be
+ * written into FILE as it closes (used by perf/demo.sh and perf/bench_*).
  */
 #include <errno.h>
 #include <limits.h>
@@ -137,6 +140,7 @@ struct store_ref {
 	char *path;
 	coil_store *store;
 	unsigned int refs;
+	char sig[160];		/* the options it was opened with */
 };
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -201,6 +205,17 @@ static int options_fill(struct thread_data *td, struct coil_options *co)
 	return 0;
 }
 
+/* The options that shape an open store, to warn when a job sharing it
+ * asked for different ones (the first opener's win). */
+static void options_sig(struct thread_data *td, char *buf, size_t len)
+{
+	struct coil_fio_options *fo = td->eo;
+
+	snprintf(buf, len, "compression=%s pool=%s prefetch=%u cache=%s workers=%u",
+		 fo->compression ? fo->compression : "", fo->pool ? "semaphore" : "fair",
+		 fo->prefetch, fo->cache ? fo->cache : "", fo->workers);
+}
+
 static struct store_ref *store_get(struct thread_data *td)
 {
 	struct coil_fio_options *fo = td->eo;
@@ -216,6 +231,13 @@ static struct store_ref *store_get(struct thread_data *td)
 	pthread_mutex_lock(&table_lock);
 	for (r = table; r; r = r->next) {
 		if (strcmp(r->path, fo->store) == 0) {
+			char sig[sizeof(r->sig)];
+
+			options_sig(td, sig, sizeof(sig));
+			if (strcmp(sig, r->sig) != 0)
+				log_info("coil: %s: store %s is already open with %s; "
+					 "this job's %s do not apply\n", td->o.name,
+					 r->path, r->sig, sig);
 			r->refs++;
 			pthread_mutex_unlock(&table_lock);
 			return r;
@@ -252,6 +274,7 @@ static struct store_ref *store_get(struct thread_data *td)
 	}
 	r->store = s;
 	r->refs = 1;
+	options_sig(td, r->sig, sizeof(r->sig));
 	r->next = table;
 	table = r;
 out:
@@ -285,15 +308,31 @@ static void stats_dump(coil_store *s)
 	free(buf);
 }
 
-static void store_put(struct store_ref *r)
+static void store_close(struct store_ref *r)
+{
+	int ret;
+
+	stats_dump(r->store);
+	ret = coil_close(r->store);
+	if (ret < 0)
+		log_err("coil: closing store %s: %s\n", r->path,
+			coil_strerror(ret));
+	free(r->path);
+	free(r);
+}
+
+/* Drop a reference.  With @linger the store stays open at zero references
+ * until the process ends, so stonewalled jobs of one fio process (threads)
+ * share its cache and its statistics; forked job processes leave through
+ * _exit() without running destructors, so they close at once. */
+static void store_put(struct store_ref *r, bool linger)
 {
 	struct store_ref **pp;
-	int ret;
 
 	if (!r)
 		return;
 	pthread_mutex_lock(&table_lock);
-	if (--r->refs > 0) {
+	if (--r->refs > 0 || linger) {
 		pthread_mutex_unlock(&table_lock);
 		return;
 	}
@@ -303,14 +342,24 @@ static void store_put(struct store_ref *r)
 			break;
 		}
 	}
-	stats_dump(r->store);
-	ret = coil_close(r->store);
-	if (ret < 0)
-		log_err("coil: closing store %s: %s\n", r->path,
-			coil_strerror(ret));
+	store_close(r);
 	pthread_mutex_unlock(&table_lock);
-	free(r->path);
-	free(r);
+}
+
+/* fio unloads the engine (or the process exits) after its last job:
+ * close what lingers, which checkpoints and releases the store lock. */
+__attribute__((destructor)) static void table_close_all(void)
+{
+	struct store_ref *r;
+
+	pthread_mutex_lock(&table_lock);
+	while ((r = table) != NULL) {
+		table = r->next;
+		if (r->refs)
+			continue;	/* a job still runs: leave it to coil */
+		store_close(r);
+	}
+	pthread_mutex_unlock(&table_lock);
 }
 
 /* --- per-job state ---------------------------------------------------- */
@@ -548,7 +597,7 @@ static int fio_coil_setup(struct thread_data *td)
 			f->real_file_size = sz;
 		coil_obj_close(obj);
 	}
-	store_put(r);
+	store_put(r, false);
 	return 0;
 }
 
@@ -565,7 +614,7 @@ static void fio_coil_cleanup(struct thread_data *td)
 		if (FILE_ENG_DATA(f))
 			fio_coil_close_file(td, f);
 	}
-	store_put(ct->ref);
+	store_put(ct->ref, td->o.use_thread);
 	pthread_cond_destroy(&ct->cond);
 	pthread_mutex_destroy(&ct->lock);
 	free(ct->pending);

@@ -209,11 +209,26 @@ static void latency_report(FILE *fp, const char *key, struct runner *r)
 	free(l);
 }
 
+/* One line rewritten in place on a terminal; a line per quarter in logs. */
 static void progress(const char *what, size_t done, size_t total,
 		     uint64_t bytes)
 {
-	fprintf(stderr, "\r   %s %zu/%zu objects, %" PRIu64 " MiB   ", what,
-		done, total, bytes >> 20);
+	static int tty = -1;
+	static size_t last_quarter;
+	size_t quarter = done * 4 / (total ? total : 1);
+
+	if (tty < 0)
+		tty = isatty(STDERR_FILENO);
+	if (tty) {
+		fprintf(stderr, "\r   %s %zu/%zu objects, %" PRIu64 " MiB   ",
+			what, done, total, bytes >> 20);
+		if (done == total)
+			fputc('\n', stderr);
+	} else if (done == 1 || quarter != last_quarter) {
+		fprintf(stderr, "   %s %zu/%zu objects, %" PRIu64 " MiB\n", what,
+			done, total, bytes >> 20);
+	}
+	last_quarter = done == total ? 0 : quarter;
 }
 
 /* Write (or read back and compare) every member with QD requests in
@@ -268,7 +283,6 @@ static uint64_t run_all(coil_store *s, struct member *m, size_t n, int write,
 		if ((i & 255) == 0 || i + 1 == n)
 			progress(write ? "wrote" : "read ", i + 1, n, bytes);
 	}
-	fputc('\n', stderr);
 	return bytes;
 }
 
