@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,7 +69,8 @@ int main(int argc, char **argv)
 	struct uring_stats st;
 	struct bio *ios;
 	struct stat sb;
-	double secs = 8;
+	struct rusage ru0, ru1;
+	double secs = 8, cpu_s;
 	unsigned qd = 32;
 	uint64_t t0, t1;
 	int fd, ret;
@@ -109,6 +111,7 @@ int main(int argc, char **argv)
 	ios = calloc(qd, sizeof(*ios));
 	if (!ios)
 		return 1;
+	getrusage(RUSAGE_SELF, &ru0);
 	t0 = coil_now_ns();
 	b.deadline_ns = t0 + (uint64_t)(secs * 1e9);
 	atomic_store(&b.inflight, qd);
@@ -135,16 +138,22 @@ int main(int argc, char **argv)
 	t1 = coil_now_ns();
 	uring_stats(b.r, &st);
 	uring_destroy(b.r);
+	getrusage(RUSAGE_SELF, &ru1);
 	close(fd);
+	/* process CPU (ring thread + this one) over the measured interval */
+	cpu_s = (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec) +
+		(double)(ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
+		(double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec) / 1e6 +
+		(double)(ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec) / 1e6;
 	free(ios);
 	/* every completion and counter update happened on the ring thread,
 	 * which uring_destroy joined */
 	printf("{\"iops\": %.0f, \"ios\": %lu, \"errors\": %lu, \"seconds\": %.3f, "
 	       "\"qd\": %u, \"bs\": %u, \"enters\": %lu, \"fixed_ios\": %lu, "
-	       "\"setup_flags\": %u}\n",
+	       "\"setup_flags\": %u, \"cpu_us_per_io\": %.3f}\n",
 	       (double)b.ios / ((double)(t1 - t0) / 1e9), (unsigned long)b.ios,
 	       (unsigned long)b.errors, (double)(t1 - t0) / 1e9, qd, b.bs,
 	       (unsigned long)st.submit_calls, (unsigned long)st.fixed_ios,
-	       st.setup_flags);
+	       st.setup_flags, b.ios ? cpu_s * 1e6 / (double)b.ios : 0.0);
 	return b.errors ? 1 : 0;
 }

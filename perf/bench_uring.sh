@@ -29,35 +29,41 @@ if [ "$(stat -c %s "$FILE" 2>/dev/null || echo 0)" != $((SIZE_MB * 1048576)) ]; 
 	dd if=/dev/urandom of="$FILE" bs=1M count="$SIZE_MB" oflag=direct status=none
 fi
 
+# each prints "IOPS CPU_US_PER_IO" (CPU: user+sys of the whole process)
 run_coil() {
 	"$BIN" "$FILE" "$RUNTIME" 32 4096 |
-		python3 -c 'import json,sys; print(round(json.load(sys.stdin)["iops"]))'
+		python3 -c 'import json,sys; j=json.load(sys.stdin); print(round(j["iops"]), j["cpu_us_per_io"])'
 }
 run_fio() {
 	fio --name=randread --filename="$FILE" --ioengine=io_uring --direct=1 \
 		--rw=randread --bs=4k --iodepth=32 --runtime="$RUNTIME" \
 		--time_based --size="${SIZE_MB}M" --numjobs=1 \
 		--output-format=json 2>/dev/null |
-		python3 -c 'import json,sys; print(round(json.load(sys.stdin)["jobs"][0]["read"]["iops"]))'
+		python3 -c 'import json,sys
+j=json.load(sys.stdin)["jobs"][0]; r=j["read"]
+cpu=(j["usr_cpu"]+j["sys_cpu"])/100*j["job_runtime"]/1000
+print(round(r["iops"]), round(cpu*1e6/max(r["total_ios"],1),3))'
 }
 
-coil=() fio=()
+coil=() fio=() coilcpu=() fiocpu=()
 for i in $(seq 1 "$REPEATS"); do
 	if [ $((i % 2)) -eq 1 ]; then
-		c=$(run_coil); f=$(run_fio)
+		read -r c cc < <(run_coil); read -r f fc < <(run_fio)
 	else
-		f=$(run_fio); c=$(run_coil)
+		read -r f fc < <(run_fio); read -r c cc < <(run_coil)
 	fi
-	coil+=("$c") fio+=("$f")
-	printf 'repeat %d: coil %s IOPS, fio %s IOPS, ratio %.3f\n' "$i" "$c" "$f" \
-		"$(python3 -c "print($c/$f)")"
+	coil+=("$c") fio+=("$f") coilcpu+=("$cc") fiocpu+=("$fc")
+	printf 'repeat %d: coil %s IOPS (%s us CPU/IO), fio %s IOPS (%s us CPU/IO), ratio %.3f\n' \
+		"$i" "$c" "$cc" "$f" "$fc" "$(python3 -c "print($c/$f)")"
 done
 
-python3 - "$OUT" "$RUNTIME" "$FILE" "$SIZE_MB" "${coil[*]}" "${fio[*]}" <<'EOF'
+python3 - "$OUT" "$RUNTIME" "$FILE" "$SIZE_MB" "${coil[*]}" "${fio[*]}" "${coilcpu[*]}" "${fiocpu[*]}" <<'EOF'
 import json, statistics, sys, platform, datetime
 out, runtime, path, size_mb = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 coil = [int(x) for x in sys.argv[5].split()]
 fio = [int(x) for x in sys.argv[6].split()]
+coilcpu = [float(x) for x in sys.argv[7].split()]
+fiocpu = [float(x) for x in sys.argv[8].split()]
 ratios = [c / f for c, f in zip(coil, fio)]
 res = {
     "benchmark": "4 KiB random read, QD32, O_DIRECT, 1 job",
@@ -69,6 +75,9 @@ res = {
     "fio_median_iops": statistics.median(fio),
     "ratio_of_medians": round(statistics.median(coil) / statistics.median(fio), 4),
     "median_ratio": round(statistics.median(ratios), 4),
+    "coil_cpu_us_per_io": coilcpu, "fio_cpu_us_per_io": fiocpu,
+    "coil_median_cpu_us_per_io": statistics.median(coilcpu),
+    "fio_median_cpu_us_per_io": statistics.median(fiocpu),
     "target": ">= 0.9",
     "kernel": platform.release(),
     "date": datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -80,5 +89,6 @@ print("|---|---:|---:|")
 print(f"| median IOPS ({len(coil)} repeats) | {res['coil_median_iops']:.0f} | {res['fio_median_iops']:.0f} |")
 print(f"| ratio of medians | {res['ratio_of_medians']:.3f} | 1 |")
 print(f"| median of per-repeat ratios | {res['median_ratio']:.3f} | 1 |")
+print(f"| median CPU per I/O (user+sys, us) | {res['coil_median_cpu_us_per_io']:.2f} | {res['fio_median_cpu_us_per_io']:.2f} |")
 print(f"\nwrote {out}")
 EOF
