@@ -387,3 +387,40 @@ COIL_API int coil_stats_json(coil_store *s, char *buf, size_t len)
 		return -EBADF;
 	return engine_stats_json(s, buf, len);
 }
+
+COIL_API int coil_obj_list(coil_store *s, coil_list_fn fn, void *arg)
+{
+	struct item {
+		uint64_t size;
+		uint16_t len;
+		char name[COIL_NAME_MAX + 1];
+	} *items;
+	uint64_t n = 0, cap;
+	int rc = 0;
+
+	if (!s || !fn)
+		return -EINVAL;
+	if (!store_valid(s))
+		return -EBADF;
+	pthread_mutex_lock(&s->mlock);
+	cap = s->nobj;
+	items = malloc((size_t)COIL_MAX(cap, 1) * sizeof(*items));
+	if (!items) {
+		pthread_mutex_unlock(&s->mlock);
+		return -ENOMEM;
+	}
+	for (uint32_t b = 0; b < s->tab_cap; b++) {
+		for (struct object *o = s->by_id[b]; o && n < cap; o = o->id_next) {
+			items[n].size = o->size;
+			items[n].len = o->name_len;
+			memcpy(items[n].name, o->name, o->name_len);
+			items[n].name[o->name_len] = 0;
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&s->mlock);
+	for (uint64_t i = 0; i < n && rc == 0; i++)
+		rc = fn(arg, items[i].name, items[i].len, items[i].size);
+	free(items);
+	return rc;
+}

@@ -159,6 +159,16 @@ COIL_API int coil_sync(coil_store *s);
  *   errno.  Call with len 0 to size the buffer. */
 COIL_API int coil_stats_json(coil_store *s, char *buf, size_t len);
 
+/* Call @fn(@arg, name, name_len, size) once for every object of the store, in
+ * no particular order, from the calling thread and with no coil lock held
+ * (the list is a snapshot taken at the call; @fn may call coil).  @name is
+ * NUL-terminated and valid only during the call.  Iteration stops when @fn
+ * returns nonzero, and that value is returned.
+ * @return 0, @fn's nonzero value, -EINVAL, -EBADF, -ENOMEM. */
+typedef int (*coil_list_fn)(void *arg, const char *name, size_t name_len,
+			    uint64_t size);
+COIL_API int coil_obj_list(coil_store *s, coil_list_fn fn, void *arg);
+
 /* A static, human-readable name for a coil return code (negative errno).
  * Never NULL. */
 COIL_API const char *coil_strerror(int err);
