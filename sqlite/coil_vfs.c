@@ -33,6 +33,7 @@ SQLITE_EXTENSION_INIT1
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "coil.h"
 #include "coil_vfs.h"
@@ -46,6 +47,7 @@ SQLITE_EXTENSION_INIT1
 #define WBUF_BYTES (512u * 1024u)
 #define STORE_SIZE_DEFAULT (1ull << 30)
 #define STATS_JSON_MAX (1u << 20)
+#define STORE_BUSY_WAIT_MS 1000
 /* Bound on the heap WAL index: 4096 regions of 32 KiB index 16 M frames,
  * a 64 GiB WAL of 4 KiB pages. */
 #define SHM_REGIONS_MAX 4096
@@ -169,7 +171,7 @@ static int store_open_coil(const char *path, int create, coil_store **out)
 {
 	struct coil_options o;
 	const char *codec = getenv("COIL_COMPRESSION");
-	int rc;
+	int rc, waited_ms;
 
 	coil_options_init(&o);
 	o.size = store_size_from_env();
@@ -177,13 +179,21 @@ static int store_open_coil(const char *path, int create, coil_store **out)
 		o.flags |= COIL_CREATE;
 	if (codec && *codec)
 		o.compression = codec;
-	rc = coil_open(path, &o, out);
-	if (rc == -EINVAL) {
-		/* tmpfs and some overlay filesystems refuse O_DIRECT. */
-		o.flags |= COIL_NO_DIRECT;
+	for (waited_ms = 0;; waited_ms += 10) {
 		rc = coil_open(path, &o, out);
+		if (rc == -EINVAL && !(o.flags & COIL_NO_DIRECT)) {
+			/* tmpfs and some overlays refuse O_DIRECT. */
+			o.flags |= COIL_NO_DIRECT;
+			continue;
+		}
+		/* A process killed with the store open keeps its lock until
+		 * the kernel has torn down its io_uring, asynchronously
+		 * (~0.2 s measured): a restart right after a crash waits that
+		 * out instead of failing; a live owner costs the wait once. */
+		if (rc != -EBUSY || waited_ms >= STORE_BUSY_WAIT_MS)
+			return rc;
+		nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000 * 1000 }, NULL);
 	}
-	return rc;
 }
 
 /* Find or open the store at @path and take a reference (g_mu held).
