@@ -134,7 +134,29 @@ static uint64_t demand_read(struct stream *st, void *buf, uint64_t b,
 		pthread_mutex_lock(&st->lock);
 		int obs = pf_observe_demand(&st->pf, u);
 		uint64_t waited = PF_NOT_WAITED;
+		struct pf_work mine;
 
+		/* Queued but not begun: take it over rather than wait behind
+		 * the dispatcher, and read it into the demand buffer. */
+		if (obs == PF_OBS_QUEUED && pf_begin_unit(&st->pf, u, &mine) == 1) {
+			pthread_mutex_unlock(&st->lock);
+
+			struct uring_io io;
+			uint32_t len = (uint32_t)COIL_MIN((uint64_t)BLOB,
+							  st->size - off);
+
+			uring_io_prep(&io, URING_OP_READ, buf, len, off, NULL, NULL);
+			int r = uring_run_sync(st->ring, &io);
+
+			pthread_mutex_lock(&st->lock);
+			COIL_ASSERT(pf_complete(&st->pf, &mine, r) >= 0);
+			pf_resolve_demand(&st->pf, u, PF_NOT_WAITED, NULL);
+			pthread_mutex_unlock(&st->lock);
+			if (r < 0)
+				die("demand read", -r);
+			sum = verify(buf, (size_t)r);
+			goto advise;
+		}
 		if (pf_observation_is_pending(obs)) {
 			uint64_t t0 = coil_now_ns();
 

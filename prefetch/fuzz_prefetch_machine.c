@@ -54,7 +54,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			COIL_ASSERT(rc >= PF_ADMITTED && rc <= PF_AT_CAPACITY);
 			break;
 		case 1:
-			rc = pf_begin_next(&m, &w);
+			rc = (take(&in) & 3) ? pf_begin_next(&m, &w)
+					     : pf_begin_unit(&m, id, &w);
 			COIL_ASSERT(rc == 0 || rc == 1);
 			if (rc == 1 && nheld < 32)
 				held[nheld++] = w;

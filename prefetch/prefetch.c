@@ -316,6 +316,23 @@ int pf_admit(struct pf_machine *m, struct pf_unit id, bool resident,
 	return PF_ADMITTED;
 }
 
+/* Takes slot @s out of the middle of the FIFO.  Only rollback and demand
+ * promotion do this, both rare, so closing the gap by shifting is fine; the
+ * order of the rest is kept. */
+static void queue_remove(struct pf_machine *m, uint32_t s)
+{
+	uint32_t cap = m->queue_capacity, k;
+
+	for (k = 0; k < m->queue_len; k++)
+		if (m->queue[(m->queue_head + k) % cap] == s)
+			break;
+	COIL_ASSERT(k < m->queue_len);
+	for (; k + 1 < m->queue_len; k++)
+		m->queue[(m->queue_head + k) % cap] =
+			m->queue[(m->queue_head + k + 1) % cap];
+	m->queue_len--;
+}
+
 int pf_rollback_admission(struct pf_machine *m, const struct pf_work *w)
 {
 	if (!m || !m->slots || !w)
@@ -327,18 +344,7 @@ int pf_rollback_admission(struct pf_machine *m, const struct pf_work *w)
 	    m->slots[s].gen != w->gen)
 		return -EINVAL;
 
-	/* Rollback is rare (a failed backend notification), so closing the
-	 * gap in the ring by shifting is fine; FIFO order is kept. */
-	uint32_t cap = m->queue_capacity, k;
-
-	for (k = 0; k < m->queue_len; k++)
-		if (m->queue[(m->queue_head + k) % cap] == s)
-			break;
-	COIL_ASSERT(k < m->queue_len);
-	for (; k + 1 < m->queue_len; k++)
-		m->queue[(m->queue_head + k) % cap] =
-			m->queue[(m->queue_head + k + 1) % cap];
-	m->queue_len--;
+	queue_remove(m, s);
 	slot_free(m, s);
 	if (m->report.submitted > 0)
 		m->report.submitted--;
@@ -358,6 +364,28 @@ int pf_begin_next(struct pf_machine *m, struct pf_work *out)
 	m->queue_head = (m->queue_head + 1) % m->queue_capacity;
 	m->queue_len--;
 	COIL_ASSERT(sl->state == ST_QUEUED);
+	sl->state = ST_IN_FLIGHT;
+	m->in_flight++;
+	m->report.started = sat_inc(m->report.started);
+	out->id = sl->id;
+	out->gen = sl->gen;
+	return 1;
+}
+
+int pf_begin_unit(struct pf_machine *m, struct pf_unit id,
+		  struct pf_work *out)
+{
+	if (!m || !m->slots || !out)
+		return -EINVAL;
+
+	uint32_t s = slot_lookup(m, id);
+
+	if (s == NIL || m->slots[s].state != ST_QUEUED)
+		return 0;
+	queue_remove(m, s);
+
+	struct pf_slot *sl = &m->slots[s];
+
 	sl->state = ST_IN_FLIGHT;
 	m->in_flight++;
 	m->report.started = sat_inc(m->report.started);

@@ -206,6 +206,15 @@ int pf_rollback_admission(struct pf_machine *m, const struct pf_work *w);
  * filled, 0 when nothing is queued, -EINVAL on NULL. */
 int pf_begin_next(struct pf_machine *m, struct pf_work *out);
 
+/* Demand promotion: moves @id from the queue to in flight out of FIFO
+ * order, so demand that finds its unit PF_OBS_QUEUED can issue the read
+ * itself instead of waiting behind the dispatcher (which may be out of
+ * buffers held by ready readahead that only this reader will consume).
+ * Counted as started; complete it with pf_complete as usual.
+ * @return 1 with *@out filled, 0 if @id is not queued, -EINVAL on NULL. */
+int pf_begin_unit(struct pf_machine *m, struct pf_unit id,
+		  struct pf_work *out);
+
 /* Applies one exact backend completion.  @result: >= 0 success, < 0 the
  * backend's -errno (retained for demand).  @return enum pf_completion;
  * -EINVAL if @w's unit is not in flight, -ESTALE if the in-flight operation

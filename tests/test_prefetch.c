@@ -505,3 +505,31 @@ Test(prefetch, many_units_across_objects_round_trip_through_the_index)
 	cr_assert_eq(rep(&m).reclaimed, 7 * cap / 2);
 	pf_destroy(&m);
 }
+
+Test(prefetch, demand_promotes_a_queued_unit_out_of_fifo_order)
+{
+	struct pf_machine m;
+	struct pf_work w;
+
+	cr_assert_eq(pf_init(&m, 4, 0), 0);
+	for (uint64_t b = 0; b < 4; b++)
+		pf_admit(&m, U(b), false, NULL);
+	cr_assert_eq(pf_observe_demand(&m, U(2)), PF_OBS_QUEUED);
+	cr_assert_eq(pf_begin_unit(&m, U(2), &w), 1);
+	cr_assert(pf_unit_eq(w.id, U(2)));
+	cr_assert_eq(pf_begin_unit(&m, U(2), &w), 0, "already in flight");
+	cr_assert_eq(pf_begin_unit(&m, U(9), &w), 0, "never admitted");
+	cr_assert_eq(pf_observe_demand(&m, U(2)), PF_OBS_IN_FLIGHT);
+	cr_assert_eq(pf_complete(&m, &w, 0), PF_PUBLISHED);
+	cr_assert_eq(pf_resolve_demand(&m, U(2), 5, NULL), PF_RES_READY);
+
+	const uint64_t rest[] = { 0, 1, 3 };
+
+	for (unsigned i = 0; i < 3; i++) {
+		cr_assert_eq(pf_begin_next(&m, &w), 1);
+		cr_assert(pf_unit_eq(w.id, U(rest[i])), "the rest keep FIFO order");
+	}
+	cr_assert_eq(rep(&m).started, 4);
+	cr_assert_eq(pf_begin_unit(NULL, U(0), &w), -EINVAL);
+	pf_destroy(&m);
+}

@@ -164,6 +164,23 @@ static int model_begin(struct model *md, struct pf_work *out)
 	return 1;
 }
 
+static int model_begin_unit(struct model *md, unsigned u, struct pf_work *out)
+{
+	for (unsigned i = 0; i < md->qlen; i++) {
+		if (index_of(md->queue[i].id) != u)
+			continue;
+		*out = md->queue[i];
+		memmove(&md->queue[i], &md->queue[i + 1],
+			(md->qlen - i - 1) * sizeof(md->queue[0]));
+		md->qlen--;
+		md->state[u] = M_IN_FLIGHT;
+		md->in_flight++;
+		md->r.started++;
+		return 1;
+	}
+	return 0;
+}
+
 static int model_complete(struct model *md, const struct pf_work *w, int res)
 {
 	if (w->id.obj_id < 100 || w->id.obj_id >= 100 + NOBJ ||
@@ -285,7 +302,7 @@ static void check_state(struct pf_machine *m, struct model *md,
  * lifecycle was exercised, so a broken generator cannot pass vacuously. */
 enum { H_ADMITTED, H_AT_CAP, H_ROLLBACK, H_DISCARDED, H_FAILED, H_STALE,
        H_UNKNOWN, H_BUSY, H_FINISH_FAIL, H_RES_FAILED, H_RECLAIMED,
-       H_EVICTED, H_NHITS };
+       H_EVICTED, H_PROMOTED, H_NHITS };
 static unsigned long hits[H_NHITS];
 
 /* Works handed out by begin_next and not yet completed (some stale). */
@@ -343,9 +360,13 @@ static void run_sequence(unsigned seq, unsigned steps)
 			hits[H_ROLLBACK] += a == 0;
 		} else if (op < 53) {
 			struct pf_work w1 = { { 0, 0 }, 0 }, w2 = w1;
+			bool promote = rndn(5) == 0;
 
-			a = pf_begin_next(&m, &w1);
-			b = model_begin(&md, &w2);
+			a = promote ? pf_begin_unit(&m, unit_of(u), &w1)
+				    : pf_begin_next(&m, &w1);
+			b = promote ? model_begin_unit(&md, u, &w2)
+				    : model_begin(&md, &w2);
+			hits[H_PROMOTED] += promote && a == 1;
 			cr_assert_eq(a, b);
 			if (a == 1) {
 				cr_assert(pf_unit_eq(w1.id, w2.id) &&
