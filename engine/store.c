@@ -194,6 +194,53 @@ static int dev_size(int fd, const struct stat *st, uint64_t *size)
 	return -EINVAL;
 }
 
+/* Keep appending to the emptiest partly used segment instead of starting a
+ * new one at every open (a store opened many times for small updates would
+ * otherwise strand a partial segment each time).  Appending after the last
+ * byte any extent references is safe: a journal record that might point
+ * further was never replayed, and the sequence gap keeps it from ever being
+ * replayed later. */
+static int resume_active_segment(struct coil_store *s)
+{
+	uint64_t *ends = calloc(s->nseg, sizeof(*ends));
+	uint32_t best = UINT32_MAX;
+	uint64_t best_room = 0;
+
+	if (!ends)
+		return -ENOMEM;
+	for (uint32_t b = 0; b < s->tab_cap; b++) {
+		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
+			struct extmap_iter it;
+			const struct ext *e;
+
+			extmap_iter_init(&it, &o->map, 0);
+			while ((e = extmap_iter_next(&it))) {
+				uint32_t i = seg_of(s, e->b->dev_off);
+				uint64_t end = e->b->dev_off + e->b->stored_len -
+					       seg_base(s, i);
+				if (end > ends[i])
+					ends[i] = end;
+			}
+		}
+	}
+	for (uint32_t i = 0; i < s->nseg; i++) {
+		uint64_t used = COIL_ALIGN_UP(COIL_MAX(ends[i], FMT_BLOCK),
+					      FMT_BLOCK);
+		uint64_t room = s->sb.segment_size - used;
+		if (s->segs[i].state == SEG_SEALED && room > best_room) {
+			best_room = room;
+			best = i;
+		}
+	}
+	if (best != UINT32_MAX && best_room >= s->sb.segment_size / 4) {
+		s->segs[best].state = SEG_ACTIVE;
+		s->active = best;
+		s->active_head = s->sb.segment_size - best_room;
+	}
+	free(ends);
+	return 0;
+}
+
 COIL_API int coil_open(const char *path, const struct coil_options *o,
 		       coil_store **out)
 {
@@ -373,6 +420,9 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	}
 	s->alloc_cursor = 0;
 	s->ckpt_seq = s->sb.ckpt_seq;
+	rc = resume_active_segment(s);
+	if (rc < 0)
+		goto fail_reg;
 
 	memset(&po, 0, sizeof(po));
 	po.workers = o->workers;
