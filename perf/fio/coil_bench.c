@@ -6,6 +6,12 @@
  *       write FILE into object OBJ of a fresh store in BS-byte requests
  *   coil_bench copy-out STORE FILE OBJ BS QD
  *       read OBJ back cold (fresh open) and compare with FILE
+ *   coil_bench zstd     FILE BLOB LEVEL
+ *       the codec alone, in this process: FILE cut into BLOB-byte blocks,
+ *       each compressed and decompressed with libzstd on one thread,
+ *       speeds per CPU second (the baseline coil's overhead is measured
+ *       against; zstd -b reports wall-clock speed, which a busy machine
+ *       lowers)
  *   coil_bench pages    STORE N QD RATIO COMPRESSION SEED
  *       N unique 4 KiB pages written in random order, then N random page
  *       reads after a cold reopen; values are made like db_bench's
@@ -25,6 +31,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <zstd.h>
 
 #include "coil.h"
 
@@ -446,6 +454,83 @@ static int cmd_pages(int argc, char **argv)
 	return 0;
 }
 
+static double thread_cpu_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int cmd_zstd(int argc, char **argv)
+{
+	uint64_t len, off, stored = 0, passes = 0;
+	size_t blob, cap, nblk, i;
+	uint8_t *src, *enc, *dec;
+	size_t *clen;
+	double c0, cs = 0, ds = 0;
+	ZSTD_CCtx *cc;
+	ZSTD_DCtx *dc;
+	int level;
+
+	if (argc < 5)
+		return 2;
+	src = slurp(argv[2], &len);
+	blob = strtoul(argv[3], NULL, 0);
+	level = atoi(argv[4]);
+	if (!blob || !len)
+		die("blob/file", EINVAL);
+	nblk = (size_t)((len + blob - 1) / blob);
+	cap = ZSTD_compressBound(blob);
+	enc = malloc(nblk * cap);
+	dec = malloc(blob);
+	clen = calloc(nblk, sizeof(*clen));
+	cc = ZSTD_createCCtx();
+	dc = ZSTD_createDCtx();
+	if (!enc || !dec || !clen || !cc || !dc)
+		die("malloc", ENOMEM);
+	/* Whole passes until each side has run for at least half a CPU
+	 * second, so the clock's resolution does not matter. */
+	while (cs < 0.5 || ds < 0.5) {
+		c0 = thread_cpu_s();
+		for (i = 0, off = 0; i < nblk; i++, off += blob) {
+			size_t n = len - off < blob ? (size_t)(len - off) : blob;
+
+			clen[i] = ZSTD_compressCCtx(cc, enc + i * cap, cap, src + off,
+						    n, level);
+			if (ZSTD_isError(clen[i]))
+				die("ZSTD_compressCCtx", EIO);
+		}
+		cs += thread_cpu_s() - c0;
+		c0 = thread_cpu_s();
+		for (i = 0, off = 0; i < nblk; i++, off += blob) {
+			size_t n = len - off < blob ? (size_t)(len - off) : blob;
+			size_t r = ZSTD_decompressDCtx(dc, dec, blob, enc + i * cap,
+						       clen[i]);
+
+			if (ZSTD_isError(r) || r != n || memcmp(dec, src + off, n))
+				die("ZSTD_decompressDCtx", EIO);
+		}
+		ds += thread_cpu_s() - c0;
+		passes++;
+	}
+	for (i = 0; i < nblk; i++)
+		stored += clen[i];
+	printf("{\"bytes\": %" PRIu64 ", \"blob\": %zu, \"level\": %d, "
+	       "\"passes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64 ", "
+	       "\"ratio\": %.3f, \"write_mb_per_cpu_s\": %.1f, "
+	       "\"read_mb_per_cpu_s\": %.1f}\n", len, blob, level, passes,
+	       stored, (double)len / stored, len * passes / 1e6 / cs,
+	       len * passes / 1e6 / ds);
+	ZSTD_freeCCtx(cc);
+	ZSTD_freeDCtx(dc);
+	free(clen);
+	free(dec);
+	free(enc);
+	free(src);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int ret = 2;
@@ -454,6 +539,8 @@ int main(int argc, char **argv)
 		ret = cmd_copy(argc, argv, 1);
 	else if (argc > 1 && strcmp(argv[1], "copy-out") == 0)
 		ret = cmd_copy(argc, argv, 0);
+	else if (argc > 1 && strcmp(argv[1], "zstd") == 0)
+		ret = cmd_zstd(argc, argv);
 	else if (argc > 1 && strcmp(argv[1], "pages") == 0)
 		ret = cmd_pages(argc, argv);
 	if (ret == 2)
