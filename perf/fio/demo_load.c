@@ -122,7 +122,8 @@ static long tar_parse(const uint8_t *t, uint64_t len, struct member *m,
 			have_long = 0;
 			if ((type == '0' || type == '\0') && n < m_max &&
 			    strlen(name) <= COIL_NAME_MAX && size > 0) {
-				snprintf(m[n].name, sizeof(m[n].name), "%s", name);
+				/* Fits: the length was checked just above. */
+				memcpy(m[n].name, name, strlen(name) + 1);
 				m[n].data = t + off + 512;
 				m[n].len = size;
 				n++;
