@@ -533,3 +533,33 @@ Test(uring, destroy_completes_everything_in_flight)
 	cr_assert_eq(atomic_load(&n), 500);
 	close(fd);
 }
+
+/* more ios than the CQ holds: the module caps what is in the kernel so the
+ * CQ cannot overflow, and the rest waits its turn */
+Test(uring, small_ring_never_overflows_the_cq)
+{
+	int fd = tmpfile_open(false);
+	struct uring_opts o;
+	struct uring *r;
+	struct uring_stats st;
+	static struct uring_io ios[1000];
+	static uint8_t bufs[1000][64];
+	atomic_int n = 0;
+
+	uring_opts_init(&o);
+	o.entries = 4;                    /* CQ of 8 */
+	cr_assert_eq(uring_create(fd, &o, &r), 0);
+	for (int i = 0; i < 1000; i++) {
+		uring_io_prep(&ios[i], i % 3 ? URING_OP_WRITE : URING_OP_NOP,
+			      bufs[i], 64, (uint64_t)i * 64, count_cb, &n);
+		cr_assert_eq(uring_submit(r, &ios[i]), 0);
+	}
+	while (atomic_load(&n) < 1000)
+		usleep(100);
+	uring_stats(r, &st);
+	cr_assert_leq(st.inflight_peak, 7, "peak %lu",
+		      (unsigned long)st.inflight_peak);
+	cr_assert_eq(st.cq_overflows, 0);
+	uring_destroy(r);
+	close(fd);
+}

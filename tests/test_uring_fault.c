@@ -505,3 +505,85 @@ Test(uring_fault, cut_at_every_point_of_a_workload)
 		close(fd);
 	}
 }
+
+/* a cut while 256 writes are in flight, none fsynced: with DROP_ALL the
+ * file must come back exactly as it was, whichever writes had landed */
+struct flight {
+	atomic_int done;
+	atomic_int eio;
+};
+
+static void flight_cb(struct uring_io *io, int res)
+{
+	struct flight *fl = io->arg;
+
+	if (res == -EIO)
+		atomic_fetch_add(&fl->eio, 1);
+	atomic_fetch_add(&fl->done, 1);
+}
+
+Test(uring_fault, cut_with_writes_in_flight_reverts_all)
+{
+	int fd = scratch(false);
+	struct uring *r = mk(fd, false);
+	struct uring_fault_spec s = { .record = true };
+	static struct uring_io ios[256];
+	static uint8_t data[256][SEC];
+	struct flight fl = { 0 };
+
+	preset(fd, 0x77, 256 * SEC);
+	cr_assert_eq(uring_fault_arm(r, &s), 0);
+	for (int i = 0; i < 256; i++) {
+		memset(data[i], i, SEC);
+		uring_io_prep(&ios[i], URING_OP_WRITE, data[i], SEC,
+			      (uint64_t)i * SEC, flight_cb, &fl);
+		cr_assert_eq(uring_submit(r, &ios[i]), 0);
+	}
+	cr_assert_eq(uring_fault_cut(r, URING_CUT_DROP_ALL, 9), 0);
+	uring_destroy(r);
+	cr_assert_eq(atomic_load(&fl.done), 256);
+	for (int i = 0; i < 256; i++) {
+		cr_assert_eq(peek(fd, (uint64_t)i * SEC), 0x77, "write %d", i);
+		cr_assert_eq(peek(fd, (uint64_t)i * SEC + SEC - 1), 0x77);
+	}
+	close(fd);
+}
+
+/* the cut started from a callback on the ring thread: it returns at once
+ * and the revert happens when the writes in the kernel have landed */
+struct cbcut {
+	struct uring *r;
+	int ret;
+};
+
+static void cut_from_cb(struct uring_io *io, int res)
+{
+	struct cbcut *c = io->arg;
+
+	(void)res;
+	c->ret = uring_fault_cut(c->r, URING_CUT_DROP_ALL, 1);
+}
+
+Test(uring_fault, cut_from_the_ring_thread)
+{
+	int fd = scratch(false);
+	struct uring_fault_spec s = { .record = true };
+	struct cbcut c = { 0 };
+	struct uring_io nop;
+
+	preset(fd, 0x01, 2 * SEC);
+	c.r = mk(fd, false);
+	c.ret = 1;
+	cr_assert_eq(uring_fault_arm(c.r, &s), 0);
+	cr_assert_eq(put(c.r, 0x02, SEC, 0), SEC);
+	uring_io_prep(&nop, URING_OP_NOP, NULL, 0, 0, cut_from_cb, &c);
+	cr_assert_eq(uring_submit(c.r, &nop), 0);
+	while (!uring_fault_is_cut(c.r))
+		usleep(100);
+	cr_assert_eq(put(c.r, 0x03, SEC, SEC), -EIO);
+	uring_destroy(c.r);
+	cr_assert_eq(c.ret, 0);
+	cr_assert_eq(peek(fd, 0), 0x01);
+	cr_assert_eq(peek(fd, SEC), 0x01);
+	close(fd);
+}
