@@ -12,7 +12,8 @@
  *     (-EINVAL); nothing here aborts on bad input;
  *   - every encoder validates what it is given (-EINVAL) so coil never writes
  *     a structure its own decoder would reject;
- *   - integers are little-endian, checksums XXH3-64 with seed 0.
+ *   - integers are little-endian, checksums XXH3-64 with seed 0 (journal
+ *     records seed theirs with their own header: fmt_jrec_csum).
  *
  * Reserved fields and padding are zero in version 1 and decoders reject
  * anything else, so encode(decode(x)) == x for every structure.
