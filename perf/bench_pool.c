@@ -10,7 +10,7 @@
  * over rounds of each metric plus the median of the per-round fair /
  * semaphore ratios (paired in time, so machine noise mostly cancels).
  *
- *   bench_pool [--corpus FILE] [--rounds 5] [--requests 256]
+ *   bench_pool [--corpus FILE] [--rounds 7] [--requests 160]
  *              [--workers 0] [--queue-factors 4,32] [--json FILE]
  *
  * Each queue factor is a separate table: 4 is the pool's default (on 2
@@ -281,7 +281,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *corpus_path = NULL, *json_path = NULL;
-	unsigned rounds = 5, total = 256, workers = 0, nqf = 0;
+	unsigned rounds = 7, total = 160, workers = 0, nqf = 0;
 	unsigned qfs[QF_MAX] = { 0 };
 	FILE *js = NULL;
 	int c, rc;
