@@ -277,7 +277,11 @@ static int inbox_post(struct uring *r, struct uring_io **ios, unsigned n)
 		if (r->stopping)
 			break;
 		if (cnt == r->inbox_max) {
-			r->st.inbox_full_waits++;
+			/* producers write these under the lock; relaxed
+			 * atomics because uring_stats reads without it */
+			__atomic_store_n(&r->st.inbox_full_waits,
+					 r->st.inbox_full_waits + 1,
+					 __ATOMIC_RELAXED);
 			r->inbox_waiters++;
 			pthread_cond_wait(&r->inbox_cond, &r->inbox_lock);
 			r->inbox_waiters--;
@@ -290,7 +294,8 @@ static int inbox_post(struct uring *r, struct uring_io **ios, unsigned n)
 			done++;
 		}
 		if (cnt > r->st.inbox_peak)
-			r->st.inbox_peak = cnt;
+			__atomic_store_n(&r->st.inbox_peak, cnt,
+					 __ATOMIC_RELAXED);
 		/* seq_cst store, then kick() reads sleeping (Dekker pair) */
 		atomic_store(&r->inbox_count, cnt);
 		if (done < n) {
