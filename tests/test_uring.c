@@ -563,3 +563,26 @@ Test(uring, small_ring_never_overflows_the_cq)
 	uring_destroy(r);
 	close(fd);
 }
+
+/* a real kernel error, not an injected one, reaches the cb unchanged */
+Test(uring, kernel_errno_reaches_the_caller)
+{
+	char path[] = "uring_ro_XXXXXX";
+	int wfd = mkstemp(path);
+	int fd = open(path, O_RDONLY);
+	struct uring *r;
+	uint8_t buf[512] = { 0 };
+	struct uring_stats st;
+
+	unlink(path);
+	close(wfd);
+	cr_assert(fd >= 0);
+	r = ring_make(fd, false, 0);
+	cr_assert_eq(io_sync(r, URING_OP_WRITE, buf, sizeof(buf), 0), -EBADF);
+	cr_assert_eq(io_sync(r, URING_OP_READ, buf, sizeof(buf), 0), 0, "EOF");
+	uring_stats(r, &st);
+	cr_assert_eq(st.errors, 1);
+	cr_assert_eq(st.eagain_retries, 0, "EBADF is not retried");
+	uring_destroy(r);
+	close(fd);
+}
