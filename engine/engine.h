@@ -209,6 +209,7 @@ struct engine_stats {
 struct coil_store {
 	uint32_t magic;
 	int fd;
+	int lock_fd;            /* holds the flock; never given to the ring */
 	dev_t dev;
 	ino_t ino;
 	char *path;

@@ -108,14 +108,10 @@ static void store_free(struct coil_store *s)
 		ZSTD_freeDCtx(s->zd);
 	free(s->segs);
 	free(s->path);
-	if (s->fd >= 0) {
-		/* Unlock explicitly: the ring's registered-file reference may
-		 * outlive close() for a moment (deferred fput), and the lock
-		 * belongs to the open file description, not the fd. */
-		if (s->magic == STORE_MAGIC)
-			flock(s->fd, LOCK_UN);
+	if (s->fd >= 0)
 		close(s->fd);
-	}
+	if (s->lock_fd >= 0)
+		close(s->lock_fd); /* releases the flock */
 	pthread_mutex_destroy(&s->mlock);
 	pthread_mutex_destroy(&s->jlock);
 	pthread_mutex_destroy(&s->rq_mu);
@@ -268,6 +264,7 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	if (!s)
 		return -ENOMEM;
 	s->fd = -1;
+	s->lock_fd = -1;
 	pthread_mutex_init(&s->mlock, NULL);
 	pthread_mutex_init(&s->jlock, NULL);
 	pthread_mutex_init(&s->rq_mu, NULL);
@@ -321,7 +318,18 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 		rc = -EBUSY;
 		goto fail_unlink;
 	}
-	if (flock(s->fd, (s->rdonly ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
+	/* The lock lives on a descriptor of its own that never reaches the
+	 * ring: io_uring keeps its registered file alive for a while after
+	 * the process dies (the ring is torn down asynchronously), and a lock
+	 * on that description would make the restart after kill -9 see
+	 * -EBUSY.  This one dies with the process. */
+	s->lock_fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (s->lock_fd < 0) {
+		rc = -errno;
+		pthread_mutex_unlock(&reg_mu);
+		goto fail_unlink;
+	}
+	if (flock(s->lock_fd, (s->rdonly ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
 		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
 		pthread_mutex_unlock(&reg_mu);
 		goto fail_unlink;
