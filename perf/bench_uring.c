@@ -4,10 +4,15 @@
  * file.  Each completion resubmits from the ring thread, as an engine would
  * chain its next step, so the queue stays full without a producer thread.
  *
- * usage: bench_uring FILE [seconds=8] [qd=32] [bs=4096]
+ * usage: bench_uring FILE [seconds=8] [qd=32] [bs=4096] [ring|inbox]
+ * mode "inbox": completions are handed back to the main thread, which
+ * resubmits them in batches through the inbox (uring_submit_many) — the
+ * path engine callers and pool workers take — so the eventfd wake and the
+ * inbox lock are in the loop.
  * prints one JSON object: {"iops":..., "ios":..., "seconds":..., ...}
  */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -29,11 +34,18 @@ struct bench {
 	uint64_t ios;          /* ring thread only */
 	uint64_t errors;       /* ring thread only */
 	atomic_uint inflight;
+	bool inbox_mode;
+	/* inbox mode: completed ios handed to the main thread */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct bio *ready;
+	bool waiting;
 };
 
 struct bio {
 	struct uring_io io;
 	struct bench *b;
+	struct bio *next;
 };
 
 static uint64_t rnd(uint64_t *s)
@@ -55,6 +67,21 @@ static void read_cb(struct uring_io *io, int res)
 		b->ios++;
 	if (coil_now_ns() >= b->deadline_ns || b->errors > 100) {
 		atomic_fetch_sub(&b->inflight, 1);
+		if (b->inbox_mode) {
+			pthread_mutex_lock(&b->lock);
+			pthread_cond_signal(&b->cond);
+			pthread_mutex_unlock(&b->lock);
+		}
+		return;
+	}
+	if (b->inbox_mode) {
+		/* a short critical section, never a wait: cb must not block */
+		pthread_mutex_lock(&b->lock);
+		x->next = b->ready;
+		b->ready = x;
+		if (b->waiting)
+			pthread_cond_signal(&b->cond);
+		pthread_mutex_unlock(&b->lock);
 		return;
 	}
 	io->off = rnd(&b->rng) % b->nblocks * b->bs;
@@ -84,6 +111,9 @@ int main(int argc, char **argv)
 	if (argc > 3)
 		qd = (unsigned)atoi(argv[3]);
 	b.bs = argc > 4 ? (uint32_t)atoi(argv[4]) : 4096;
+	b.inbox_mode = argc > 5 && strcmp(argv[5], "inbox") == 0;
+	pthread_mutex_init(&b.lock, NULL);
+	pthread_cond_init(&b.cond, NULL);
 	if (qd == 0 || qd > 4096 || b.bs == 0 || b.bs % 4096 || secs <= 0) {
 		fprintf(stderr, "bad qd/bs/seconds\n");
 		return 2;
@@ -132,9 +162,42 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	/* the ring thread does all the work; the deadline stops it */
-	while (atomic_load(&b.inflight) > 0)
-		usleep(2000);
+	if (b.inbox_mode) {
+		struct uring_io **batch = calloc(qd, sizeof(*batch));
+		uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+		pthread_mutex_lock(&b.lock);
+		while (atomic_load(&b.inflight) > 0) {
+			struct bio *x;
+			unsigned n = 0;
+
+			if (!b.ready) {
+				b.waiting = true;
+				pthread_cond_wait(&b.cond, &b.lock);
+				b.waiting = false;
+				continue;
+			}
+			x = b.ready;
+			b.ready = NULL;
+			pthread_mutex_unlock(&b.lock);
+			for (; x; x = x->next) {
+				x->io.off = rnd(&rng) % b.nblocks * b.bs;
+				batch[n++] = &x->io;
+			}
+			ret = uring_submit_many(b.r, batch, n);
+			if (ret < 0) {
+				fprintf(stderr, "submit: %s\n", strerror(-ret));
+				return 1;
+			}
+			pthread_mutex_lock(&b.lock);
+		}
+		pthread_mutex_unlock(&b.lock);
+		free(batch);
+	} else {
+		/* the ring thread does all the work; the deadline stops it */
+		while (atomic_load(&b.inflight) > 0)
+			usleep(2000);
+	}
 	t1 = coil_now_ns();
 	uring_stats(b.r, &st);
 	uring_destroy(b.r);
@@ -150,10 +213,12 @@ int main(int argc, char **argv)
 	 * which uring_destroy joined */
 	printf("{\"iops\": %.0f, \"ios\": %lu, \"errors\": %lu, \"seconds\": %.3f, "
 	       "\"qd\": %u, \"bs\": %u, \"enters\": %lu, \"fixed_ios\": %lu, "
-	       "\"setup_flags\": %u, \"cpu_us_per_io\": %.3f}\n",
+	       "\"setup_flags\": %u, \"cpu_us_per_io\": %.3f, "
+	       "\"mode\": \"%s\", \"wakeups\": %lu}\n",
 	       (double)b.ios / ((double)(t1 - t0) / 1e9), (unsigned long)b.ios,
 	       (unsigned long)b.errors, (double)(t1 - t0) / 1e9, qd, b.bs,
 	       (unsigned long)st.submit_calls, (unsigned long)st.fixed_ios,
-	       st.setup_flags, b.ios ? cpu_s * 1e6 / (double)b.ios : 0.0);
+	       st.setup_flags, b.ios ? cpu_s * 1e6 / (double)b.ios : 0.0,
+	       b.inbox_mode ? "inbox" : "ring", (unsigned long)st.wakeups);
 	return b.errors ? 1 : 0;
 }
