@@ -9,9 +9,14 @@ on a plain O_DIRECT file of the same size, same job, same run.
 Knobs: BENCH_FIO_SIZE_MIB (default 1024 x BENCH_SCALE), BENCH_FIO_RUNTIME
 (seconds per random-read run, default 5 x BENCH_SCALE), BENCH_FIO_CACHE
 (coil_cache for the coil side, default 8M so the cache cannot hold the data
-set and random reads go to the device like the peer's do).
+set and random reads go to the device like the peer's do), BENCH_PROFILE
+(1 = after the repeats, one more coil run per workload under `perf record`
+to show where coil's time goes; default 1 when perf works).
 """
 import os
+import re
+import shutil
+import subprocess
 
 import bench_common as bc
 
@@ -79,6 +84,45 @@ def run_case(case, side):
     return bc.fio_summary(doc), stats
 
 
+PERF_LINE = re.compile(r'^\s*([\d.]+)%\s+(\S+)\s+\[(.)\]\s+(.+?)\s*$')
+
+
+def profile(case):
+    """One coil run of @case under perf record; the top symbols by share of
+    the samples (on-CPU time of every thread of the fio process)."""
+    if os.environ.get('BENCH_PROFILE', '1') == '0' or not shutil.which('perf'):
+        return None
+    name, rw, bs, qd, _, extra = case
+    data = os.path.join(bc.VAR, 'perf-%s.data' % name)
+    store = STORE_R
+    opts = coil_opts()
+    if rw != 'randread':
+        store = STORE_W
+        bc.fresh(STORE_W)
+    if rw == 'write':
+        # Long enough to outweigh fio's start-up (its clock calibration
+        # would otherwise be a quarter of the samples): overwrite 4 times.
+        extra = extra + ['--io_size=%d' % (4 * SIZE)]
+        opts['size'] = str(6 * SIZE)
+    # -D skips fio's start-up; the job itself runs for seconds.
+    cmd = ['perf', 'record', '-q', '-F', '999', '-D', '400', '-o', data, '--', 'fio',
+           '--output-format=json'] + common(name, rw, bs, qd, extra) + \
+        ['--filename=obj'] + bc.coil_args(store, **opts)
+    if subprocess.run(cmd, capture_output=True).returncode:
+        return None
+    rep = subprocess.run(['perf', 'report', '-i', data, '--stdio', '--no-children',
+                          '-g', 'none', '--sort', 'dso,sym', '--percent-limit', '1.5'],
+                         capture_output=True, text=True)
+    top = []
+    for line in rep.stdout.splitlines():
+        m = PERF_LINE.match(line)
+        if m:
+            top.append({'pct': float(m.group(1)), 'dso': m.group(2),
+                        'kernel': m.group(3) == 'k', 'sym': m.group(4)})
+    bc.fresh(data)
+    return top[:12]
+
+
 def main():
     bc.need_plugin()
     os.makedirs(bc.VAR, exist_ok=True)
@@ -109,6 +153,7 @@ def main():
             'ratio_cpu_per_io': bc.ratio(med['coil']['cpu_us_per_io'],
                                          med['io_uring']['cpu_us_per_io']),
             'coil_stats_last': last_stats,
+            'profile': profile(case),
         }
         bc.log('   %-20s median coil/io_uring bandwidth %.2fx (target >= %.2fx: %s), '
                'cpu per io %.2fx' % (name, rat, target, bc.verdict(rat, target),

@@ -8,7 +8,7 @@ reads and flushes).  Values on both sides are made the same way
 (db_bench's compression_ratio=0.5 scheme: half random printable bytes,
 half repeats), so zstd sees the same redundancy.
 
-Knobs: BENCH_PAGES (N, default 50000 x BENCH_SCALE), BENCH_PAGES_RATIO (0.5).
+Knobs: BENCH_PAGES (N, default 20000 x BENCH_SCALE), BENCH_PAGES_RATIO (0.5).
 """
 import os
 import re
@@ -16,7 +16,7 @@ import subprocess
 
 import bench_common as bc
 
-N = int(os.environ.get('BENCH_PAGES', str(max(1000, int(50000 * bc.SCALE)))))
+N = int(os.environ.get('BENCH_PAGES', str(max(1000, int(20000 * bc.SCALE)))))
 RATIO = float(os.environ.get('BENCH_PAGES_RATIO', '0.5'))
 DB = os.path.join(bc.VAR, 'rocksdb')
 STORE = os.path.join(bc.VAR, 'pages.coil')

@@ -65,6 +65,26 @@ def fio_section(d, L):
         for p in ('p50_us', 'p99_us', 'p999_us'):
             lat.append(('%s %s' % (name.split('_')[0], p[:-3]), [a[p], b[p]]))
     L.append('')
+    prof = [(n, c) for n, c in d['cases'].items() if c.get('profile')]
+    if prof:
+        L.append('Where coil\'s time goes (one extra coil run per workload under `perf record -F 999`, '
+                 'share of on-CPU samples of every thread of the fio process, top symbols):\n')
+        for n, c in prof:
+            L.append('- **%s**: ' % n + '; '.join('%s %.0f %%' % (t['sym'].replace('|', '/'), t['pct'])
+                                                  for t in c['profile'][:8]))
+        L.append('')
+    for n, c in d['cases'].items():
+        st = c.get('coil_stats_last') or {}
+        io, pool = st.get('io', {}), st.get('pool', {})
+        wb = io.get('write_bytes') or 0
+        ops = (io.get('writes') or 0) + (io.get('reads') or 0)
+        if ops:
+            L.append('- %s (coil stats, last run): %.2f ring ops per request, device bytes '
+                     'written / logical %.2f, pool CPU %.1f µs per request'
+                     % (n, sum((io.get('ring_ops') or {}).values()) / ops,
+                        (io.get('device_bytes_written') or 0) / wb if wb else 0,
+                        (pool.get('cpu_ns') or 0) / 1e3 / ops))
+    L.append('')
     img(L, plot('fio_throughput', 'fio: coil vs io_uring (median MiB/s)', 'MiB/s',
                 ['io_uring', 'coil'], tp), 'throughput')
     img(L, plot('fio_latency', 'fio: completion latency percentiles (median us)', 'us',

@@ -408,11 +408,24 @@ static struct io_u *fio_coil_event(struct thread_data *td, int event)
 	return ct->events[event];
 }
 
+/* Absolute CLOCK_MONOTONIC time @t from now. */
+static void deadline_set(struct timespec *d, const struct timespec *t)
+{
+	clock_gettime(CLOCK_MONOTONIC, d);
+	d->tv_sec += t->tv_sec;
+	d->tv_nsec += t->tv_nsec;
+	if (d->tv_nsec >= 1000000000L) {
+		d->tv_sec++;
+		d->tv_nsec -= 1000000000L;
+	}
+}
+
 static int fio_coil_getevents(struct thread_data *td, unsigned int min,
 			      unsigned int max, const struct timespec *t)
 {
 	struct coil_td *ct = td->io_ops_data;
 	struct timespec deadline;
+	bool have_deadline = false;
 	unsigned int n, i;
 	int ret = 0;
 
@@ -420,23 +433,22 @@ static int fio_coil_getevents(struct thread_data *td, unsigned int min,
 		max = ct->depth;
 	if (min > max)
 		min = max;
-	if (t) {
-		clock_gettime(CLOCK_MONOTONIC, &deadline);
-		deadline.tv_sec += t->tv_sec;
-		deadline.tv_nsec += t->tv_nsec;
-		if (deadline.tv_nsec >= 1000000000L) {
-			deadline.tv_sec++;
-			deadline.tv_nsec -= 1000000000L;
-		}
-	}
 	pthread_mutex_lock(&ct->lock);
+	/* The clock is read only when the call must actually sleep: fio
+	 * polls with a zero timeout often, and reaping is the hot path. */
 	while (ct->done_count < min && ret != ETIMEDOUT) {
 		ct->want = min;
-		if (t)
-			ret = pthread_cond_timedwait(&ct->cond, &ct->lock,
-						     &deadline);
-		else
+		if (!t) {
 			pthread_cond_wait(&ct->cond, &ct->lock);
+			continue;
+		}
+		if (!t->tv_sec && !t->tv_nsec)
+			break;
+		if (!have_deadline) {
+			deadline_set(&deadline, t);
+			have_deadline = true;
+		}
+		ret = pthread_cond_timedwait(&ct->cond, &ct->lock, &deadline);
 	}
 	ct->want = 0;
 	n = ct->done_count < max ? ct->done_count : max;
