@@ -586,3 +586,94 @@ Test(uring, kernel_errno_reaches_the_caller)
 	uring_destroy(r);
 	close(fd);
 }
+
+/* 8 threads, each posting bursts of writes followed by an fsync, all
+ * interleaved in one inbox: every fsync completes after every write its
+ * thread posted before it */
+#define BAR_THREADS 8
+#define BAR_ROUNDS 40
+#define BAR_BURST 6
+
+struct bar_io {
+	struct uring_io io;
+	atomic_int *clock;
+	int at;
+	int res;
+};
+
+static void bar_cb(struct uring_io *io, int res)
+{
+	struct bar_io *x = (struct bar_io *)io;
+
+	x->res = res;
+	/* release: the poster reads res after seeing at */
+	__atomic_store_n(&x->at, atomic_fetch_add(x->clock, 1) + 1,
+			 __ATOMIC_RELEASE);
+}
+
+struct bar_thread {
+	struct uring *r;
+	atomic_int *clock;
+	int id;
+	int bad;
+};
+
+static void *bar_main(void *arg)
+{
+	struct bar_thread *t = arg;
+	struct bar_io ios[BAR_BURST + 1];
+	struct uring_io *v[BAR_BURST + 1];
+	uint8_t buf[BAR_BURST][1024];
+
+	for (int round = 0; round < BAR_ROUNDS; round++) {
+		memset(ios, 0, sizeof(ios));
+		for (int i = 0; i <= BAR_BURST; i++) {
+			bool f = i == BAR_BURST;
+
+			uring_io_prep(&ios[i].io, f ? URING_OP_FSYNC : URING_OP_WRITE,
+				      f ? NULL : buf[i], 1024,
+				      (uint64_t)(t->id * BAR_BURST + i) * 1024,
+				      bar_cb, NULL);
+			ios[i].clock = t->clock;
+			v[i] = &ios[i].io;
+		}
+		/* half the rounds post one by one, half as a batch */
+		if (round % 2) {
+			if (uring_submit_many(t->r, v, BAR_BURST + 1))
+				t->bad++;
+		} else {
+			for (int i = 0; i <= BAR_BURST; i++)
+				if (uring_submit(t->r, v[i]))
+					t->bad++;
+		}
+		for (int i = 0; i <= BAR_BURST; i++)
+			while (!__atomic_load_n(&ios[i].at, __ATOMIC_ACQUIRE))
+				usleep(20);
+		for (int i = 0; i < BAR_BURST; i++)
+			if (ios[i].res != 1024 || ios[i].at > ios[BAR_BURST].at)
+				t->bad++;
+		if (ios[BAR_BURST].res != 0)
+			t->bad++;
+	}
+	return NULL;
+}
+
+Test(uring, fsync_barrier_under_many_producers, .timeout = 60)
+{
+	int fd = tmpfile_open(false);
+	struct uring *r = ring_make(fd, false, 16);
+	pthread_t th[BAR_THREADS];
+	struct bar_thread t[BAR_THREADS];
+	atomic_int clock = 0;
+
+	for (int i = 0; i < BAR_THREADS; i++) {
+		t[i] = (struct bar_thread){ .r = r, .clock = &clock, .id = i };
+		pthread_create(&th[i], NULL, bar_main, &t[i]);
+	}
+	for (int i = 0; i < BAR_THREADS; i++) {
+		pthread_join(th[i], NULL);
+		cr_assert_eq(t[i].bad, 0, "thread %d", i);
+	}
+	uring_destroy(r);
+	close(fd);
+}
