@@ -49,7 +49,7 @@ def img(lines, path, alt):
 
 
 def fio_section(d, L):
-    L.append('## 1. fio: coil ioengine vs fio\'s io_uring engine on a plain file\n')
+    L.append('### 1. fio: coil ioengine vs fio\'s io_uring engine on a plain file\n')
     L.append('%d MiB object / file, coil compression off, coil_cache=%s, %d repeats '
              '(medians; ratio = coil / io_uring).\n' % (d['size_bytes'] >> 20,
                                                        d['coil_options'].get('cache'), d['repeats']))
@@ -92,7 +92,7 @@ def fio_section(d, L):
 
 
 def codec_section(d, L):
-    L.append('## 2. compressed throughput per core: coil vs `zstd -b%d -B%d`\n' % (d['level'], d['blob']))
+    L.append('### 2. compressed throughput per core: coil vs `zstd -b%d -B%d`\n' % (d['level'], d['blob']))
     L.append('%d MiB of a tar of /usr/include, %d-byte blocks, level %d. Per core = logical bytes / '
              'CPU seconds: for coil, of the whole process (every coil thread); for libzstd, the '
              'codec alone on the same blocks on one thread; `zstd -b` prints wall-clock speed, '
@@ -120,7 +120,7 @@ def codec_section(d, L):
 
 
 def pool_section(d, L):
-    L.append('## 3. %d concurrent writers of 1 MiB: coil_pool=fair vs semaphore\n' % d['jobs'])
+    L.append('### 3. %d concurrent writers of 1 MiB: coil_pool=fair vs semaphore\n' % d['jobs'])
     L.append('fio, thread=1, one store, %d MiB per job, zstd:1, 50 %% compressible buffers.\n' % d['mib_per_job'])
     f, s = d['median']['fair'], d['median']['semaphore']
     L.append('| | semaphore | fair | fair / semaphore | target |')
@@ -140,7 +140,7 @@ def pool_section(d, L):
 
 
 def prefetch_section(d, L):
-    L.append('## 4. cold sequential QD1 reads: prefetch on vs off\n')
+    L.append('### 4. cold sequential QD1 reads: prefetch on vs off\n')
     L.append('fio, %d MiB object (zstd:1), bs=%s, a fresh process per run.\n' % (d['mib'], d['bs']))
     on, off = d['median']['on'], d['median']['off']
     L.append('| | off | on | on / off | target |')
@@ -156,7 +156,7 @@ def prefetch_section(d, L):
 
 
 def pages_section(d, L):
-    L.append('## 5. 4 KiB page store: coil vs RocksDB `db_bench` (zstd)\n')
+    L.append('### 5. 4 KiB page store: coil vs RocksDB `db_bench` (zstd)\n')
     L.append('%d unique pages written in random order, %d random reads after a cold open, '
              'values %.0f %% compressible the db_bench way (%.0f MiB of values). RocksDB: '
              'filluniquerandom, compact, readrandom, one thread, O_DIRECT reads and flushes. '
@@ -188,9 +188,50 @@ def main():
     cmd = sys.argv[1] if len(sys.argv) > 1 else 'tools/dev.sh bench'
     L = ['# coil benchmarks\n',
          'Every comparison runs coil and its peer **in the same run**, alternating the order '
-         'each repeat, and reports medians over the repeats and the ratio. The machine is '
+         'each repeat (ABBA), and reports medians over the repeats and the ratio. The machine is '
          'shared and noisy: read the ratios, not the absolute numbers. Raw results: '
          '`perf/results/*.json`; plots: `perf/results/*.png`.\n',
+         '## Running them\n',
+         '```',
+         'tools/dev.sh bench            # all five, ~10 min on 2 cores',
+         'tools/dev.sh bench 1 4        # only comparisons 1 and 4',
+         'BENCH_REPEATS=5 BENCH_SCALE=4 tools/dev.sh bench   # more repeats, 4x the data',
+         '```\n',
+         'Scratch stores and files go to `var/bench/` (O_DIRECT needs a real filesystem; `/tmp` '
+         'may be tmpfs) and are removed afterwards unless `BENCH_KEEP=1`. Per-comparison knobs '
+         'are documented at the top of each `perf/bench_*.py`. `tools/dev.sh demo` is the '
+         'two-minute tour (perf/demo.sh).\n',
+         '## The fio ioengine\n',
+         '`meson install` puts it at `<prefix>/<libdir>/coil/coil-fio.so` (in a build tree: '
+         '`build/release/perf/fio/coil-fio.so`; it is built when `-Dfio_source=` names a configured '
+         'fio source tree, which `tools/dev.sh deps` prepares). It embeds the engine, so it needs no '
+         'library path:\n',
+         '```ini',
+         '[global]',
+         'ioengine=external:/usr/local/lib/x86_64-linux-gnu/coil/coil-fio.so',
+         'coil_store=/data/bench.coil   ; created when missing',
+         'coil_size=8g                  ; capacity when creating (default max(1G, 2 x size))',
+         'coil_compression=zstd:1       ; none | zstd | zstd:N',
+         'coil_pool=fair                ; fair | semaphore',
+         'coil_prefetch=1               ; readahead on/off',
+         'coil_cache=64m                ; decoded-blob cache (default: coil\'s)',
+         'coil_workers=0                ; pool threads, 0 = one per core',
+         'thread=1                      ; jobs in one process share the store',
+         '',
+         '[job]',
+         'filename=my-object            ; every fio file is a coil object of that name',
+         'rw=randrw',
+         'bs=4k',
+         'iodepth=32',
+         'size=1g',
+         '```\n',
+         'Jobs run as processes (no `thread=1`) cannot share a store: coil opens a store from one '
+         'process at a time, and the second gets a clear error. `fsync=`/`fdatasync=` map to '
+         '`coil_flush`; trims are refused. `verify=` works at any block size, including '
+         '`bs_unaligned`, and `verify_only` in a later process. `fio --enghelp=/path/coil-fio.so` '
+         'lists the options (fio 3.33 does not accept the `external:` prefix there). '
+         'The plugin\'s tests: `meson test -C build/release fio_plugin` (perf/fio/test_fio.sh).\n',
+         '## Latest results\n',
          'Made by:\n', '```', cmd, '```\n']
     first = None
     for name, fn in (('fio_vs_io_uring', fio_section), ('codec_vs_zstd', codec_section),
@@ -198,7 +239,7 @@ def main():
                      ('prefetch_on_vs_off', prefetch_section), ('pages_vs_rocksdb', pages_section)):
         d = load(name)
         if d is None:
-            L.append('## %s\n\nNot run in this invocation (no perf/results/%s.json).\n' % (name, name))
+            L.append('### %s\n\nNot run in this invocation (no perf/results/%s.json).\n' % (name, name))
             continue
         first = first or d
         try:
