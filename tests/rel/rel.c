@@ -1,0 +1,437 @@
+/* tests/rel/rel.c — data generator, slot model and checks of the
+ * reliability suite.  See rel.h. */
+#include "tests/rel/rel.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
+
+uint64_t rel_mix(uint64_t x)
+{
+	x += 0x9E3779B97F4A7C15ull;
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+	return x ^ (x >> 31);
+}
+
+uint64_t rel_rng(uint64_t *state)
+{
+	*state += 0x9E3779B97F4A7C15ull;
+	return rel_mix(*state);
+}
+
+uint64_t rel_seed(void)
+{
+	static uint64_t seed;
+	static bool done;
+	const char *e;
+
+	if (done)
+		return seed;
+	e = getenv("COIL_REL_SEED");
+	if (e && *e) {
+		seed = strtoull(e, NULL, 0);
+	} else {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		seed = rel_mix((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^
+			       (uint64_t)getpid());
+	}
+	done = true;
+	return seed;
+}
+
+double rel_scale(void)
+{
+	const char *e = getenv("COIL_REL_SCALE");
+	double v;
+
+	if (!e || !*e)
+		return 1.0;
+	v = strtod(e, NULL);
+	return v > 0 ? v : 1.0;
+}
+
+uint64_t rel_scaled(uint64_t base, uint64_t min)
+{
+	double v = (double)base * rel_scale() + 0.5;
+	uint64_t n = (uint64_t)v;
+
+	return n < min ? min : n;
+}
+
+void rel_announce(const char *test, uint64_t seed)
+{
+	fprintf(stderr,
+		"rel: %s seed=0x%016llx scale=%g  replay: COIL_REL_SEED=0x%016llx "
+		"COIL_REL_SCALE=%g <test binary> --filter '*/%s'\n",
+		test, (unsigned long long)seed, rel_scale(),
+		(unsigned long long)seed, rel_scale(), test);
+}
+
+void rel_report(const char *row, const char *unit, uint64_t count,
+		uint64_t violations, uint64_t seed)
+{
+	char line[256];
+
+	snprintf(line, sizeof(line), "rel: %s %s=%llu violations=%llu seed=0x%016llx\n",
+		 row, unit, (unsigned long long)count,
+		 (unsigned long long)violations, (unsigned long long)seed);
+	fputs(line, stderr);
+}
+
+/* ---- data ---- */
+
+static const char text[] =
+	"coil keeps every byte checksummed; a flushed write survives power "
+	"loss and nothing ever reads back wrong. ";
+
+void rel_fill(uint8_t *p, size_t len, uint64_t seed, uint32_t key,
+	      uint64_t ver)
+{
+	uint64_t base = rel_mix(seed ^ rel_mix(((uint64_t)key << 44) ^ ver));
+	unsigned mode = (unsigned)(base % 3);
+
+	for (size_t s = 0; s * 4096 < len; s++) {
+		uint8_t *q = p + s * 4096;
+		size_t n = len - s * 4096 < 4096 ? len - s * 4096 : 4096;
+		uint64_t x = rel_mix(base + s), h[2];
+		bool rnd = mode == 0 || (mode == 2 && (s & 1));
+		size_t i = 0;
+
+		/* Every sector names its key, version and index, so a stale or
+		 * misplaced sector can never pass for the right one. */
+		h[0] = ((uint64_t)key << 44) | ver;
+		h[1] = base ^ s;
+		if (n >= 16) {
+			memcpy(q, h, 16);
+			i = 16;
+		}
+		if (rnd) {
+			for (; i + 8 <= n; i += 8) {
+				x ^= x << 13;
+				x ^= x >> 7;
+				x ^= x << 17;
+				memcpy(q + i, &x, 8);
+			}
+			for (; i < n; i++)
+				q[i] = (uint8_t)(x >> (8 * (i & 7)));
+		} else {
+			for (; i < n; i++)
+				q[i] = (uint8_t)text[(i + base + ver) % (sizeof(text) - 1)];
+			if (n >= 64)
+				memcpy(q + 32, &x, 8); /* a little entropy */
+		}
+	}
+}
+
+uint64_t rel_ident(const uint8_t *p, size_t len, uint64_t seed, uint32_t key,
+		   uint8_t *scratch)
+{
+	uint64_t w0, ver;
+	size_t i;
+
+	for (i = 0; i < len && p[i] == 0; i++)
+		;
+	if (i == len)
+		return REL_ABSENT;
+	if (len < 16)
+		return REL_WRONG;
+	memcpy(&w0, p, 8);
+	if ((w0 >> 44) != key)
+		return REL_WRONG;
+	ver = w0 & ((1ull << 44) - 1);
+	if (ver == 0)
+		return REL_WRONG;
+	rel_fill(scratch, len, seed, key, ver);
+	return memcmp(scratch, p, len) ? REL_WRONG : ver;
+}
+
+/* ---- stores ---- */
+
+void rel_path(char *buf, size_t len, const char *tag)
+{
+	mkdir("rel-stores", 0755);
+	snprintf(buf, len, "rel-stores/%s-%d.coil", tag, (int)getpid());
+	unlink(buf);
+}
+
+void rel_opts(struct coil_options *o, uint64_t size)
+{
+	struct statfs sf;
+
+	coil_options_init(o);
+	o->flags = COIL_CREATE;
+	o->size = size;
+	o->workers = 2;
+	o->cache_bytes = 4u << 20;
+	mkdir("rel-stores", 0755);
+	if (statfs("rel-stores", &sf) == 0 && sf.f_type == TMPFS_MAGIC)
+		o->flags |= COIL_NO_DIRECT;
+}
+
+/* ---- slots ---- */
+
+void rel_layout_make(struct rel_layout *l, uint64_t seed, uint32_t nobj,
+		     uint32_t nslots)
+{
+	/* one sector, unaligned, exactly one blob, a blob plus change, up to
+	 * four blobs: each path of the write splitter */
+	static const uint32_t sizes[] = { 512, 4096, 5000, 20000, 65536,
+					  70000, 131072, 200000 };
+	uint64_t st = seed ^ 0x51075;
+	uint64_t end[REL_OBJS_MAX] = { 0 };
+
+	if (nobj > REL_OBJS_MAX)
+		nobj = REL_OBJS_MAX;
+	if (nslots > REL_SLOTS_MAX)
+		nslots = REL_SLOTS_MAX;
+	memset(l, 0, sizeof(*l));
+	l->nobj = nobj;
+	l->nslots = nslots;
+	for (uint32_t i = 0; i < nslots; i++) {
+		uint64_t r = rel_rng(&st);
+		struct rel_slot *sl = &l->slot[i];
+
+		sl->obj = i % nobj;
+		sl->len = sizes[r % (sizeof(sizes) / sizeof(sizes[0]))];
+		/* sometimes a gap (a hole that must read as zeros) */
+		sl->off = end[sl->obj] + ((r >> 8) % 4 == 0 ? 3000 : 0);
+		end[sl->obj] = sl->off + sl->len;
+	}
+}
+
+uint32_t rel_layout_maxlen(const struct rel_layout *l)
+{
+	uint32_t m = 0;
+
+	for (uint32_t i = 0; i < l->nslots; i++)
+		if (l->slot[i].len > m)
+			m = l->slot[i].len;
+	return m;
+}
+
+static void obj_name(char *buf, size_t len, uint32_t obj)
+{
+	snprintf(buf, len, "rel-%u", obj);
+}
+
+int rel_store_create(const char *path, const struct coil_options *o,
+		     const struct rel_layout *l)
+{
+	coil_store *s;
+	coil_obj *h[REL_OBJS_MAX];
+	int rc = coil_open(path, o, &s);
+
+	if (rc < 0)
+		return rc;
+	for (uint32_t i = 0; i < l->nobj; i++) {
+		char name[32];
+		obj_name(name, sizeof(name), i);
+		rc = coil_obj_open(s, name, COIL_CREATE, &h[i]);
+		if (rc < 0) {
+			coil_close(s);
+			return rc;
+		}
+		coil_obj_close(h[i]);
+	}
+	return coil_close(s);
+}
+
+int rel_objs_open(coil_store *s, const struct rel_layout *l, coil_obj **h)
+{
+	for (uint32_t i = 0; i < l->nobj; i++) {
+		char name[32];
+		int rc;
+
+		obj_name(name, sizeof(name), i);
+		rc = coil_obj_open(s, name, 0, &h[i]);
+		if (rc < 0) {
+			while (i--)
+				coil_obj_close(h[i]);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+void rel_objs_close(const struct rel_layout *l, coil_obj **h)
+{
+	for (uint32_t i = 0; i < l->nobj; i++)
+		coil_obj_close(h[i]);
+}
+
+int64_t rel_slot_write(coil_obj **h, const struct rel_layout *l,
+		       struct rel_track *t, uint64_t seed, uint32_t slot,
+		       uint8_t *buf)
+{
+	const struct rel_slot *sl = &l->slot[slot];
+	uint64_t ver = atomic_load(&t->submitted[slot]) + 1;
+	int64_t rc;
+
+	rel_fill(buf, sl->len, seed, slot, ver);
+	/* submitted is raised before the write can reach the disk */
+	atomic_store(&t->submitted[slot], ver);
+	rc = coil_pwrite(h[sl->obj], buf, sl->len, sl->off);
+	if (rc == (int64_t)sl->len)
+		atomic_store(&t->completed[slot], ver);
+	return rc;
+}
+
+int rel_sync(coil_store *s, const struct rel_layout *l, struct rel_track *t)
+{
+	uint64_t snap[REL_SLOTS_MAX];
+	int rc;
+
+	for (uint32_t i = 0; i < l->nslots; i++)
+		snap[i] = atomic_load(&t->completed[i]);
+	rc = coil_sync(s);
+	if (rc == 0)
+		for (uint32_t i = 0; i < l->nslots; i++)
+			if (snap[i] > atomic_load(&t->durable[i]))
+				atomic_store(&t->durable[i], snap[i]);
+	return rc;
+}
+
+unsigned rel_check_slots(coil_store *s, const struct rel_layout *l,
+			 struct rel_track *t, uint64_t seed,
+			 enum rel_floor floor, bool rebase, const char *what)
+{
+	uint32_t max = rel_layout_maxlen(l);
+	uint8_t *rd = malloc(max), *scratch = malloc(max);
+	coil_obj *h[REL_OBJS_MAX] = { 0 };
+	bool have[REL_OBJS_MAX] = { 0 };
+	unsigned bad = 0;
+
+	for (uint32_t i = 0; i < l->nobj; i++) {
+		char name[32];
+		int rc;
+
+		obj_name(name, sizeof(name), i);
+		rc = coil_obj_open(s, name, 0, &h[i]);
+		if (rc == 0) {
+			have[i] = true;
+		} else {
+			fprintf(stderr, "rel: VIOLATION %s: object %s: open %s\n",
+				what, name, coil_strerror(rc));
+			bad++;
+		}
+	}
+	for (uint32_t i = 0; i < l->nslots && rd && scratch; i++) {
+		const struct rel_slot *sl = &l->slot[i];
+		uint64_t lo = 0, hi = atomic_load(&t->submitted[i]), v;
+		int64_t n;
+
+		if (!have[sl->obj])
+			continue;
+		if (floor == REL_FLOOR_DURABLE)
+			lo = atomic_load(&t->durable[i]);
+		else if (floor == REL_FLOOR_COMPLETED)
+			lo = atomic_load(&t->completed[i]);
+		memset(rd, 0xa5, sl->len);
+		n = coil_pread(h[sl->obj], rd, sl->len, sl->off);
+		if (n < 0) {
+			fprintf(stderr, "rel: VIOLATION %s: slot %u: read %s "
+				"(I1/I3: no device fault was injected)\n",
+				what, i, coil_strerror((int)n));
+			bad++;
+			continue;
+		}
+		/* short at the end of the object: the rest is beyond EOF */
+		memset(rd + n, 0, sl->len - (size_t)n);
+		v = rel_ident(rd, sl->len, seed, i, scratch);
+		if (v == REL_WRONG) {
+			fprintf(stderr, "rel: VIOLATION %s: slot %u (obj %u off %llu "
+				"len %u): bytes of no version (torn or wrong; I2/I3)\n",
+				what, i, sl->obj, (unsigned long long)sl->off, sl->len);
+			bad++;
+			continue;
+		}
+		if (v < lo || v > hi) {
+			fprintf(stderr, "rel: VIOLATION %s: slot %u: version %llu "
+				"outside [%llu, %llu] (%s)\n", what, i,
+				(unsigned long long)v, (unsigned long long)lo,
+				(unsigned long long)hi,
+				v < lo ? "I1: acknowledged write lost" :
+					 "never written");
+			bad++;
+			continue;
+		}
+		if (rebase) {
+			atomic_store(&t->completed[i], v);
+			atomic_store(&t->durable[i], v);
+		}
+	}
+	for (uint32_t i = 0; i < l->nobj; i++)
+		if (have[i])
+			coil_obj_close(h[i]);
+	free(rd);
+	free(scratch);
+	return bad;
+}
+
+unsigned rel_verify(const char *path, const struct coil_options *o,
+		    const struct rel_layout *l, struct rel_track *t,
+		    uint64_t seed, enum rel_floor floor, const char *what)
+{
+	struct coil_options oo = *o;
+	coil_store *s;
+	unsigned bad;
+	int rc;
+
+	oo.flags &= ~COIL_CREATE;
+	rc = coil_open(path, &oo, &s);
+	if (rc < 0) {
+		fprintf(stderr, "rel: VIOLATION %s: store does not open: %s (I4)\n",
+			what, coil_strerror(rc));
+		return 1;
+	}
+	bad = rel_check_slots(s, l, t, seed, floor, true, what);
+	rc = coil_close(s);
+	if (rc < 0) {
+		fprintf(stderr, "rel: VIOLATION %s: clean close failed: %s\n",
+			what, coil_strerror(rc));
+		bad++;
+	}
+	return bad;
+}
+
+int rel_file_copy(const char *from, const char *to)
+{
+	int in = open(from, O_RDONLY | O_CLOEXEC), out;
+	struct stat st;
+	int rc = 0;
+
+	if (in < 0)
+		return -errno;
+	out = open(to, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+	if (out < 0 || fstat(in, &st) < 0) {
+		rc = -errno;
+		goto done;
+	}
+	for (off_t off = 0; off < st.st_size;) {
+		ssize_t n = copy_file_range(in, &off, out, &(off_t){ off },
+					    (size_t)(st.st_size - off), 0);
+		if (n <= 0) {
+			rc = n < 0 ? -errno : -EIO;
+			break;
+		}
+	}
+	if (rc == 0 && ftruncate(out, st.st_size) < 0)
+		rc = -errno;
+done:
+	if (out >= 0)
+		close(out);
+	close(in);
+	return rc;
+}

@@ -1,0 +1,131 @@
+/* tests/rel/rel.h — shared pieces of the reliability suite (issue 10).
+ *
+ * Every test of the suite derives its data from (seed, key, version), so no
+ * copy of what was written is needed to check what comes back: rel_ident()
+ * names the version a buffer holds, or says that it holds none (torn or
+ * wrong bytes).  A "key" is a slot: a fixed byte range of one object, always
+ * written whole, so after any crash a slot must hold exactly one version.
+ *
+ * Environment (read once per process):
+ *   COIL_REL_SEED   the run's seed (decimal or 0x hex); printed by every
+ *                   test so a failure can be replayed exactly
+ *   COIL_REL_SCALE  multiplies every count (default 1; e.g. 0.3 for the
+ *                   ASan pass, 20 for a soak)
+ *
+ * Each test prints one line per table row of the issue:
+ *   rel: <row> <unit>=<count> violations=<n> seed=0x...
+ */
+#ifndef COIL_TESTS_REL_H
+#define COIL_TESTS_REL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coil.h"
+
+/* ---- run parameters ---- */
+uint64_t rel_seed(void);
+double rel_scale(void);
+/* base * scale, at least @min */
+uint64_t rel_scaled(uint64_t base, uint64_t min);
+/* Print the replay hint for @test (the criterion test name). */
+void rel_announce(const char *test, uint64_t seed);
+/* The row's summary line (stderr). */
+void rel_report(const char *row, const char *unit, uint64_t count,
+		uint64_t violations, uint64_t seed);
+
+/* ---- randomness ---- */
+uint64_t rel_mix(uint64_t x);           /* splitmix64 finalizer */
+uint64_t rel_rng(uint64_t *state);      /* next value of a splitmix64 stream */
+
+/* ---- data ---- */
+/* Fill @p with the bytes of version @ver (>= 1) of @key.  The mix of
+ * compressible and random sectors depends on the version, so the same slot
+ * alternates between zstd and raw blobs. */
+void rel_fill(uint8_t *p, size_t len, uint64_t seed, uint32_t key,
+	      uint64_t ver);
+#define REL_ABSENT 0ull          /* the slot reads as all zeros */
+#define REL_WRONG UINT64_MAX     /* bytes of no version: torn or wrong */
+/* The version @p holds, REL_ABSENT, or REL_WRONG.  @scratch: len bytes. */
+uint64_t rel_ident(const uint8_t *p, size_t len, uint64_t seed, uint32_t key,
+		   uint8_t *scratch);
+
+/* ---- stores ---- */
+/* A store path under the test's working directory (the build dir: a real
+ * filesystem, so O_DIRECT works), removed first. */
+void rel_path(char *buf, size_t len, const char *tag);
+/* Options for a small test store: @size bytes, 2 workers, zstd:1. */
+void rel_opts(struct coil_options *o, uint64_t size);
+
+/* ---- the slot model ---- */
+#define REL_OBJS_MAX 4
+#define REL_SLOTS_MAX 32
+
+struct rel_slot {
+	uint32_t obj;            /* object index: name "rel-<obj>" */
+	uint64_t off;
+	uint32_t len;
+};
+
+struct rel_layout {
+	uint32_t nobj;
+	uint32_t nslots;
+	struct rel_slot slot[REL_SLOTS_MAX];
+};
+
+/* What the writer knows about each slot.  Lives in shared memory for the
+ * kill test (the parent reads what the dead child wrote), so plain words
+ * written in order: submitted before the write, completed after it. */
+struct rel_track {
+	_Atomic uint64_t submitted[REL_SLOTS_MAX]; /* highest version issued */
+	_Atomic uint64_t completed[REL_SLOTS_MAX]; /* highest version acked */
+	_Atomic uint64_t durable[REL_SLOTS_MAX];   /* acked before an ok flush */
+};
+
+/* @nslots slots over @nobj objects with sizes from 512 B to ~200 KiB (one
+ * to four 64 KiB blobs, unaligned ends), derived from @seed. */
+void rel_layout_make(struct rel_layout *l, uint64_t seed, uint32_t nobj,
+		     uint32_t nslots);
+/* The largest slot. */
+uint32_t rel_layout_maxlen(const struct rel_layout *l);
+/* Create the store and its objects. @return 0 or -errno. */
+int rel_store_create(const char *path, const struct coil_options *o,
+		     const struct rel_layout *l);
+/* Open every object of @l into h[] (no create). */
+int rel_objs_open(coil_store *s, const struct rel_layout *l, coil_obj **h);
+void rel_objs_close(const struct rel_layout *l, coil_obj **h);
+
+/* Write the next version of @slot (sync).  Updates @t.  @buf: slot bytes.
+ * @return the coil_pwrite result. */
+int64_t rel_slot_write(coil_obj **h, const struct rel_layout *l,
+		       struct rel_track *t, uint64_t seed, uint32_t slot,
+		       uint8_t *buf);
+/* coil_sync, and on success raise durable[] to what completed before it. */
+int rel_sync(coil_store *s, const struct rel_layout *l, struct rel_track *t);
+
+/* Which floor a check holds a slot to. */
+enum rel_floor {
+	REL_FLOOR_NONE,       /* any version (or absent) is fine */
+	REL_FLOOR_DURABLE,    /* at least durable[] (power loss) */
+	REL_FLOOR_COMPLETED,  /* at least completed[] (kill -9, clean close) */
+};
+
+/* Check every slot through an open store: the read must succeed, the bytes
+ * must be exactly one version v (or absent) with floor <= v <= submitted.
+ * Prints each violation with @what.  When @rebase, the track becomes what
+ * was found (the base of the next cycle).  @return violations. */
+unsigned rel_check_slots(coil_store *s, const struct rel_layout *l,
+			 struct rel_track *t, uint64_t seed,
+			 enum rel_floor floor, bool rebase, const char *what);
+/* Open @path (I4: must open), rel_check_slots, close.  @return violations
+ * (an open failure counts as one). */
+unsigned rel_verify(const char *path, const struct coil_options *o,
+		    const struct rel_layout *l, struct rel_track *t,
+		    uint64_t seed, enum rel_floor floor, const char *what);
+
+/* Copy the file @from over @to (same size).  @return 0 or -errno. */
+int rel_file_copy(const char *from, const char *to);
+
+#endif
