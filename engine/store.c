@@ -249,9 +249,10 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	bool fresh = false, created = false;
 	int level, flags, rc;
 
+	if (out)
+		*out = NULL;
 	if (!path || !out || !*path)
 		return -EINVAL;
-	*out = NULL;
 	if (!o) {
 		coil_options_init(&def);
 		o = &def;
