@@ -47,18 +47,29 @@ static bool owned(const struct bufpool *bp, const void *p)
 	return bp->base && q >= bp->base && q < bp->base + bp->size * bp->count;
 }
 
-void *bufpool_get(struct bufpool *bp, size_t len)
+static void *take(struct bufpool *bp, size_t len)
 {
 	void *p = NULL;
 
-	if (len <= bp->size) {
+	if (bp->base && len <= bp->size) {
 		pthread_mutex_lock(&bp->mu);
 		if (bp->nfree)
 			p = bp->free[--bp->nfree];
 		pthread_mutex_unlock(&bp->mu);
-		if (p)
-			return p;
 	}
+	return p;
+}
+
+void *bufpool_get(struct bufpool *bp, size_t len)
+{
+	void *p = NULL;
+
+	/* Size classes are chained smallest first: take from the first that
+	 * fits and has one free. */
+	for (struct bufpool *c = bp; c && !p; c = c->large)
+		p = take(c, len);
+	if (p)
+		return p;
 	stat_add(&bp->misses, 1);
 	if (posix_memalign(&p, 4096, COIL_ALIGN_UP(COIL_MAX(len, 1), 4096)))
 		return NULL;
@@ -70,7 +81,10 @@ void bufpool_put(struct bufpool *bp, void *p)
 	if (!p)
 		return;
 	if (!owned(bp, p)) {
-		free(p);
+		if (bp->large)
+			bufpool_put(bp->large, p);
+		else
+			free(p);
 		return;
 	}
 	pthread_mutex_lock(&bp->mu);

@@ -188,6 +188,7 @@ struct bufpool {
 	uint32_t nfree;
 	uint8_t **free;
 	_Atomic uint64_t misses; /* served by malloc because empty or too big */
+	struct bufpool *large;   /* a second size class, tried next */
 };
 
 struct engine_stats {
@@ -277,7 +278,12 @@ struct coil_store {
 	struct wreq *wreqs;
 	struct rreq *rreqs;
 	_Atomic uint64_t ops_inflight; /* writes/reads/flushes submitted, not done */
+	/* Buffer size classes, chained: bp (8 KiB: small blobs and pages) ->
+	 * bp_mid (max_blob + 8 KiB: a whole blob read or decode) -> bp_large
+	 * (1 MiB + 8 KiB: the batch of a big write).  Always use &s->bp. */
 	struct bufpool bp;
+	struct bufpool bp_mid;
+	struct bufpool bp_large;
 
 	/* fallback zstd contexts for a coil thread the pool refuses */
 	pthread_mutex_t zmu;

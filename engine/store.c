@@ -102,6 +102,10 @@ static void store_free(struct coil_store *s)
 	}
 	if (s->bp.base)
 		bufpool_destroy(&s->bp);
+	if (s->bp_mid.base)
+		bufpool_destroy(&s->bp_mid);
+	if (s->bp_large.base)
+		bufpool_destroy(&s->bp_large);
 	if (s->zc)
 		ZSTD_freeCCtx(s->zc);
 	if (s->zd)
@@ -359,9 +363,7 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 		goto fail_reg;
 	}
 
-	rc = bufpool_init(&s->bp, o->max_blob + 2 * FMT_BLOCK,
-			  (uint32_t)COIL_MAX(16u, COIL_MIN(128u,
-				(16u << 20) / (o->max_blob + 2 * FMT_BLOCK))));
+	rc = bufpool_init(&s->bp, 2 * FMT_BLOCK, 512);
 	if (rc < 0)
 		goto fail_reg;
 	uring_opts_init(&uo);
@@ -391,12 +393,18 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	}
 	/* A blob and its segment header must fit one segment. */
 	s->max_blob = COIL_MIN(s->sb.max_blob, s->sb.segment_size / 2);
-	if (s->bp.size < s->max_blob + 2 * FMT_BLOCK) {
-		bufpool_destroy(&s->bp);
-		rc = bufpool_init(&s->bp, s->max_blob + 2 * FMT_BLOCK, 32);
-		if (rc < 0)
-			goto fail_reg;
-	}
+	/* About 16 MiB of whole-blob buffers (reads, decodes, small
+	 * writes), and 16 for the batches of writes up to 1 MiB (fio's and
+	 * databases' large I/O) instead of malloc. */
+	rc = bufpool_init(&s->bp_mid, s->max_blob + 2 * FMT_BLOCK,
+			  (uint32_t)COIL_MAX(16u, COIL_MIN(256u,
+				(16u << 20) / (s->max_blob + 2 * FMT_BLOCK))));
+	if (rc == 0)
+		rc = bufpool_init(&s->bp_large, (1u << 20) + 2 * FMT_BLOCK, 16);
+	if (rc < 0)
+		goto fail_reg;
+	s->bp.large = &s->bp_mid;
+	s->bp_mid.large = &s->bp_large;
 	s->nseg = s->sb.segment_count;
 	s->segs = calloc(s->nseg, sizeof(*s->segs));
 	s->zc = ZSTD_createCCtx();
@@ -435,6 +443,10 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 
 	memset(&po, 0, sizeof(po));
 	po.workers = o->workers;
+	/* Capacity for a few whole max-size writes (docs/pool.md: 1 MiB
+	 * writes of 64 KiB blobs on 2 cores -> 32), so concurrent readers
+	 * rarely meet -EAGAIN and the ring thread rarely decodes inline. */
+	po.queue_factor = 32;
 	po.mode = o->pool_mode == COIL_POOL_SEMAPHORE ? POOL_MODE_SEMAPHORE :
 							POOL_MODE_FAIR;
 	rc = pool_create(&po, &s->pool);
