@@ -56,6 +56,18 @@ static uint64_t rnd(uint64_t *s)
 	return *s * 0x2545F4914F6CDD1Dull;
 }
 
+/* an io leaves the run; the last one out wakes main, which sleeps until
+ * then (no polling: a waking main thread would compete with the ring thread
+ * for the 2 cores) */
+static void retire(struct bench *b)
+{
+	if (atomic_fetch_sub(&b->inflight, 1) == 1 || b->inbox_mode) {
+		pthread_mutex_lock(&b->lock);
+		pthread_cond_signal(&b->cond);
+		pthread_mutex_unlock(&b->lock);
+	}
+}
+
 static void read_cb(struct uring_io *io, int res)
 {
 	struct bio *x = (struct bio *)io;
@@ -66,12 +78,7 @@ static void read_cb(struct uring_io *io, int res)
 	else
 		b->ios++;
 	if (coil_now_ns() >= b->deadline_ns || b->errors > 100) {
-		atomic_fetch_sub(&b->inflight, 1);
-		if (b->inbox_mode) {
-			pthread_mutex_lock(&b->lock);
-			pthread_cond_signal(&b->cond);
-			pthread_mutex_unlock(&b->lock);
-		}
+		retire(b);
 		return;
 	}
 	if (b->inbox_mode) {
@@ -85,8 +92,10 @@ static void read_cb(struct uring_io *io, int res)
 		return;
 	}
 	io->off = rnd(&b->rng) % b->nblocks * b->bs;
-	if (uring_submit(b->r, io) != 0)
-		atomic_fetch_sub(&b->inflight, 1);
+	if (uring_submit(b->r, io) != 0) {
+		b->errors++;
+		retire(b);
+	}
 }
 
 int main(int argc, char **argv)
@@ -195,8 +204,10 @@ int main(int argc, char **argv)
 		free(batch);
 	} else {
 		/* the ring thread does all the work; the deadline stops it */
+		pthread_mutex_lock(&b.lock);
 		while (atomic_load(&b.inflight) > 0)
-			usleep(2000);
+			pthread_cond_wait(&b.cond, &b.lock);
+		pthread_mutex_unlock(&b.lock);
 	}
 	t1 = coil_now_ns();
 	uring_stats(b.r, &st);
