@@ -216,11 +216,38 @@ static void options_sig(struct thread_data *td, char *buf, size_t len)
 		 fo->prefetch, fo->cache ? fo->cache : "", fo->workers);
 }
 
+/* The table key: one spelling per file, so "a.coil" and "./a.coil" name
+ * one entry (the directory resolved; the file itself may not exist yet). */
+static int store_key(const char *path, char *key, size_t len)
+{
+	char dir[PATH_MAX], real[PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	const char *base = slash ? slash + 1 : path;
+	size_t dlen = slash ? (size_t)(slash - path) : 0;
+
+	if (realpath(path, real)) {
+		snprintf(key, len, "%s", real);
+		return 0;
+	}
+	if (slash && dlen == 0)
+		dlen = 1;	/* "/name" */
+	if (dlen >= sizeof(dir))
+		return -ENAMETOOLONG;
+	memcpy(dir, slash ? path : ".", slash ? dlen : 1);
+	dir[slash ? dlen : 1] = '\0';
+	if (!realpath(dir, real))
+		return -errno;
+	if ((size_t)snprintf(key, len, "%s/%s", real, base) >= len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
 static struct store_ref *store_get(struct thread_data *td)
 {
 	struct coil_fio_options *fo = td->eo;
 	struct coil_options co;
 	struct store_ref *r;
+	char key[PATH_MAX];
 	coil_store *s;
 	int ret;
 
@@ -228,9 +255,14 @@ static struct store_ref *store_get(struct thread_data *td)
 		log_err("coil: %s: set coil_store=PATH\n", td->o.name);
 		return NULL;
 	}
+	ret = store_key(fo->store, key, sizeof(key));
+	if (ret < 0) {
+		log_err("coil: coil_store=%s: %s\n", fo->store, strerror(-ret));
+		return NULL;
+	}
 	pthread_mutex_lock(&table_lock);
 	for (r = table; r; r = r->next) {
-		if (strcmp(r->path, fo->store) == 0) {
+		if (strcmp(r->path, key) == 0) {
 			char sig[sizeof(r->sig)];
 
 			options_sig(td, sig, sizeof(sig));
@@ -264,7 +296,7 @@ static struct store_ref *store_get(struct thread_data *td)
 	}
 	r = calloc(1, sizeof(*r));
 	if (r)
-		r->path = strdup(fo->store);
+		r->path = strdup(key);
 	if (!r || !r->path) {
 		free(r);
 		r = NULL;

@@ -72,6 +72,15 @@ else
 	bad "4 threads share one store"
 fi
 
+# 7b. two spellings of one store path are one store, not -EBUSY
+if (cd "$W" && run --thread --name=a --coil_store=sp.coil --filename=a --rw=write \
+	--bs=64k --size=2m --name=b --coil_store=./sp.coil --filename=b --rw=write \
+	--bs=64k --size=2m) && [ "$(grep -c "err= 0" "$W/out")" -ge 2 ]; then
+	ok "./x.coil and x.coil share one store"
+else
+	bad "./x.coil and x.coil share one store"
+fi
+
 # 8. verify_only in a new process reads back what the first one wrote
 V="$W/vo.coil"
 if run --name=vo --coil_store="$V" --coil_compression=zstd --filename=obj \
