@@ -121,5 +121,24 @@ else
 	ok "coil_compression=lz4 refused"
 fi
 
+# 12. every option reaches the store (read back from coil_stats_json)
+if COIL_FIO_STATS="$W/st.json" run --name=o --coil_store="$W/o.coil" --filename=obj \
+	--rw=write --bs=64k --size=2m --coil_size=256m --coil_pool=semaphore \
+	--coil_workers=1 --coil_prefetch=0 --coil_cache=3m --coil_compression=zstd:5 &&
+	python3 - "$W/st.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s['store']['size'] == 256 << 20, s['store']
+assert s['store']['compression_level'] == 5, s['store']
+assert s['pool']['mode'] == 'semaphore' and s['pool']['workers'] == 1, s['pool']
+assert s['cache']['bytes_max'] == 3 << 20, s['cache']
+assert s['prefetch']['enabled'] is False, s['prefetch']
+PY
+then
+	ok "coil_size/compression/pool/workers/prefetch/cache applied"
+else
+	bad "coil_size/compression/pool/workers/prefetch/cache applied"
+fi
+
 echo "fio plugin: $pass passed, $fail failed"
 [ "$fail" = 0 ]
