@@ -22,6 +22,8 @@ export PYTHONDONTWRITEBYTECODE=1
 
 declare -A SCRIPT=([1]=bench_fio.py [2]=bench_codec.py [3]=bench_writers.py
                    [4]=bench_prefetch.py [5]=bench_pages.py)
+declare -A RESULT=([1]=fio_vs_io_uring [2]=codec_vs_zstd [3]=pool_fair_vs_semaphore
+                   [4]=prefetch_on_vs_off [5]=pages_vs_rocksdb)
 which=("$@")
 [ ${#which[@]} -gt 0 ] || which=(1 2 3 4 5)
 
@@ -38,6 +40,8 @@ t0=$SECONDS rc=0 failed=()
 for n in "${which[@]}"; do
 	s=${SCRIPT[$n]:-}
 	[ -n "$s" ] || { echo "bench: no comparison $n (1-5)" >&2; exit 2; }
+	# A failed comparison must not leave an older result to be reported.
+	rm -f "perf/results/${RESULT[$n]}.json"
 	if ! python3 "perf/$s"; then
 		rc=1 failed+=("$n")
 	fi
