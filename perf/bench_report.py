@@ -178,6 +178,10 @@ def pages_section(d, L):
                 ['rocksdb', 'coil_qd1', 'coil_qd32'],
                 [(k, [m[s][k + '_ops_s'] for s in ('rocksdb', 'coil_qd1', 'coil_qd32')]) for k in ('write', 'read')]),
         'page store ops')
+    img(L, plot('pages_latency', 'page store: p99 latency (median us)', 'us',
+                ['rocksdb', 'coil_qd1', 'coil_qd32'],
+                [(k, [m[s][k + '_p99_us'] for s in ('rocksdb', 'coil_qd1', 'coil_qd32')]) for k in ('write', 'read')]),
+        'page store latency')
     img(L, plot('pages_disk', 'page store: bytes on disk (MiB)', 'MiB',
                 ['rocksdb', 'coil_qd1', 'coil_qd32'],
                 [('disk', [m[s]['disk_bytes'] / 1048576.0 for s in ('rocksdb', 'coil_qd1', 'coil_qd32')])]),
