@@ -36,11 +36,12 @@ for o in coil_store coil_size coil_compression coil_pool coil_prefetch coil_cach
 done
 [ -z "$miss" ] && ok "enghelp lists all options" || bad "enghelp misses:$miss"
 
-# 2-5. write then verify: block sizes x compression (fio's verify header
+# 2-7. write then verify: block sizes x compression (fio's verify header
 # needs blocks of at least a few dozen bytes; 512 is its smallest bsrange)
 i=0
 for comp in none zstd:1; do
-	for bsargs in "--bs=4k" "--bsrange=512-70000 --bs_unaligned=1"; do
+	for bsargs in "--bs=4k" "--bsrange=512-70000 --bs_unaligned=1" \
+		"--bsrange=60000-3000000 --bs_unaligned=1"; do
 		i=$((i + 1))
 		S="$W/v$i.coil"
 		if run --name=v --coil_store="$S" --coil_compression=$comp --filename=obj \
