@@ -237,6 +237,37 @@ def main():
          'The plugin\'s tests: `meson test -C build/release fio_plugin` (perf/fio/test_fio.sh).\n',
          '## Latest results\n',
          'Made by:\n', '```', cmd, '```\n']
+    # One line per target of issue 9, before the detail.
+    summary = []
+    d = load('fio_vs_io_uring')
+    if d:
+        for n, c in d['cases'].items():
+            summary.append('| 1 | fio %s, coil / io_uring bandwidth | %.2f× | ≥ %.2f× | %s |'
+                           % (n, c['ratio_bw'], c['target'], c['verdict']))
+    d = load('codec_vs_zstd')
+    if d:
+        summary.append('| 2 | compressed write, overhead beyond the codec per core | %+.0f %% | ≤ 15 %% | %s |'
+                       % (d['overhead_write'] * 100, d['verdict_write']))
+        summary.append('| 2 | compressed read, overhead beyond the codec per core | %+.0f %% | ≤ 15 %% | %s |'
+                       % (d['overhead_read'] * 100, d['verdict_read']))
+    d = load('pool_fair_vs_semaphore')
+    if d:
+        summary.append('| 3 | 16 writers, worst-job p99 fair / semaphore | %.2f× | ≤ 0.6× | %s |'
+                       % (d['ratio_p99'], d['verdict_p99']))
+        summary.append('| 3 | 16 writers, bandwidth fair / semaphore | %.2f× | ≥ 0.95× | %s |'
+                       % (d['ratio_bw'], d['verdict_bw']))
+    d = load('prefetch_on_vs_off')
+    if d:
+        summary.append('| 4 | cold sequential QD1 read, prefetch on / off | %.2f× | ≥ 2× | %s |'
+                       % (d['ratio_bw'], d['verdict']))
+    d = load('pages_vs_rocksdb')
+    if d:
+        for side in ('coil_qd1', 'coil_qd32'):
+            x = d['ratios'][side]
+            summary.append('| 5 | pages, %s / RocksDB: writes, reads, bytes on disk | %.2f×, %.2f×, %.2f× | (no target) | |'
+                           % (side, x['write_ops'], x['read_ops'], x['disk_bytes']))
+    if summary:
+        L += ['| # | measure | median | target | |', '|---|---|---|---|---|'] + summary + ['']
     first = None
     for name, fn in (('fio_vs_io_uring', fio_section), ('codec_vs_zstd', codec_section),
                      ('pool_fair_vs_semaphore', pool_section),

@@ -93,6 +93,8 @@ def cache_line(st):
     m = find(c, 'misses', 'miss')
     if h is None or m is None:
         return 'not reported'
+    if not h and not m:
+        return 'no cache lookups recorded (reads went straight to the device)'
     return '%s (%d hits, %d misses)' % (rate(h, m), h, m)
 
 
