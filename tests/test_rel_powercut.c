@@ -26,55 +26,6 @@
 #define WRITES 24
 #define SYNC_EVERY 3
 
-struct session {
-	int open_rc;
-	int close_rc;
-	bool cut_before_close;
-	uint64_t fsyncs_before_close;
-	int first_err;
-};
-
-/* One scripted session: the same slot sequence for the same @wseed. */
-static void run_session(const char *path, const struct coil_options *o,
-			const struct rel_layout *l, struct rel_track *t,
-			uint64_t seed, uint64_t wseed, uint8_t *buf,
-			struct session *out)
-{
-	coil_obj *h[REL_OBJS_MAX];
-	coil_store *s;
-	uint64_t st = wseed;
-
-	memset(out, 0, sizeof(*out));
-	out->open_rc = coil_open(path, o, &s);
-	if (out->open_rc < 0) {
-		out->cut_before_close = true;
-		return;
-	}
-	if (rel_objs_open(s, l, h) == 0) {
-		for (int i = 0; i < WRITES; i++) {
-			uint32_t slot = (uint32_t)(rel_rng(&st) % l->nslots);
-			int64_t rc = rel_slot_write(h, l, t, seed, slot, buf);
-
-			if (rc < 0) {
-				out->first_err = (int)rc;
-				break;
-			}
-			if (i % SYNC_EVERY == SYNC_EVERY - 1) {
-				rc = rel_sync(s, l, t);
-				if (rc < 0) {
-					out->first_err = (int)rc;
-					break;
-				}
-			}
-		}
-		rel_objs_close(l, h);
-	}
-	out->cut_before_close = uring_fault_is_cut(uring_fault_last());
-	out->fsyncs_before_close = uring_fault_count(uring_fault_last(),
-						     URING_OP_FSYNC);
-	out->close_rc = coil_close(s);
-}
-
 /* Reopen with a cut at a random op of recovery; the store must still open
  * cleanly afterwards (checked by the caller's verify). */
 static void cut_recovery(const char *path, const struct coil_options *o,
@@ -113,7 +64,7 @@ Test(rel, powercut, .timeout = 900)
 	struct rel_layout l;
 	struct rel_track *t = calloc(1, sizeof(*t));
 	struct coil_options o;
-	struct session ss;
+	struct rel_session ss;
 	char path[256], what[160];
 	uint8_t *buf;
 
@@ -130,7 +81,8 @@ Test(rel, powercut, .timeout = 900)
 		uint64_t points;
 
 		/* dry run: the flush points of this workload */
-		run_session(path, &o, &l, t, seed, wseed, buf, &ss);
+		rel_session_run(path, &o, &l, t, seed, wseed, WRITES, SYNC_EVERY,
+						false, buf, &ss);
 		cr_assert_eq(ss.open_rc, 0, "open: %s", coil_strerror(ss.open_rc));
 		cr_assert_eq(ss.first_err, 0, "workload %llu without faults: %s",
 			     (unsigned long long)w, coil_strerror(ss.first_err));
@@ -138,7 +90,7 @@ Test(rel, powercut, .timeout = 900)
 		snprintf(what, sizeof(what), "workload %llu dry run",
 			 (unsigned long long)w);
 		bad += rel_verify(path, &o, &l, t, seed, REL_FLOOR_COMPLETED, what);
-		points = ss.fsyncs_before_close;
+		points = ss.fsyncs;
 
 		/* k runs past the last fsync seen before close, into close's
 		 * own, until a session finishes with no cut at all */
@@ -156,7 +108,8 @@ Test(rel, powercut, .timeout = 900)
 				spec.cut_mode = modes[m];
 				spec.cut_seed = rel_rng(&st);
 				uring_fault_set_next(&spec);
-				run_session(path, &o, &l, t, seed, wseed, buf, &ss);
+				rel_session_run(path, &o, &l, t, seed, wseed, WRITES, SYNC_EVERY,
+						false, buf, &ss);
 				uring_fault_set_next(NULL);
 				/* a cut inside open (its checkpoint) makes open
 				 * fail, one inside close makes close fail */

@@ -1,6 +1,7 @@
 /* tests/rel/rel.c — data generator, slot model and checks of the
  * reliability suite.  See rel.h. */
 #include "tests/rel/rel.h"
+#include "uring/uring_fault.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -305,7 +306,8 @@ int rel_sync(coil_store *s, const struct rel_layout *l, struct rel_track *t)
 
 unsigned rel_check_slots(coil_store *s, const struct rel_layout *l,
 			 struct rel_track *t, uint64_t seed,
-			 enum rel_floor floor, bool rebase, const char *what)
+			 enum rel_floor floor, unsigned flags, const char *what,
+			 unsigned *errs)
 {
 	uint32_t max = rel_layout_maxlen(l);
 	uint8_t *rd = malloc(max), *scratch = malloc(max);
@@ -340,6 +342,11 @@ unsigned rel_check_slots(coil_store *s, const struct rel_layout *l,
 			lo = atomic_load(&t->completed[i]);
 		memset(rd, 0xa5, sl->len);
 		n = coil_pread(h[sl->obj], rd, sl->len, sl->off);
+		if (n < 0 && (flags & REL_CHECK_ERR_OK)) {
+			if (errs)
+				(*errs)++;
+			continue;
+		}
 		if (n < 0) {
 			fprintf(stderr, "rel: VIOLATION %s: slot %u: read %s "
 				"(I1/I3: no device fault was injected)\n",
@@ -367,7 +374,7 @@ unsigned rel_check_slots(coil_store *s, const struct rel_layout *l,
 			bad++;
 			continue;
 		}
-		if (rebase) {
+		if (flags & REL_CHECK_REBASE) {
 			atomic_store(&t->completed[i], v);
 			atomic_store(&t->durable[i], v);
 		}
@@ -380,9 +387,10 @@ unsigned rel_check_slots(coil_store *s, const struct rel_layout *l,
 	return bad;
 }
 
-unsigned rel_verify(const char *path, const struct coil_options *o,
-		    const struct rel_layout *l, struct rel_track *t,
-		    uint64_t seed, enum rel_floor floor, const char *what)
+static unsigned verify(const char *path, const struct coil_options *o,
+		       const struct rel_layout *l, struct rel_track *t,
+		       uint64_t seed, enum rel_floor floor, const char *what,
+		       bool rdonly)
 {
 	struct coil_options oo = *o;
 	coil_store *s;
@@ -390,13 +398,16 @@ unsigned rel_verify(const char *path, const struct coil_options *o,
 	int rc;
 
 	oo.flags &= ~COIL_CREATE;
+	if (rdonly)
+		oo.flags |= COIL_RDONLY;
 	rc = coil_open(path, &oo, &s);
 	if (rc < 0) {
 		fprintf(stderr, "rel: VIOLATION %s: store does not open: %s (I4)\n",
 			what, coil_strerror(rc));
 		return 1;
 	}
-	bad = rel_check_slots(s, l, t, seed, floor, true, what);
+	bad = rel_check_slots(s, l, t, seed, floor, REL_CHECK_REBASE, what,
+			      NULL);
 	rc = coil_close(s);
 	if (rc < 0) {
 		fprintf(stderr, "rel: VIOLATION %s: clean close failed: %s\n",
@@ -404,6 +415,102 @@ unsigned rel_verify(const char *path, const struct coil_options *o,
 		bad++;
 	}
 	return bad;
+}
+
+unsigned rel_verify(const char *path, const struct coil_options *o,
+		    const struct rel_layout *l, struct rel_track *t,
+		    uint64_t seed, enum rel_floor floor, const char *what)
+{
+	return verify(path, o, l, t, seed, floor, what, false);
+}
+
+unsigned rel_verify_ro(const char *path, const struct coil_options *o,
+		       const struct rel_layout *l, struct rel_track *t,
+		       uint64_t seed, enum rel_floor floor, const char *what)
+{
+	return verify(path, o, l, t, seed, floor, what, true);
+}
+
+int rel_image_load(struct rel_image *img, const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	int rc = 0;
+
+	memset(img, 0, sizeof(*img));
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || st.st_size <= 0) {
+		rc = -EIO;
+		goto out;
+	}
+	img->size = (size_t)st.st_size;
+	if (posix_memalign((void **)&img->buf, 4096, img->size)) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t off = 0; off < img->size;) {
+		ssize_t n = pread(fd, img->buf + off, img->size - off, (off_t)off);
+		if (n <= 0) {
+			rc = n < 0 ? -errno : -EIO;
+			break;
+		}
+		off += (size_t)n;
+	}
+out:
+	close(fd);
+	if (rc < 0)
+		rel_image_free(img);
+	return rc;
+}
+
+int64_t rel_image_restore(const struct rel_image *img, const char *path)
+{
+	const size_t piece = 1u << 20;
+	int fd = open(path, O_RDWR | O_CLOEXEC | O_DIRECT);
+	uint8_t *cur = NULL;
+	int64_t written = 0;
+
+	if (fd < 0)
+		fd = open(path, O_RDWR | O_CLOEXEC); /* tmpfs: no O_DIRECT */
+	if (fd < 0)
+		return -errno;
+	if (posix_memalign((void **)&cur, 4096, piece)) {
+		close(fd);
+		return -ENOMEM;
+	}
+	for (size_t off = 0; off < img->size && written >= 0; off += piece) {
+		size_t len = img->size - off < piece ? img->size - off : piece;
+		ssize_t n = pread(fd, cur, len, (off_t)off);
+
+		if (n != (ssize_t)len) {
+			written = n < 0 ? -errno : -EIO;
+			break;
+		}
+		for (size_t b = 0; b < len; b += 4096) {
+			size_t bl = len - b < 4096 ? len - b : 4096;
+			if (!memcmp(cur + b, img->buf + off + b, bl))
+				continue;
+			if (pwrite(fd, img->buf + off + b, bl,
+				   (off_t)(off + b)) != (ssize_t)bl) {
+				written = -EIO;
+				break;
+			}
+			written++;
+		}
+	}
+	if (written >= 0 && ftruncate(fd, (off_t)img->size) < 0)
+		written = -errno;
+	free(cur);
+	close(fd);
+	return written;
+}
+
+void rel_image_free(struct rel_image *img)
+{
+	free(img->buf);
+	img->buf = NULL;
+	img->size = 0;
 }
 
 int rel_file_copy(const char *from, const char *to)
@@ -434,4 +541,55 @@ done:
 		close(out);
 	close(in);
 	return rc;
+}
+
+void rel_session_run(const char *path, const struct coil_options *o,
+		     const struct rel_layout *l, struct rel_track *t,
+		     uint64_t seed, uint64_t wseed, unsigned nwrites,
+		     unsigned sync_every, bool check, uint8_t *buf,
+		     struct rel_session *out)
+{
+	coil_obj *h[REL_OBJS_MAX];
+	coil_store *s;
+	uint64_t st = wseed;
+	struct uring *r;
+
+	memset(out, 0, sizeof(*out));
+	out->open_rc = coil_open(path, o, &s);
+	if (out->open_rc < 0) {
+		out->cut_before_close = true;
+		return;
+	}
+	if (rel_objs_open(s, l, h) == 0) {
+		for (unsigned i = 0; i < nwrites; i++) {
+			uint32_t slot = (uint32_t)(rel_rng(&st) % l->nslots);
+			int64_t rc = rel_slot_write(h, l, t, seed, slot, buf);
+
+			if (rc < 0) {
+				out->first_err = (int)rc;
+				break;
+			}
+			if (rc != (int64_t)l->slot[slot].len) {
+				out->first_err = -EIO; /* a short write: never */
+				break;
+			}
+			if (sync_every && i % sync_every == sync_every - 1) {
+				rc = rel_sync(s, l, t);
+				if (rc < 0) {
+					out->first_err = (int)rc;
+					break;
+				}
+			}
+		}
+		rel_objs_close(l, h);
+	}
+	if (check)
+		out->bad += rel_check_slots(s, l, t, seed, REL_FLOOR_COMPLETED,
+					    REL_CHECK_ERR_OK, "in-session read",
+					    &out->read_errs);
+	r = uring_fault_last();
+	out->cut_before_close = uring_fault_is_cut(r);
+	out->ops = uring_fault_count(r, URING_FAULT_ANY);
+	out->fsyncs = uring_fault_count(r, URING_OP_FSYNC);
+	out->close_rc = coil_close(s);
 }

@@ -112,18 +112,60 @@ enum rel_floor {
 	REL_FLOOR_COMPLETED,  /* at least completed[] (kill -9, clean close) */
 };
 
+#define REL_CHECK_REBASE   0x1u /* the track becomes what was found (the
+				     * base of the next cycle) */
+#define REL_CHECK_ERR_OK   0x2u /* a read may fail with a negative errno
+				     * (faults are being injected): I3 only */
 /* Check every slot through an open store: the read must succeed, the bytes
  * must be exactly one version v (or absent) with floor <= v <= submitted.
- * Prints each violation with @what.  When @rebase, the track becomes what
- * was found (the base of the next cycle).  @return violations. */
+ * Prints each violation with @what.  @errs (may be NULL) counts reads that
+ * failed under REL_CHECK_ERR_OK.  @return violations. */
 unsigned rel_check_slots(coil_store *s, const struct rel_layout *l,
 			 struct rel_track *t, uint64_t seed,
-			 enum rel_floor floor, bool rebase, const char *what);
-/* Open @path (I4: must open), rel_check_slots, close.  @return violations
- * (an open failure counts as one). */
+			 enum rel_floor floor, unsigned flags, const char *what,
+			 unsigned *errs);
+
+/* One scripted session: open, @nwrites whole-slot writes (slots from
+ * @wseed, so the same I/O sequence every time), rel_sync every @sync_every,
+ * stop at the first error; with @check, read every slot back before close
+ * (REL_CHECK_ERR_OK).  Counts ops through the fault seam. */
+struct rel_session {
+	int open_rc;
+	int first_err;          /* first failed write or sync, 0 if none */
+	int close_rc;
+	bool cut_before_close;  /* a seam power cut happened (or open failed) */
+	uint64_t ops;           /* ring ops issued before close */
+	uint64_t fsyncs;        /* fsyncs issued before close */
+	unsigned bad;           /* violations seen by the in-session check */
+	unsigned read_errs;     /* reads that failed in the in-session check */
+};
+void rel_session_run(const char *path, const struct coil_options *o,
+		     const struct rel_layout *l, struct rel_track *t,
+		     uint64_t seed, uint64_t wseed, unsigned nwrites,
+		     unsigned sync_every, bool check, uint8_t *buf,
+		     struct rel_session *out);
+/* Open @path (I4: must open), rel_check_slots with REL_CHECK_REBASE,
+ * close.  @return violations (an open failure counts as one). */
 unsigned rel_verify(const char *path, const struct coil_options *o,
 		    const struct rel_layout *l, struct rel_track *t,
 		    uint64_t seed, enum rel_floor floor, const char *what);
+/* The same through a COIL_RDONLY open: recovery runs in memory only and
+ * nothing is written (cheap; the next read-write open redoes it). */
+unsigned rel_verify_ro(const char *path, const struct coil_options *o,
+		       const struct rel_layout *l, struct rel_track *t,
+		       uint64_t seed, enum rel_floor floor, const char *what);
+
+/* A whole store file held in memory, to put it back between trials. */
+struct rel_image {
+	uint8_t *buf;   /* 4 KiB aligned */
+	size_t size;
+};
+int rel_image_load(struct rel_image *img, const char *path);
+/* Make @path equal to @img again, writing (O_DIRECT, so the store's own
+ * O_DIRECT reads see it and no page cache piles up) only the 4 KiB blocks
+ * that differ.  @return blocks written or -errno. */
+int64_t rel_image_restore(const struct rel_image *img, const char *path);
+void rel_image_free(struct rel_image *img);
 
 /* Copy the file @from over @to (same size).  @return 0 or -errno. */
 int rel_file_copy(const char *from, const char *to);
