@@ -439,7 +439,11 @@ struct replay {
 	struct fmt_extent fe;
 };
 
-/* Read a blob and check every checksum its descriptor carries. */
+/* Read a blob and check every checksum its descriptor carries.
+ * @return 0 verified, 1 it does not (replay stops there), or a negative
+ * errno when the device failed: that is not evidence about the journal, so
+ * open fails instead of dropping (and then checkpointing away) a suffix of
+ * acknowledged writes. */
 static int replay_verify_blob(struct replay *rp, const struct fmt_blob *b)
 {
 	uint64_t a = COIL_ALIGN_DOWN(b->dev_off, FMT_BLOCK);
@@ -447,15 +451,15 @@ static int replay_verify_blob(struct replay *rp, const struct fmt_blob *b)
 	int rc;
 
 	if (blob_in_bounds(rp->s, b) < 0)
-		return -EIO;
+		return 1;
 	if (z - a > rp->io_cap)
-		return -EIO;
+		return 1;
 	rc = store_io_sync(rp->s, URING_OP_READ, rp->io, (uint32_t)(z - a), a);
 	if (rc < 0)
 		return rc;
 	rc = fmt_blob_decode(rp->dctx, NULL, b, rp->io + (b->dev_off - a),
 			     b->stored_len, rp->dec, FMT_BLOB_MAX);
-	return rc < 0 ? -EIO : 0;
+	return rc < 0 ? 1 : 0;
 }
 
 /* Apply one record.  @return 0 applied (or a no-op), 1 stop replay here,
@@ -515,9 +519,7 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r)
 		w2 = w;
 		while ((rc = fmt_jrec_write_next(&w, &rp->fe)) == 1) {
 			rc = replay_verify_blob(rp, &rp->fe.blob);
-			if (rc == -EIO)
-				return 1;
-			if (rc < 0)
+			if (rc != 0)
 				return rc;
 		}
 		if (rc < 0)
