@@ -242,6 +242,28 @@ void ckpt_trigger(struct coil_store *s)
 	pthread_mutex_unlock(&s->ck_mu);
 }
 
+int ckpt_wait(struct coil_store *s)
+{
+	uint64_t target;
+	int rc = 0;
+
+	pthread_mutex_lock(&s->ck_mu);
+	if (!s->ck_started || s->ck_stop) {
+		pthread_mutex_unlock(&s->ck_mu);
+		return -ESHUTDOWN;
+	}
+	/* One running now may have taken its snapshot already. */
+	target = s->ck_runs + (s->ck_running ? 2 : 1);
+	s->ck_want = true;
+	pthread_cond_signal(&s->ck_cond);
+	while (s->ck_runs < target && !s->ck_stop)
+		pthread_cond_wait(&s->ck_done_cond, &s->ck_mu);
+	if (s->ck_runs < target)
+		rc = -ESHUTDOWN;
+	pthread_mutex_unlock(&s->ck_mu);
+	return rc;
+}
+
 static void *ckpt_main(void *arg)
 {
 	struct coil_store *s = arg;
@@ -256,6 +278,7 @@ static void *ckpt_main(void *arg)
 		if (s->ck_stop)
 			break;
 		s->ck_want = false;
+		s->ck_running = true;
 		pthread_mutex_unlock(&s->ck_mu);
 		rc = atomic_load(&s->broken) ? -EIO : ckpt_write(s, false);
 		pthread_mutex_lock(&s->jlock);
@@ -270,7 +293,12 @@ static void *ckpt_main(void *arg)
 		}
 		journal_kick(s);
 		pthread_mutex_lock(&s->ck_mu);
+		s->ck_running = false;
+		s->ck_runs++;
+		pthread_cond_broadcast(&s->ck_done_cond);
 	}
+	s->ck_running = false;
+	pthread_cond_broadcast(&s->ck_done_cond);
 	pthread_mutex_unlock(&s->ck_mu);
 	return NULL;
 }

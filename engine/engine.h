@@ -127,6 +127,8 @@ struct wreq {
 	uint32_t *slot;         /* each blob's slot offset in batch */
 	uint8_t *batch;
 	size_t batch_cap;
+	size_t batch_len;       /* sum of the slots: an upper bound of the runs */
+	bool space_pending;     /* -ENOSPC, but a checkpoint would free space */
 	struct wrun *runs;
 	uint32_t nruns, cap_runs;
 	_Atomic uint32_t runs_pending;
@@ -298,6 +300,9 @@ struct coil_store {
 	bool ck_started;
 	bool ck_want;
 	bool ck_stop;
+	bool ck_running;
+	uint64_t ck_runs;       /* checkpoints finished by the thread */
+	pthread_cond_t ck_done_cond;
 	uint64_t ckpt_seq;
 	int ck_last_err;
 
@@ -389,6 +394,9 @@ int ckpt_load(struct coil_store *s);
 int ckpt_thread_start(struct coil_store *s);
 void ckpt_thread_stop(struct coil_store *s);
 void ckpt_trigger(struct coil_store *s);
+/* Trigger a checkpoint and wait until one that began after this call has
+ * finished.  Not from the ring thread.  @return 0 or -ESHUTDOWN. */
+int ckpt_wait(struct coil_store *s);
 int replay_journal(struct coil_store *s);
 int super_write(struct coil_store *s, bool clean);
 

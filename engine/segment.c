@@ -139,6 +139,19 @@ static int run_close(struct coil_store *s, struct wreq *w, size_t start,
 	return 0;
 }
 
+/* Bytes of batch the free space can surely take: each segment loses at
+ * most one blob's worth at its end to a blob that does not fit. */
+static uint64_t seg_capacity(const struct coil_store *s)
+{
+	uint64_t per = s->sb.segment_size - FMT_BLOCK - (s->max_blob + FMT_BLOCK);
+	uint64_t cap = (uint64_t)s->free_segs * per;
+
+	if (s->active != UINT32_MAX &&
+	    s->active_head + s->max_blob + FMT_BLOCK < s->sb.segment_size)
+		cap += s->sb.segment_size - s->active_head - s->max_blob - FMT_BLOCK;
+	return cap;
+}
+
 int seg_place_write(struct coil_store *s, struct wreq *w)
 {
 	size_t p = 0, start = 0;
@@ -147,7 +160,20 @@ int seg_place_write(struct coil_store *s, struct wreq *w)
 	int rc = 0;
 
 	w->nruns = 0;
+	w->space_pending = false;
 	pthread_mutex_lock(&s->mlock);
+	/* Refuse before touching the batch (placement packs it in place, so
+	 * a write cannot be placed twice): a caller that sees -ENOSPC with
+	 * space_pending may wait for the checkpoint that frees the PENDING
+	 * segments and try again. */
+	if (w->batch_len > seg_capacity(s)) {
+		for (uint32_t i = 0; i < s->nseg && !w->space_pending; i++)
+			w->space_pending = s->segs[i].state == SEG_PENDING;
+		pthread_mutex_unlock(&s->mlock);
+		if (w->space_pending)
+			ckpt_trigger(s);
+		return -ENOSPC;
+	}
 	for (uint32_t k = 0; k < w->nblobs; k++) {
 		struct fmt_blob *fb = &w->fb[k];
 		bool raw = fb->codec == FMT_CODEC_RAW;

@@ -126,6 +126,7 @@ static void store_free(struct coil_store *s)
 	pthread_cond_destroy(&s->jcond);
 	pthread_cond_destroy(&s->rq_cond);
 	pthread_cond_destroy(&s->ck_cond);
+	pthread_cond_destroy(&s->ck_done_cond);
 	s->magic = STORE_MAGIC_DEAD;
 	free(s);
 }
@@ -280,6 +281,7 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	pthread_cond_init(&s->jcond, NULL);
 	pthread_cond_init(&s->rq_cond, NULL);
 	pthread_cond_init(&s->ck_cond, NULL);
+	pthread_cond_init(&s->ck_done_cond, NULL);
 	s->active = UINT32_MAX;
 	s->rdonly = o->flags & COIL_RDONLY;
 	s->direct = !(o->flags & COIL_NO_DIRECT);

@@ -260,6 +260,13 @@ static void write_encoded_go(struct wreq *w, int rc)
 	for (uint32_t k = 0; k < w->nblobs; k++)
 		w->bd[k] = NULL;
 	rc = seg_place_write(s, w);
+	if (rc == -ENOSPC && w->space_pending &&
+	    !uring_on_ring_thread(s->ring) && ckpt_wait(s) == 0) {
+		/* Emptied segments come back through a checkpoint: wait for
+		 * it (a pool worker may; the ring thread may not) and retry
+		 * once — -ENOSPC only when space is really gone. */
+		rc = seg_place_write(s, w);
+	}
 	if (rc < 0) {
 		write_fail(s, w, rc);
 		return;
@@ -401,6 +408,7 @@ int engine_write(struct coil_obj *h, const void *buf, size_t len, uint64_t off,
 		pos = bend;
 	}
 	w->batch = NULL;
+	w->batch_len = total;
 	if (n) {
 		w->batch = bufpool_get(&s->bp, total);
 		if (!w->batch) {
