@@ -10,9 +10,15 @@
 #include "common/common.h"
 #include "uring/uring.h"
 
-/* Completions reaped per turn: bounds the time between inbox drains (and so
- * submission latency for other threads) when the CQ is busy. */
-#define URING_REAP_MAX 64
+/* Completions reaped per turn, i.e. between two submits.  Small on purpose:
+ * a completed slot is refilled after at most 8 callbacks instead of after
+ * the whole backlog, which keeps the device fed smoothly instead of in
+ * convoys (reap all -> resubmit all -> device drains -> ...).  Measured on
+ * the virtio disk here, 4 KiB randread QD32, 8 alternating pairs: a bound of
+ * 8 beat 64 in 8/8 pairs, median +18% IOPS, at about the same CPU per I/O;
+ * 4 was about equal to 8, 16 in between.  It also bounds the time between
+ * inbox drains when the CQ is busy. */
+#define URING_REAP_MAX 8
 /* io_uring caps registered buffers at 16 Ki entries. */
 #define URING_NBUFS_MAX 16384u
 /* user_data of the armed eventfd read (an io is never at address 1) */
