@@ -14,8 +14,8 @@
 #include "format/format.h"
 #include "tests/engine_test_util.h"
 
-#define OBJ_LEN (2u << 20)
-#define J_LEN (1u << 20)
+#define OBJ_LEN (1u << 20)
+#define J_LEN (512u << 10)
 
 static uint8_t *want_z, *want_r, *want_j;
 static char path[256];
@@ -181,14 +181,14 @@ Test(engine_corrupt, flips_everywhere, .timeout = 300)
 	cr_assert_eq(eio, 0);
 
 	/* Data: the first segments hold z and r. */
-	flip_region("data", sb.data_off, sb.data_off + 6 * sb.segment_size, 60,
+	flip_region("data", sb.data_off, sb.data_off + 4 * sb.segment_size, 40,
 		    11, true);
 	/* Journal: the records of j (after the checkpoint's replay point). */
 	flip_region("journal", sb.journal_off + sb.replay_off,
-		    sb.journal_off + sb.replay_off + 64 * 1024, 40, 22, true);
+		    sb.journal_off + sb.replay_off + 32 * 1024, 30, 22, true);
 	/* Checkpoint: header and payload. */
 	flip_region("checkpoint", sb.ckpt_off[sb.ckpt_slot],
-		    sb.ckpt_off[sb.ckpt_slot] + sb.ckpt_bytes, 30, 33, false);
+		    sb.ckpt_off[sb.ckpt_slot] + sb.ckpt_bytes, 20, 33, false);
 	/* One superblock copy: the other one opens the store. */
 	flip_region("superblock A", 0, FMT_SUPER_CSUM_OFF + 8, 15, 44, true);
 	flip_region("superblock B", FMT_BLOCK, FMT_BLOCK + FMT_SUPER_CSUM_OFF + 8,
