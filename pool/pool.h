@@ -82,6 +82,8 @@ struct pool_task {			/* caller-owned array; index = ordinal */
 			int32_t worker;		/* out: index of the worker */
 			uint64_t value;		/* result when fail == 0 */
 			uint64_t seq;		/* out: pool-wide pick order */
+			const int *gate;	/* if set: first wait (<= 10 s)
+						 * until *gate != 0 */
 		} test;
 	} u;
 	int64_t result;		/* set by the worker: bytes or -errno */

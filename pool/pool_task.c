@@ -72,6 +72,19 @@ static int64_t run_test(struct pool_worker *w, struct pool_task *t)
 	typeof(t->u.test) *x = &t->u.test;
 
 	x->worker = (int32_t)w->index;
+	if (x->gate) {
+		/* Lets a test hold workers for exactly as long as it needs
+		 * instead of guessing a sleep; bounded so a broken test
+		 * fails instead of hanging. */
+		struct timespec ts = { .tv_nsec = 100000 };
+		uint64_t end = coil_now_ns() + 10000000000ull;
+
+		while (!__atomic_load_n(x->gate, __ATOMIC_ACQUIRE)) {
+			if (coil_now_ns() > end)
+				return -ETIMEDOUT;
+			nanosleep(&ts, NULL);
+		}
+	}
 	if (x->spin_us) {
 		uint64_t end = coil_thread_cpu_ns() + (uint64_t)x->spin_us * 1000;
 		uint64_t wall_end = coil_now_ns() + 20ull * x->spin_us * 1000;

@@ -37,6 +37,12 @@ static void test_task(struct pool_task *t, uint64_t value, uint32_t sleep_us,
 	t->u.test.worker = -1;
 }
 
+/* Tasks given a gate hold their worker until the test opens it. */
+static void gate_open(int *gate)
+{
+	__atomic_store_n(gate, 1, __ATOMIC_RELEASE);
+}
+
 /* xorshift: deterministic "random" durations per test. */
 static uint32_t rnd(uint64_t *s)
 {
@@ -168,14 +174,17 @@ Test(pool, round_robin_one_task_per_pick)
 	struct pool_task blk, t[3][4];
 	struct pool_req rb, r[3];
 	struct pool_stats st;
+	int gate = 0;
 
-	test_task(&blk, 0, 100000, 0, 0);
+	test_task(&blk, 0, 0, 0, 0);
+	blk.u.test.gate = &gate;
 	cr_assert_eq(pool_submit(p, &rb, &blk, 1, NULL, NULL, 0), 0);
 	for (int k = 0; k < 3; k++) {
 		for (int i = 0; i < 4; i++)
 			test_task(&t[k][i], 0, 0, 0, 0);
 		cr_assert_eq(pool_submit(p, &r[k], t[k], 4, NULL, NULL, 0), 0);
 	}
+	gate_open(&gate);
 	cr_assert_eq(pool_join(&rb), 0);
 	for (int k = 0; k < 3; k++)
 		cr_assert_eq(pool_join(&r[k]), 0);
@@ -196,14 +205,17 @@ Test(pool, round_robin_one_task_per_pick)
 Test(pool, private_cursor_does_not_pin_requests_to_workers)
 {
 	enum { W = 4, N = 16 };
-	struct pool *p = mk(W, 16, POOL_MODE_FAIR);
+	struct pool *p = mk(W, 32, POOL_MODE_FAIR);	/* all 68 tasks fit */
 	struct pool_task blk[W], t[W][N];
 	struct pool_req rb, r[W];
 	struct pool_stats st;
+	int gate = 0;
 
 	/* Hold every worker so all four requests are active before any pick. */
-	for (int i = 0; i < W; i++)
-		test_task(&blk[i], 0, 60000, 0, 0);
+	for (int i = 0; i < W; i++) {
+		test_task(&blk[i], 0, 0, 0, 0);
+		blk[i].u.test.gate = &gate;
+	}
 	cr_assert_eq(pool_submit(p, &rb, blk, W, NULL, NULL, 0), 0);
 	usleep(10000);
 	for (int k = 0; k < W; k++) {
@@ -211,6 +223,7 @@ Test(pool, private_cursor_does_not_pin_requests_to_workers)
 			test_task(&t[k][i], 0, 2000, 0, 0);
 		cr_assert_eq(pool_submit(p, &r[k], t[k], N, NULL, NULL, 0), 0);
 	}
+	gate_open(&gate);
 	cr_assert_eq(pool_join(&rb), 0);
 	for (int k = 0; k < W; k++) {
 		unsigned seen = 0;
@@ -289,13 +302,18 @@ Test(pool, semaphore_serializes_full_size_requests)
 	struct later_arg la = { .p = p };
 	pthread_t th;
 	struct pool_stats st;
+	int gate = 0;
 
-	for (int i = 0; i < 2; i++)
-		test_task(&t[i], 1, 150000, 0, 0);
+	for (int i = 0; i < 2; i++) {
+		test_task(&t[i], 1, 0, 0, 0);
+		t[i].u.test.gate = &gate;
+	}
 	cr_assert_eq(pool_submit(p, &r, t, 2, NULL, NULL, 0), 0);
 	cr_assert_eq(pthread_create(&th, NULL, later_submit, &la), 0);
 	usleep(50000);
-	cr_assert_eq(atomic_load(&la.admitted), 0, "second batch admitted while the first held every slot");
+	cr_assert_eq(atomic_load(&la.admitted), 0,
+		     "second batch admitted while the first held every slot");
+	gate_open(&gate);
 	cr_assert_eq(pool_join(&r), 0);
 	pthread_join(th, NULL);
 	cr_assert_eq(atomic_load(&la.admitted), 1);
@@ -411,15 +429,19 @@ Test(pool, nonblock_submit_returns_eagain_at_the_bound)
 	struct pool_task a[3], b[2], c[1];
 	struct pool_req ra, rb, rc;
 	struct pool_stats st;
+	int gate = 0;
 
-	for (int i = 0; i < 3; i++)
-		test_task(&a[i], 1, 40000, 0, 0);
+	for (int i = 0; i < 3; i++) {
+		test_task(&a[i], 1, 0, 0, 0);
+		a[i].u.test.gate = &gate;
+	}
 	for (int i = 0; i < 2; i++)
 		test_task(&b[i], 2, 0, 0, 0);
 	test_task(&c[0], 3, 0, 0, 0);
 	cr_assert_eq(pool_submit(p, &ra, a, 3, NULL, NULL, POOL_NONBLOCK), 0);
 	cr_assert_eq(pool_submit(p, &rb, b, 2, NULL, NULL, POOL_NONBLOCK), -EAGAIN);
 	cr_assert_eq(pool_submit(p, &rc, c, 1, NULL, NULL, POOL_NONBLOCK), 0);
+	gate_open(&gate);
 	cr_assert_eq(pool_join(&ra), 0);
 	cr_assert_eq(pool_join(&rc), 0);
 	cr_assert_eq(pool_submit(p, &rb, b, 2, NULL, NULL, POOL_NONBLOCK), 0);
@@ -551,9 +573,12 @@ Test(pool, admission_is_fifo_with_bounded_nonblock_passes)
 	struct parked_arg big = { .rc = 1 };
 	pthread_t th;
 	struct pool_stats st;
+	int gate = 0;
 
-	for (int i = 0; i < 2; i++)
-		test_task(&hold[i], 0, 50000, 0, 0);
+	for (int i = 0; i < 2; i++) {
+		test_task(&hold[i], 0, 0, 0, 0);
+		hold[i].u.test.gate = &gate;
+	}
 	test_task(&s1[0], 11, 0, 0, 0);
 	test_task(&s2[0], 12, 0, 0, 0);
 	cr_assert_eq(pool_submit(p, &rh, hold, 2, NULL, NULL, 0), 0);
@@ -570,6 +595,7 @@ Test(pool, admission_is_fifo_with_bounded_nonblock_passes)
 	cr_assert_eq(pool_submit(p, &r1, s1, 1, NULL, NULL, POOL_NONBLOCK), 0);
 	/* ...3 + 1 still fits, but one worker = one pass per parked head. */
 	cr_assert_eq(pool_submit(p, &r2, s2, 1, NULL, NULL, POOL_NONBLOCK), -EAGAIN);
+	gate_open(&gate);
 	pthread_join(th, NULL);
 	cr_assert_eq(big.rc, 0);
 	cr_assert_eq(pool_join(&rh), 0);
