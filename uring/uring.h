@@ -113,6 +113,10 @@ void uring_destroy(struct uring *r);
 
 /* Post io.  Any thread.  Blocks while the inbox is full; from the ring
  * thread (inside a cb) it never blocks: the io is queued locally.
+ * Order: ios are accepted in inbox order (per thread: program order), and
+ * an fsync waits for the writes accepted before it; otherwise the kernel
+ * runs and completes ios in any order, so two overlapping writes in flight
+ * at once land in an unspecified order (wait for the first's cb). 
  * @return 0 (cb will be called exactly once), -EINVAL for a malformed io
  * (bad op, NULL cb, len 0, misaligned under direct; cb is NOT called), or
  * -ESHUTDOWN if uring_destroy has begun. */
