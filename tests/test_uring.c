@@ -677,3 +677,29 @@ Test(uring, fsync_barrier_under_many_producers, .timeout = 60)
 	uring_destroy(r);
 	close(fd);
 }
+
+/* tmpfs (where /tmp often lives): buffered I/O, which coil uses there
+ * (COIL_NO_DIRECT); statx still gives a usable alignment */
+Test(uring, tmpfs_buffered)
+{
+	char path[] = "/dev/shm/coil_uring_XXXXXX";
+	int fd = mkstemp(path);
+	struct uring *r;
+	uint8_t w[10000], g[10000];
+
+	if (fd < 0)
+		cr_skip_test("no /dev/shm");
+	unlink(path);
+	r = ring_make(fd, false, 0);
+	cr_assert(uring_dio_align(r) >= 512);
+	for (uint32_t n = 1; n <= sizeof(w); n = n * 3 + 1) {
+		fill(w, n, n);
+		cr_assert_eq(io_sync(r, URING_OP_WRITE, w, n, 777), (int)n);
+		memset(g, 0, n);
+		cr_assert_eq(io_sync(r, URING_OP_READ, g, n, 777), (int)n);
+		cr_assert_eq(memcmp(w, g, n), 0, "size %u", n);
+	}
+	cr_assert_eq(io_sync(r, URING_OP_FSYNC, NULL, 0, 0), 0);
+	uring_destroy(r);
+	close(fd);
+}
