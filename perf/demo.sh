@@ -2,7 +2,8 @@
 # perf/demo.sh — what tools/dev.sh demo runs after building: load a real
 # corpus (a tar of /usr/include) into a fresh coil store under var/demo/,
 # read it back verified, run a short fio job through the coil ioengine,
-# and explain the numbers.  Takes about a minute on 2 cores.
+# check it with the coil CLI, and explain the numbers.  Takes well under a
+# minute on 2 cores once built.
 #
 # Environment: BUILD (default build/release), DEMO_DIR (default var/demo).
 set -euo pipefail
@@ -24,17 +25,17 @@ rm -rf "$DIR"
 mkdir -p "$DIR"
 STORE=$DIR/demo.coil
 
-step 1/4 "making the corpus: a tar of /usr/include"
+step 1/5 "making the corpus: a tar of /usr/include"
 tar -cf "$DIR/corpus.tar" -C /usr include 2>/dev/null || true
 n_files=$(tar -tf "$DIR/corpus.tar" | grep -vc '/$' || true)
 printf '   %s files, %s MiB\n' "$n_files" "$(( $(stat -c %s "$DIR/corpus.tar") >> 20 ))"
 
-step 2/4 "loading every file as a coil object, then reading all of it back cold and verified"
+step 2/5 "loading every file as a coil object, then reading all of it back cold and verified"
 "$LOADER" "$STORE" "$DIR/corpus.tar" "$DIR/load.json" $((2 << 30))
 
 fio_ok=0
 if [ -e "$PLUGIN" ] && command -v fio >/dev/null; then
-	step 3/4 "fio through the coil ioengine: 128 KiB writes + verify, then 4 KiB random reads"
+	step 3/5 "fio through the coil ioengine: 128 KiB writes + verify, then 4 KiB random reads"
 	echo "   job file: perf/fio/demo.fio  (ioengine=external:$PLUGIN)"
 	if COIL_FIO=$(realpath "$PLUGIN") COIL_STORE=$(realpath "$STORE") \
 		COIL_FIO_STATS="$DIR/fio-stats.json" \
@@ -44,11 +45,20 @@ if [ -e "$PLUGIN" ] && command -v fio >/dev/null; then
 		echo "   fio failed; see $DIR/fio.json" >&2
 	fi
 else
-	step 3/4 "skipped: $PLUGIN not built (tools/dev.sh deps fetches fio's source) or fio missing"
+	step 3/5 "skipped: $PLUGIN not built (tools/dev.sh deps fetches fio's source) or fio missing"
 fi
 
-step 4/4 "report"
-python3 - "$DIR" "$fio_ok" "$STORE" <<'PY'
+CLI=$BUILD/tools/coil
+if [ -x "$CLI" ]; then
+	step 4/5 "the coil command-line tool re-reads every object and checks every checksum"
+	echo "   \$ $CLI check $STORE"
+	"$CLI" check "$STORE" | tail -n 1 | sed 's/^/   /'
+else
+	step 4/5 "skipped: $CLI not built"
+fi
+
+step 5/5 "report"
+BUILD=$BUILD python3 - "$DIR" "$fio_ok" "$STORE" <<'PY'
 import json, os, sys
 
 d, fio_ok, store = sys.argv[1], sys.argv[2] == '1', sys.argv[3]
@@ -165,6 +175,8 @@ if fio_ok:
         print('  prefetch                          %s' % prefetch_line(fs))
 print()
 print('Everything is under %s; the full statistics are in %s/*.json.' % (d, d))
+print('Look around: %s/tools/coil ls %s | head; %s/tools/coil stats %s'
+      % (os.environ.get('BUILD', 'build/release'), store, os.environ.get('BUILD', 'build/release'), store))
 PY
 echo
 echo "demo: finished in $((SECONDS - t0)) s"
