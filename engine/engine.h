@@ -90,6 +90,17 @@ struct jent {
 	uint32_t rec_len;
 	int status;            /* < 0: the op failed; no record */
 	bool need_sync;
+	/* A write's record may reach the journal before its data is on the
+	 * device (the record vouches for the blobs by checksum, and replay
+	 * stops at a record whose blobs do not verify); it is applied and
+	 * completed only once both are done.  Under jlock. */
+	bool data_pending;
+	bool data_failed;
+	bool in_chunk;         /* its record is in the cycle's chunk */
+	bool chunk_last;       /* last entry of a chunk: applying it moves the
+				  applied point to chunk_end_lin/next_seq */
+	uint64_t chunk_end_lin;
+	uint64_t chunk_next_seq;
 	/* under mlock, in ticket order, after the chunk is durable enough */
 	void (*apply)(struct coil_store *s, struct jent *e);
 	/* after apply, outside every lock: completes the op */
@@ -259,6 +270,9 @@ struct coil_store {
 	bool jwait_space;
 	struct flush_waiter *sync_pending, *sync_current;
 	struct jent *cyc_first, *cyc_last;
+	struct jent *aq_first, *aq_last; /* chunk written, waiting to apply */
+	bool draining, drain_again;
+	int apply_err;           /* under mlock: a data write failed */
 	bool cyc_sync;
 	uint8_t *chunk;
 	uint32_t chunk_cap;
@@ -361,6 +375,8 @@ void journal_ready(struct coil_store *s, struct jent *e);
 void journal_ready_nokick(struct coil_store *s, struct jent *e);
 /* Start a commit cycle if there is work and none is running. */
 void journal_kick(struct coil_store *s);
+/* A write's data runs all completed (status 0) or one failed. */
+void journal_data_done(struct coil_store *s, struct jent *e, int status);
 int journal_flush(struct coil_store *s, coil_cb cb, void *arg);
 /* Bytes of journal in use and capacity. */
 void journal_usage(struct coil_store *s, uint64_t *used, uint64_t *len);

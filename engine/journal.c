@@ -98,48 +98,125 @@ void journal_usage(struct coil_store *s, uint64_t *used, uint64_t *len)
 	pthread_mutex_unlock(&s->jlock);
 }
 
+/* Apply and complete, in ticket order, every entry at the head of the apply
+ * queue whose data is on the device.  One drainer at a time (others leave a
+ * note and return), so completions keep ticket order without anyone waiting
+ * on a lock across user callbacks. */
+static void journal_drain(struct coil_store *s)
+{
+	pthread_mutex_lock(&s->jlock);
+	if (s->draining) {
+		s->drain_again = true;
+		pthread_mutex_unlock(&s->jlock);
+		return;
+	}
+	s->draining = true;
+	for (;;) {
+		struct jent *first = s->aq_first, *last = NULL, *e, *next;
+
+		for (e = s->aq_first; e && !e->data_pending; e = e->next)
+			last = e;
+		if (!last) {
+			if (s->drain_again) {
+				s->drain_again = false;
+				continue;
+			}
+			s->draining = false;
+			pthread_mutex_unlock(&s->jlock);
+			return;
+		}
+		s->aq_first = last->next;
+		if (!s->aq_first)
+			s->aq_last = NULL;
+		last->next = NULL;
+		pthread_mutex_unlock(&s->jlock);
+
+		pthread_mutex_lock(&s->mlock);
+		for (e = first; e; e = e->next) {
+			/* After a write whose data failed, nothing later may
+			 * succeed: its record may be in the journal, and
+			 * replay stops there. */
+			if (e->data_failed && !s->apply_err)
+				s->apply_err = e->status;
+			if (s->apply_err && e->status == 0)
+				e->status = s->apply_err;
+			e->apply(s, e);
+			if (e->chunk_last) {
+				s->applied_end_lin = e->chunk_end_lin;
+				s->applied_next_seq = e->chunk_next_seq;
+			}
+		}
+		pthread_mutex_unlock(&s->mlock);
+		for (e = first; e; e = next) {
+			next = e->next;
+			e->done(s, e, e->status);
+		}
+		pthread_mutex_lock(&s->jlock);
+	}
+}
+
+void journal_data_done(struct coil_store *s, struct jent *e, int status)
+{
+	if (status < 0) {
+		int zero = 0;
+		atomic_compare_exchange_strong(&s->broken, &zero, status);
+	}
+	pthread_mutex_lock(&s->jlock);
+	COIL_ASSERT(e->data_pending);
+	e->data_pending = false;
+	if (status < 0) {
+		e->status = status;
+		e->data_failed = true;
+	}
+	pthread_mutex_unlock(&s->jlock);
+	journal_drain(s);
+}
+
+/* The chunk (and its fdatasync) is done: its entries join the apply queue;
+ * they complete as their data lands.  The next cycle may start at once. */
 static void cycle_finish(struct coil_store *s, int res)
 {
-	struct jent *e, *next;
 	struct flush_waiter *fw, *fnext;
+	struct jent *e;
 	bool trigger;
 
-	pthread_mutex_lock(&s->mlock);
+	pthread_mutex_lock(&s->jlock);
 	for (e = s->cyc_first; e; e = e->next) {
 		if (res < 0 && e->status == 0)
 			e->status = res;
-		e->apply(s, e);
+		e->chunk_last = false;
 	}
-	if (res == 0 && s->chunk_len) {
-		s->applied_end_lin = s->chunk_lin + s->chunk_len;
-		s->applied_next_seq = s->chunk_seq + 1;
+	if (s->cyc_last && res == 0 && s->chunk_len) {
+		s->cyc_last->chunk_last = true;
+		s->cyc_last->chunk_end_lin = s->chunk_lin + s->chunk_len;
+		s->cyc_last->chunk_next_seq = s->chunk_seq + 1;
 	}
-	pthread_mutex_unlock(&s->mlock);
-
-	e = s->cyc_first;
+	if (s->cyc_first) {
+		if (s->aq_last)
+			s->aq_last->next = s->cyc_first;
+		else
+			s->aq_first = s->cyc_first;
+		s->aq_last = s->cyc_last;
+	}
 	fw = s->sync_current;
 	s->cyc_first = s->cyc_last = NULL;
 	s->sync_current = NULL;
-	for (; e; e = next) {
-		next = e->next;
-		e->done(s, e, e->status);
-	}
+	s->jbusy = false;
+	pthread_cond_broadcast(&s->jcond);
+	trigger = (s->j_head_lin - s->j_tail_lin) * 100 >
+		  s->sb.journal_len * ENGINE_CKPT_PERCENT;
+	pthread_mutex_unlock(&s->jlock);
+
+	journal_kick(s);
 	for (; fw; fw = fnext) {
 		fnext = fw->next;
 		fw->cb(fw->arg, res);
 		free(fw);
 		ops_done(s);
 	}
-
-	pthread_mutex_lock(&s->jlock);
-	s->jbusy = false;
-	pthread_cond_broadcast(&s->jcond);
-	trigger = (s->j_head_lin - s->j_tail_lin) * 100 >
-		  s->sb.journal_len * ENGINE_CKPT_PERCENT;
-	pthread_mutex_unlock(&s->jlock);
+	journal_drain(s);
 	if (trigger)
 		ckpt_trigger(s);
-	journal_kick(s);
 }
 
 static void fsync_done(struct uring_io *io, int res)
@@ -262,6 +339,9 @@ void journal_kick(struct coil_store *s)
 		e = s->jslot[u % ENGINE_JSLOTS];
 		s->jslot[u % ENGINE_JSLOTS] = NULL;
 		e->next = NULL;
+		/* Decided here, under jlock: a data failure reported while
+		 * the chunk is being built must not change its size. */
+		e->in_chunk = nrec && e->status == 0 && e->rec_len;
 		if (s->cyc_last)
 			s->cyc_last->next = e;
 		else
@@ -291,7 +371,7 @@ void journal_kick(struct coil_store *s)
 	}
 	size = FMT_JCHUNK_HDR;
 	for (e = s->cyc_first; e; e = e->next) {
-		if (e->status || !e->rec_len)
+		if (!e->in_chunk)
 			continue;
 		memcpy(s->chunk + size, e->rec, e->rec_len);
 		size += e->rec_len;

@@ -235,12 +235,8 @@ static void write_run_done(struct uring_io *io, int res)
 		int zero = 0;
 		atomic_compare_exchange_strong(&w->io_status, &zero, res);
 	}
-	if (atomic_fetch_sub(&w->runs_pending, 1) == 1) {
-		w->je.status = atomic_load(&w->io_status);
-		if (w->je.status)
-			w->je.rec_len = 0;
-		journal_ready(w->s, &w->je);
-	}
+	if (atomic_fetch_sub(&w->runs_pending, 1) == 1)
+		journal_data_done(w->s, &w->je, atomic_load(&w->io_status));
 }
 
 /* Encoded: place, describe, submit.  Runs on a pool worker (or inline). */
@@ -328,8 +324,13 @@ static void write_encoded_go(struct wreq *w, int rc)
 		journal_ready(s, &w->je);
 		return;
 	}
+	/* Data first, then the record joins the journal: the chunk write is
+	 * submitted after the runs, so an fsync after the chunk is held by
+	 * the ring until the runs are done too.  The record does not wait
+	 * for the data (see struct jent). */
 	atomic_store(&w->runs_pending, w->nruns);
 	atomic_store(&w->io_status, 0);
+	w->je.data_pending = true;
 	for (uint32_t i = 0; i < w->nruns; i++) {
 		struct wrun *r = &w->runs[i];
 		r->io.cb = write_run_done;
@@ -339,6 +340,7 @@ static void write_encoded_go(struct wreq *w, int rc)
 		if (rc < 0)
 			write_run_done(&r->io, rc);
 	}
+	journal_ready(s, &w->je);
 }
 
 static void write_encoded(struct pool_req *preq, void *arg)
