@@ -166,7 +166,7 @@ run_suites() {
 }
 
 run_fuzzers() {
-	local secs=${FUZZ_SECONDS:-20} rc=0 n=0
+	local secs=${FUZZ_SECONDS:-15} rc=0 n=0
 	log "fuzz targets (${secs}s each, on their checked-in corpus)"
 	for exe in build/fuzz/tests/fuzz_*; do
 		[ -x "$exe" ] || continue
@@ -195,6 +195,9 @@ cmd_test() {
 	run_suites build/release release || rc=1
 	log "ASan+UBSan build"
 	build_asan
+	# The sanitizer pass runs every suite; the long crash/fault loops are
+	# scaled down there (their full counts run in the release pass above).
+	COIL_REL_SCALE=${COIL_ASAN_SCALE:-0.25} \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		run_suites build/asan asan || rc=1
