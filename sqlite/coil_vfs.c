@@ -38,6 +38,7 @@ SQLITE_EXTENSION_INIT1
 #include "coil.h"
 #include "coil_vfs.h"
 #include "coil_vfs_internal.h"
+#include "vfs_rcache.h"
 
 #define VFS_NAME "coil"
 #define VFS_PATHNAME_MAX 512
@@ -48,6 +49,7 @@ SQLITE_EXTENSION_INIT1
 #define STORE_SIZE_DEFAULT (1ull << 30)
 #define STATS_JSON_MAX (1u << 20)
 #define STORE_BUSY_WAIT_MS 1000
+#define RCACHE_BYTES_DEFAULT (16ull << 20)
 /* Bound on the heap WAL index: 4096 regions of 32 KiB index 16 M frames,
  * a 64 GiB WAL of 4 KiB pages. */
 #define SHM_REGIONS_MAX 4096
@@ -82,6 +84,9 @@ struct vstore {
 	uint64_t woff;
 	size_t wlen;
 	unsigned char *wbuf; /* WBUF_BYTES, allocated with the store */
+	struct rcache rc;    /* chunk cache, also under wmu */
+	/* Counters for PRAGMA coil_vfs_stats, under wmu. */
+	uint64_t n_reads, n_read_calls, n_writes, n_write_calls, n_syncs;
 };
 
 struct vfile {
@@ -135,15 +140,16 @@ static void store_key(const char *path, char *key, size_t key_len)
 	snprintf(key, key_len, "%s", path);
 }
 
-/* COIL_STORE_SIZE: bytes, with an optional K/M/G/T suffix (binary). */
-static uint64_t store_size_from_env(void)
+/* A byte count from the environment: digits with an optional K/M/G/T
+ * suffix (binary); @dflt when unset or not understood. */
+static uint64_t bytes_from_env(const char *name, uint64_t dflt)
 {
-	const char *v = getenv("COIL_STORE_SIZE");
+	const char *v = getenv(name);
 	unsigned long long n;
 	char *end;
 
 	if (!v || !*v)
-		return STORE_SIZE_DEFAULT;
+		return dflt;
 	errno = 0;
 	n = strtoull(v, &end, 10);
 	if (errno || end == v)
@@ -157,13 +163,13 @@ static uint64_t store_size_from_env(void)
 	}
 	if (*end == 'i' || *end == 'b' || *end == 'B')
 		end++;
-	if (*end || n == 0)
+	if (*end)
 		goto bad;
 	return n;
 bad:
-	sqlite3_log(SQLITE_WARNING, "coil: COIL_STORE_SIZE=%s not understood, "
-		    "using %llu bytes", v, (unsigned long long)STORE_SIZE_DEFAULT);
-	return STORE_SIZE_DEFAULT;
+	sqlite3_log(SQLITE_WARNING, "coil: %s=%s not understood, using %llu",
+		    name, v, (unsigned long long)dflt);
+	return dflt;
 }
 
 /* Open the coil store at @path (g_mu held).  @return 0 or -errno. */
@@ -174,7 +180,9 @@ static int store_open_coil(const char *path, int create, coil_store **out)
 	int rc, waited_ms;
 
 	coil_options_init(&o);
-	o.size = store_size_from_env();
+	o.size = bytes_from_env("COIL_STORE_SIZE", STORE_SIZE_DEFAULT);
+	if (o.size == 0)
+		o.size = STORE_SIZE_DEFAULT;
 	if (create)
 		o.flags |= COIL_CREATE;
 	if (codec && *codec)
@@ -217,7 +225,10 @@ static int store_get(const char *path, int create, struct vstore **out)
 	if (!st)
 		return SQLITE_NOMEM;
 	st->wbuf = malloc(WBUF_BYTES);
-	if (!st->wbuf || pthread_mutex_init(&st->wmu, NULL)) {
+	if (!st->wbuf || rcache_init(&st->rc, bytes_from_env("COIL_SQLITE_CACHE",
+							       RCACHE_BYTES_DEFAULT)) ||
+	    pthread_mutex_init(&st->wmu, NULL)) {
+		rcache_fini(&st->rc);
 		free(st->wbuf);
 		free(st);
 		return SQLITE_NOMEM;
@@ -227,6 +238,7 @@ static int store_get(const char *path, int create, struct vstore **out)
 		sqlite3_log(SQLITE_CANTOPEN, "coil: cannot open store %s: %s",
 			    path, coil_strerror(rc));
 		pthread_mutex_destroy(&st->wmu);
+		rcache_fini(&st->rc);
 		free(st->wbuf);
 		free(st);
 		if (rc == -EBUSY)
@@ -239,6 +251,7 @@ static int store_get(const char *path, int create, struct vstore **out)
 	if (!st->key) {
 		coil_close(st->s);
 		pthread_mutex_destroy(&st->wmu);
+		rcache_fini(&st->rc);
 		free(st->wbuf);
 		free(st);
 		return SQLITE_NOMEM;
@@ -262,7 +275,10 @@ static int wbuf_flush_locked(struct vstore *st)
 	while (done < st->wlen) {
 		int64_t n = coil_pwrite(f->obj, st->wbuf + done,
 					st->wlen - done, st->woff + done);
+		st->n_write_calls++;
 		if (n <= 0) {
+			/* The cache already holds these bytes: forget them. */
+			rcache_drop(&st->rc, f->node);
 			st->wlen = 0;
 			return err_to_sqlite(n ? n : -EIO, SQLITE_IOERR_WRITE);
 		}
@@ -314,6 +330,7 @@ static void store_put(struct vstore *st)
 		sqlite3_log(SQLITE_IOERR, "coil: closing store %s: %s",
 			    st->key, coil_strerror(rc));
 	pthread_mutex_destroy(&st->wmu);
+	rcache_fini(&st->rc);
 	free(st->wbuf);
 	free(st->key);
 	free(st);
@@ -401,6 +418,11 @@ static void node_put(struct vstore *st, struct vnode *node)
 	if (--node->refs > 0)
 		return;
 	shm_free(node);
+	/* The cache keys on the node's address, which a later node may
+	 * reuse. */
+	pthread_mutex_lock(&st->wmu);
+	rcache_drop(&st->rc, node);
+	pthread_mutex_unlock(&st->wmu);
 	for (pp = &st->nodes; *pp; pp = &(*pp)->next) {
 		if (*pp == node) {
 			*pp = node->next;
@@ -483,30 +505,101 @@ static int vfile_close(sqlite3_file *file)
 	return rc;
 }
 
-static int vfile_read(sqlite3_file *file, void *buf, int amt, sqlite3_int64 off)
+/* Read @len bytes at @off straight from coil (st->wmu held); the count
+ * read, short only at the end of the object, or -errno. */
+static int64_t obj_read(struct vfile *f, unsigned char *p, size_t len,
+			uint64_t off)
 {
-	struct vfile *f = (struct vfile *)file;
-	unsigned char *p = buf;
+	struct vstore *st = f->st;
 	size_t got = 0;
 	int rc;
 
-	if (amt < 0 || off < 0)
-		return SQLITE_IOERR_READ;
-	rc = wbuf_flush_node(f->st, f->node);
-	if (rc != SQLITE_OK)
-		return rc;
-	while (got < (size_t)amt) {
-		int64_t n = coil_pread(f->obj, p + got, (size_t)amt - got,
-				       (uint64_t)off + got);
+	if (st->wown && st->wown->node == f->node) {
+		rc = wbuf_flush_locked(st);
+		if (rc != SQLITE_OK)
+			return -EIO;
+	}
+	while (got < len) {
+		int64_t n = coil_pread(f->obj, p + got, len - got, off + got);
+
+		st->n_read_calls++;
 		if (n < 0)
-			return err_to_sqlite(n, SQLITE_IOERR_READ);
+			return n;
 		if (n == 0)
 			break;
 		got += (size_t)n;
 	}
-	if (got < (size_t)amt) {
+	return (int64_t)got;
+}
+
+/* Serve [@off, @off + @len) chunk by chunk from the cache, reading a whole
+ * chunk from coil on a miss (st->wmu held).  @return bytes copied (short
+ * only at the end of the object) or -errno. */
+static int64_t cached_read(struct vfile *f, unsigned char *p, size_t len,
+			   uint64_t off)
+{
+	struct rcache *rc = &f->st->rc;
+	size_t done = 0;
+
+	while (done < len) {
+		uint64_t pos = off + done;
+		uint64_t chunk = pos - pos % RCACHE_CHUNK;
+		uint32_t a = (uint32_t)(pos - chunk), clen = 0;
+		size_t want = len - done;
+		unsigned char *data;
+		int32_t slot;
+		int64_t n;
+
+		if (want > RCACHE_CHUNK - a)
+			want = RCACHE_CHUNK - a;
+		data = rcache_lookup(rc, f->node, chunk, &clen);
+		/* A chunk cut short by the end of the object may since have
+		 * grown past it: past clen, ask coil again. */
+		if (!data || a + want > clen) {
+			slot = rcache_fill_begin(rc, f->node, chunk, &data);
+			if (slot < 0)
+				return -ENOMEM;
+			n = obj_read(f, data, RCACHE_CHUNK, chunk);
+			if (n < 0) {
+				rcache_fill_abort(rc, slot);
+				return n;
+			}
+			clen = (uint32_t)n;
+			rcache_fill_done(rc, slot, clen);
+		}
+		if (a >= clen)
+			break;
+		if (want > clen - a)
+			want = clen - a;
+		memcpy(p + done, data + a, want);
+		done += want;
+		if (a + want < RCACHE_CHUNK && a + want == clen)
+			break; /* the end of the object */
+	}
+	return (int64_t)done;
+}
+
+static int vfile_read(sqlite3_file *file, void *buf, int amt, sqlite3_int64 off)
+{
+	struct vfile *f = (struct vfile *)file;
+	struct vstore *st = f->st;
+	unsigned char *p = buf;
+	int64_t got;
+
+	if (amt < 0 || off < 0)
+		return SQLITE_IOERR_READ;
+	pthread_mutex_lock(&st->wmu);
+	st->n_reads++;
+	if (st->rc.n)
+		got = cached_read(f, p, (size_t)amt, (uint64_t)off);
+	else
+		got = obj_read(f, p, (size_t)amt, (uint64_t)off);
+	pthread_mutex_unlock(&st->wmu);
+	if (got < 0)
+		return err_to_sqlite(got, SQLITE_IOERR_READ);
+	if (got < amt) {
 		/* SQLite relies on the unread tail being zeroed. */
-		memset(p + got, 0, (size_t)amt - got);
+		memset(p + got, 0, (size_t)(amt - got));
 		return SQLITE_IOERR_SHORT_READ;
 	}
 	return SQLITE_OK;
@@ -524,6 +617,7 @@ static int vfile_write(sqlite3_file *file, const void *buf, int amt,
 	if (amt < 0 || off < 0)
 		return SQLITE_IOERR_WRITE;
 	pthread_mutex_lock(&st->wmu);
+	st->n_writes++;
 	if (st->wown && (st->wown != f || (uint64_t)off != st->woff + st->wlen ||
 			 st->wlen + len > WBUF_BYTES))
 		rc = wbuf_flush_locked(st);
@@ -535,13 +629,16 @@ static int vfile_write(sqlite3_file *file, const void *buf, int amt,
 		while (done < len) {
 			int64_t n = coil_pwrite(f->obj, p + done, len - done,
 						(uint64_t)off + done);
+			st->n_write_calls++;
 			if (n <= 0) {
+				rcache_drop(&st->rc, f->node);
 				rc = err_to_sqlite(n ? n : -EIO,
 						   SQLITE_IOERR_WRITE);
 				goto out;
 			}
 			done += (size_t)n;
 		}
+		rcache_write(&st->rc, f->node, (uint64_t)off, p, len);
 		goto out;
 	}
 	if (!st->wown) {
@@ -551,6 +648,7 @@ static int vfile_write(sqlite3_file *file, const void *buf, int amt,
 	}
 	memcpy(st->wbuf + st->wlen, p, len);
 	st->wlen += len;
+	rcache_write(&st->rc, f->node, (uint64_t)off, p, len);
 out:
 	pthread_mutex_unlock(&st->wmu);
 	return rc;
@@ -563,11 +661,16 @@ static int vfile_truncate(sqlite3_file *file, sqlite3_int64 size)
 
 	if (size < 0)
 		return SQLITE_IOERR_TRUNCATE;
-	rc = wbuf_flush(f->st);
-	if (rc != SQLITE_OK)
-		return rc;
-	rc = coil_obj_truncate(f->obj, (uint64_t)size);
-	return rc < 0 ? err_to_sqlite(rc, SQLITE_IOERR_TRUNCATE) : SQLITE_OK;
+	/* Under the I/O mutex, so no read refills the cache in between. */
+	pthread_mutex_lock(&f->st->wmu);
+	rc = wbuf_flush_locked(f->st);
+	if (rc == SQLITE_OK) {
+		rcache_drop(&f->st->rc, f->node);
+		rc = coil_obj_truncate(f->obj, (uint64_t)size);
+		rc = rc < 0 ? err_to_sqlite(rc, SQLITE_IOERR_TRUNCATE) : SQLITE_OK;
+	}
+	pthread_mutex_unlock(&f->st->wmu);
+	return rc;
 }
 
 /* coil_flush makes every completed write of the whole store durable, so
@@ -582,6 +685,7 @@ static int vfile_sync(sqlite3_file *file, int flags)
 	rc = wbuf_flush(f->st);
 	if (rc != SQLITE_OK)
 		return rc;
+	__atomic_fetch_add(&f->st->n_syncs, 1, __ATOMIC_RELAXED);
 	rc = coil_sync(f->st->s);
 	return rc < 0 ? err_to_sqlite(rc, SQLITE_IOERR_FSYNC) : SQLITE_OK;
 }
@@ -688,6 +792,29 @@ static int vfile_pragma_stats(struct vfile *f, char **args)
 	return args[0] ? SQLITE_OK : SQLITE_NOMEM;
 }
 
+/* PRAGMA coil_vfs_stats: what SQLite asked of the VFS and what the VFS
+ * asked of coil (merged writes, cache hits). */
+static int vfile_pragma_vfs_stats(struct vfile *f, char **args)
+{
+	struct vstore *st = f->st;
+
+	pthread_mutex_lock(&st->wmu);
+	args[0] = sqlite3_mprintf(
+		"{\"sqlite_reads\":%llu,\"coil_reads\":%llu,"
+		"\"sqlite_writes\":%llu,\"coil_writes\":%llu,\"syncs\":%llu,"
+		"\"cache_bytes\":%llu,\"cache_hits\":%llu,\"cache_misses\":%llu}",
+		(unsigned long long)st->n_reads,
+		(unsigned long long)st->n_read_calls,
+		(unsigned long long)st->n_writes,
+		(unsigned long long)st->n_write_calls,
+		(unsigned long long)__atomic_load_n(&st->n_syncs, __ATOMIC_RELAXED),
+		(unsigned long long)st->rc.n * RCACHE_CHUNK,
+		(unsigned long long)st->rc.hits,
+		(unsigned long long)st->rc.misses);
+	pthread_mutex_unlock(&st->wmu);
+	return args[0] ? SQLITE_OK : SQLITE_NOMEM;
+}
+
 static int vfile_file_control(sqlite3_file *file, int op, void *arg)
 {
 	struct vfile *f = (struct vfile *)file;
@@ -707,6 +834,8 @@ static int vfile_file_control(sqlite3_file *file, int op, void *arg)
 
 		if (args[1] && !strcasecmp(args[1], "coil_stats"))
 			return vfile_pragma_stats(f, args);
+		if (args[1] && !strcasecmp(args[1], "coil_vfs_stats"))
+			return vfile_pragma_vfs_stats(f, args);
 		return SQLITE_NOTFOUND;
 	}
 	default:
@@ -986,6 +1115,7 @@ static int store_for_name(const char *name, struct vstore **out)
 
 static int vfs_delete(sqlite3_vfs *vfs, const char *name, int sync_dir)
 {
+	struct vnode *node;
 	struct vstore *st;
 	int rc, crc;
 
@@ -996,8 +1126,14 @@ static int vfs_delete(sqlite3_vfs *vfs, const char *name, int sync_dir)
 		pthread_mutex_unlock(&g_mu);
 		return rc != SQLITE_OK ? rc : SQLITE_IOERR_DELETE_NOENT;
 	}
-	/* The removal must land after every write SQLite issued before it. */
-	rc = wbuf_flush(st);
+	/* The removal must land after every write SQLite issued before it;
+	 * an object still open keeps its node, whose cached chunks go. */
+	pthread_mutex_lock(&st->wmu);
+	rc = wbuf_flush_locked(st);
+	for (node = st->nodes; node; node = node->next)
+		if (!strcmp(node->name, name))
+			rcache_drop(&st->rc, node);
+	pthread_mutex_unlock(&st->wmu);
 	if (rc == SQLITE_OK) {
 		crc = coil_obj_remove(st->s, name);
 		if (crc == -ENOENT)
