@@ -91,18 +91,8 @@ struct tally {
 	uint64_t failed_sessions;   /* a write/sync/close reported an error */
 	uint64_t read_errs;
 	uint64_t per_kind[F_NKINDS];
-	uint64_t skipped_known;     /* known failing cases left out */
 };
 
-/* Known engine bug B1 (/tmp/coil-briefs/engine-bugs.md): a read that fails
- * -EIO (once, or sticky for reads only) during journal replay ends replay early and open succeeds
- * without the rest of the journal.  Left out of the default run (and
- * counted as skipped) until fixed; COIL_REL_KNOWN_FAILING=1 runs it. */
-static bool known_failing(int k, unsigned op)
-{
-	return (k == F_EIO_ONCE || k == F_EIO_STICKY) && op == URING_OP_READ &&
-	       !getenv("COIL_REL_KNOWN_FAILING");
-}
 
 /* Live-session faults over every op of one workload. */
 static void live_faults(const char *path, const struct coil_options *o,
@@ -273,10 +263,6 @@ static void recovery_faults(const char *path, const struct rel_image *golden,
 	for (int k = F_EIO_ONCE; k <= F_ENOSPC_STICKY; k++) {
 		for (unsigned j = 0; j < sizeof(ops) / sizeof(ops[0]); j++) {
 			for (uint64_t n = 1; n <= count[ops[j]]; n++) {
-				if (known_failing(k, ops[j])) {
-					ty->skipped_known++;
-					continue;
-				}
 				snprintf(what, sizeof(what), "ioerr recovery %s "
 					 "at %s %llu", fkind_name[k],
 					 uring_op_name(ops[j]),
@@ -350,11 +336,9 @@ Test(rel, ioerr, .timeout = 900)
 	for (int k = 0; k < F_NKINDS; k++)
 		fprintf(stderr, " %s=%llu", fkind_name[k],
 			(unsigned long long)ty.per_kind[k]);
-	fprintf(stderr, " failed_sessions=%llu read_errors=%llu "
-		"skipped_known_failing=%llu\n",
+	fprintf(stderr, " failed_sessions=%llu read_errors=%llu\n",
 		(unsigned long long)ty.failed_sessions,
-		(unsigned long long)ty.read_errs,
-		(unsigned long long)ty.skipped_known);
+		(unsigned long long)ty.read_errs);
 	rel_report("ioerr", "runs", ty.runs, ty.bad, seed);
 	cr_assert_eq(ty.bad, 0, "%llu violations (replay with COIL_REL_SEED=0x%016llx)",
 		     (unsigned long long)ty.bad, (unsigned long long)seed);
@@ -446,12 +430,10 @@ Test(rel, enospc_fill, .timeout = 300)
 	free(scratch);
 }
 
-/* KNOWN FAILING (engine bug, /tmp/coil-briefs/engine-bugs.md "ENOSPC after
- * remove"): a full store whose objects were removed still answers -ENOSPC,
- * because emptied segments come back only through a checkpoint that the
- * allocator triggers but does not wait for.  Runs only with
- * COIL_REL_KNOWN_FAILING=1 so the default suite stays green while the bug
- * is open; the assertion is the real one. */
+/* Regression test for engine bug B2 (docs/reliability.md): a full store
+ * whose objects were removed answered -ENOSPC, because emptied segments
+ * came back only through a checkpoint the allocator triggered but did not
+ * wait for. */
 Test(rel, enospc_reuse_after_remove, .timeout = 120)
 {
 	uint64_t seed = rel_seed();
@@ -464,9 +446,6 @@ Test(rel, enospc_reuse_after_remove, .timeout = 120)
 	int64_t rc = 0;
 	int full = 0;
 
-	if (!getenv("COIL_REL_KNOWN_FAILING"))
-		cr_skip_test("known failing (ENOSPC after remove); set "
-			     "COIL_REL_KNOWN_FAILING=1 to run");
 	rel_announce("enospc_reuse_after_remove", seed);
 	rel_path(path, sizeof(path), "enospc-reuse");
 	rel_opts(&o, 8ull << 20);
