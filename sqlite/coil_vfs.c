@@ -10,13 +10,21 @@
  *   - one node per object name open in a store, holding the SQLite lock
  *     state every connection to that object shares (like os_unix.c's inode
  *     info);
- *   - one write-combining buffer per store: SQLite writes a journal record
- *     as three small writes (page number, page, checksum) and a commit as
- *     ascending page runs; each coil write is a round trip through coil's
- *     threads, so contiguous writes to one object are merged (up to
- *     WBUF_BYTES) into one atomic coil write.  Any write elsewhere, truncate,
- *     delete or sync sends the buffer first, so coil sees writes in exactly
- *     the order SQLite issued them (SQLITE_IOCAP_SEQUENTIAL stays true).
+ *   - write-behind per store: SQLite writes a journal record as three
+ *     small writes (page number, page, checksum), a commit as ascending
+ *     page runs, a cache spill as scattered pages; each synchronous coil
+ *     write is a round trip through coil's threads (~0.3 ms on the shared
+ *     2-core box).  Contiguous writes to one object are merged in a slot
+ *     (WSLOT_BYTES) into one atomic coil write, sent asynchronously when
+ *     the run breaks, up to WSLOTS in flight.  Before a write to another
+ *     object, a truncate, delete, sync, or a read that misses the cache on
+ *     the same object, everything in flight completes: writes to different
+ *     objects reach coil in SQLite's order (what SQLITE_IOCAP_SEQUENTIAL
+ *     promises SQLite: a database page is never in the store before the
+ *     journal record that undoes it), and nothing unwritten is ever read
+ *     from coil;
+ *   - a chunk cache per store (vfs_rcache.h), written through, so SQLite's
+ *     page re-reads rarely cost a coil round trip.
  *
  * Temp databases and statement journals (and nameless files) go to the
  * default VFS: they never outlive the process, so keeping them in the store
@@ -42,10 +50,14 @@ SQLITE_EXTENSION_INIT1
 
 #define VFS_NAME "coil"
 #define VFS_PATHNAME_MAX 512
-/* Largest merged write.  SQLite's journal records are page + 8 bytes, so
- * 512 KiB carries ~127 records of 4 KiB pages in one coil write, and coil
- * splits it into max_blob pieces its pool encodes in parallel. */
-#define WBUF_BYTES (512u * 1024u)
+/* Write-behind slots: a slot collects contiguous writes to one object (a
+ * run of journal records, a run of pages) into one coil write, sent
+ * asynchronously when the run breaks; up to WSLOTS are in flight.  128 KiB
+ * holds 31 journal records of 4 KiB pages and is 2 coil blobs; 64 slots
+ * keep a spill of scattered single pages in flight together.  8 MiB a
+ * store, allocated when it opens. */
+#define WSLOT_BYTES (128u * 1024u)
+#define WSLOTS 64
 #define STORE_SIZE_DEFAULT (1ull << 30)
 #define STATS_JSON_MAX (1u << 20)
 #define STORE_BUSY_WAIT_MS 1000
@@ -72,6 +84,16 @@ struct vnode {
 };
 
 struct vfile;
+struct vstore;
+
+struct wslot {
+	struct vstore *st;
+	struct vfile *f;    /* whose handle submits it */
+	unsigned char *buf; /* WSLOT_BYTES inside vstore.wmem */
+	uint64_t off;
+	size_t len;
+	int busy;           /* filling or in flight; under cmu */
+};
 
 struct vstore {
 	struct vstore *next;
@@ -79,12 +101,20 @@ struct vstore {
 	coil_store *s;
 	int refs; /* vfiles plus transient users (xAccess, xDelete) */
 	struct vnode *nodes;
-	pthread_mutex_t wmu; /* guards the write buffer */
-	struct vfile *wown;  /* vfile whose bytes sit in wbuf, or NULL */
-	uint64_t woff;
-	size_t wlen;
-	unsigned char *wbuf; /* WBUF_BYTES, allocated with the store */
-	struct rcache rc;    /* chunk cache, also under wmu */
+	/* wmu: the I/O state (current slot, chunk cache, counters); held
+	 * across coil calls.  cmu: slot completion state only, never held
+	 * across a coil call, so completions (coil threads) never wait on a
+	 * thread that is inside coil. */
+	pthread_mutex_t wmu;
+	pthread_mutex_t cmu;
+	pthread_cond_t ccv;
+	struct wslot slots[WSLOTS];
+	unsigned char *wmem;  /* WSLOTS * WSLOT_BYTES */
+	int cur;              /* slot being filled, or -1 */
+	struct vnode *wnode;  /* object every pending write belongs to */
+	int inflight;         /* under cmu */
+	int64_t werr;         /* first failed write since the last wait; cmu */
+	struct rcache rc;     /* chunk cache, under wmu */
 	/* Counters for PRAGMA coil_vfs_stats, under wmu. */
 	uint64_t n_reads, n_read_calls, n_writes, n_write_calls, n_syncs;
 };
@@ -204,6 +234,38 @@ static int store_open_coil(const char *path, int create, coil_store **out)
 	}
 }
 
+static int store_io_init(struct vstore *st)
+{
+	int i;
+
+	st->cur = -1;
+	st->wmem = malloc((size_t)WSLOTS * WSLOT_BYTES);
+	if (!st->wmem)
+		return -ENOMEM;
+	if (rcache_init(&st->rc, bytes_from_env("COIL_SQLITE_CACHE",
+						RCACHE_BYTES_DEFAULT))) {
+		free(st->wmem);
+		return -ENOMEM;
+	}
+	for (i = 0; i < WSLOTS; i++) {
+		st->slots[i].st = st;
+		st->slots[i].buf = st->wmem + (size_t)i * WSLOT_BYTES;
+	}
+	pthread_mutex_init(&st->wmu, NULL);
+	pthread_mutex_init(&st->cmu, NULL);
+	pthread_cond_init(&st->ccv, NULL);
+	return 0;
+}
+
+static void store_io_fini(struct vstore *st)
+{
+	pthread_cond_destroy(&st->ccv);
+	pthread_mutex_destroy(&st->cmu);
+	pthread_mutex_destroy(&st->wmu);
+	rcache_fini(&st->rc);
+	free(st->wmem);
+}
+
 /* Find or open the store at @path and take a reference (g_mu held).
  * @return SQLITE_OK, SQLITE_BUSY (another process holds it),
  *   SQLITE_CANTOPEN or SQLITE_NOMEM. */
@@ -224,12 +286,7 @@ static int store_get(const char *path, int create, struct vstore **out)
 	st = calloc(1, sizeof(*st));
 	if (!st)
 		return SQLITE_NOMEM;
-	st->wbuf = malloc(WBUF_BYTES);
-	if (!st->wbuf || rcache_init(&st->rc, bytes_from_env("COIL_SQLITE_CACHE",
-							       RCACHE_BYTES_DEFAULT)) ||
-	    pthread_mutex_init(&st->wmu, NULL)) {
-		rcache_fini(&st->rc);
-		free(st->wbuf);
+	if (store_io_init(st)) {
 		free(st);
 		return SQLITE_NOMEM;
 	}
@@ -237,9 +294,7 @@ static int store_get(const char *path, int create, struct vstore **out)
 	if (rc < 0) {
 		sqlite3_log(SQLITE_CANTOPEN, "coil: cannot open store %s: %s",
 			    path, coil_strerror(rc));
-		pthread_mutex_destroy(&st->wmu);
-		rcache_fini(&st->rc);
-		free(st->wbuf);
+		store_io_fini(st);
 		free(st);
 		if (rc == -EBUSY)
 			return SQLITE_BUSY;
@@ -250,9 +305,7 @@ static int store_get(const char *path, int create, struct vstore **out)
 	st->key = strdup(key);
 	if (!st->key) {
 		coil_close(st->s);
-		pthread_mutex_destroy(&st->wmu);
-		rcache_fini(&st->rc);
-		free(st->wbuf);
+		store_io_fini(st);
 		free(st);
 		return SQLITE_NOMEM;
 	}
@@ -263,29 +316,79 @@ static int store_get(const char *path, int create, struct vstore **out)
 	return SQLITE_OK;
 }
 
-/* Send the buffered bytes to coil (st->wmu held). */
+/* Completion of a write-behind slot, on a coil thread: only cmu. */
+static void wslot_done(void *arg, int64_t res)
+{
+	struct wslot *w = arg;
+	struct vstore *st = w->st;
+
+	pthread_mutex_lock(&st->cmu);
+	if (res < 0 && !st->werr)
+		st->werr = res;
+	w->busy = 0;
+	st->inflight--;
+	pthread_cond_broadcast(&st->ccv);
+	pthread_mutex_unlock(&st->cmu);
+}
+
+/* Send the slot being filled to coil, without waiting (st->wmu held). */
+static void wslot_submit_locked(struct vstore *st)
+{
+	struct wslot *w;
+	int rc;
+
+	if (st->cur < 0)
+		return;
+	w = &st->slots[st->cur];
+	st->cur = -1;
+	pthread_mutex_lock(&st->cmu);
+	st->inflight++;
+	pthread_mutex_unlock(&st->cmu);
+	st->n_write_calls++;
+	rc = coil_write(w->f->obj, w->buf, w->len, w->off, wslot_done, w);
+	if (rc < 0)
+		wslot_done(w, rc); /* not submitted: the callback never runs */
+}
+
+/* A free slot to fill, waiting for a completion when all are in flight
+ * (st->wmu held). */
+static int wslot_get_locked(struct vstore *st)
+{
+	int i;
+
+	pthread_mutex_lock(&st->cmu);
+	for (;;) {
+		for (i = 0; i < WSLOTS; i++) {
+			if (!st->slots[i].busy) {
+				st->slots[i].busy = 1;
+				pthread_mutex_unlock(&st->cmu);
+				return i;
+			}
+		}
+		pthread_cond_wait(&st->ccv, &st->cmu);
+	}
+}
+
+/* Every write the VFS accepted has completed in coil: send the slot being
+ * filled and wait out those in flight (st->wmu held).  Reports the first
+ * write that failed since the last wait. */
 static int wbuf_flush_locked(struct vstore *st)
 {
-	struct vfile *f = st->wown;
-	size_t done = 0;
+	int64_t err;
 
-	if (!f)
-		return SQLITE_OK;
-	st->wown = NULL;
-	while (done < st->wlen) {
-		int64_t n = coil_pwrite(f->obj, st->wbuf + done,
-					st->wlen - done, st->woff + done);
-		st->n_write_calls++;
-		if (n <= 0) {
-			/* The cache already holds these bytes: forget them. */
-			rcache_drop(&st->rc, f->node);
-			st->wlen = 0;
-			return err_to_sqlite(n ? n : -EIO, SQLITE_IOERR_WRITE);
-		}
-		done += (size_t)n;
+	wslot_submit_locked(st);
+	pthread_mutex_lock(&st->cmu);
+	while (st->inflight > 0)
+		pthread_cond_wait(&st->ccv, &st->cmu);
+	err = st->werr;
+	st->werr = 0;
+	pthread_mutex_unlock(&st->cmu);
+	if (err < 0 && st->wnode) {
+		/* The cache holds bytes coil refused: forget them. */
+		rcache_drop(&st->rc, st->wnode);
 	}
-	st->wlen = 0;
-	return SQLITE_OK;
+	st->wnode = NULL;
+	return err < 0 ? err_to_sqlite(err, SQLITE_IOERR_WRITE) : SQLITE_OK;
 }
 
 static int wbuf_flush(struct vstore *st)
@@ -298,14 +401,14 @@ static int wbuf_flush(struct vstore *st)
 	return rc;
 }
 
-/* Flush only when the buffer holds bytes of @node: reads and sizes of other
- * objects need not wait for it. */
+/* Flush only when pending writes belong to @node: reads and sizes of other
+ * objects need not wait for them. */
 static int wbuf_flush_node(struct vstore *st, const struct vnode *node)
 {
 	int rc = SQLITE_OK;
 
 	pthread_mutex_lock(&st->wmu);
-	if (st->wown && st->wown->node == node)
+	if (st->wnode == node)
 		rc = wbuf_flush_locked(st);
 	pthread_mutex_unlock(&st->wmu);
 	return rc;
@@ -329,9 +432,7 @@ static void store_put(struct vstore *st)
 	if (rc < 0)
 		sqlite3_log(SQLITE_IOERR, "coil: closing store %s: %s",
 			    st->key, coil_strerror(rc));
-	pthread_mutex_destroy(&st->wmu);
-	rcache_fini(&st->rc);
-	free(st->wbuf);
+	store_io_fini(st);
 	free(st->key);
 	free(st);
 }
@@ -481,10 +582,8 @@ static int vfile_close(sqlite3_file *file)
 	struct vstore *st = f->st;
 	int rc = SQLITE_OK, crc;
 
-	pthread_mutex_lock(&st->wmu);
-	if (st->wown == f)
-		rc = wbuf_flush_locked(st);
-	pthread_mutex_unlock(&st->wmu);
+	/* Slots in flight may be this handle's. */
+	rc = wbuf_flush(st);
 
 	crc = coil_obj_close(f->obj);
 	if (crc < 0 && rc == SQLITE_OK)
@@ -514,7 +613,7 @@ static int64_t obj_read(struct vfile *f, unsigned char *p, size_t len,
 	size_t got = 0;
 	int rc;
 
-	if (st->wown && st->wown->node == f->node) {
+	if (st->wnode == f->node) {
 		rc = wbuf_flush_locked(st);
 		if (rc != SQLITE_OK)
 			return -EIO;
@@ -618,14 +717,27 @@ static int vfile_write(sqlite3_file *file, const void *buf, int amt,
 		return SQLITE_IOERR_WRITE;
 	pthread_mutex_lock(&st->wmu);
 	st->n_writes++;
-	if (st->wown && (st->wown != f || (uint64_t)off != st->woff + st->wlen ||
-			 st->wlen + len > WBUF_BYTES))
+	/* Between objects, a barrier: coil sees every write to the old one
+	 * complete before any to the new one, so a database page never
+	 * reaches the store before the journal record that undoes it. */
+	if (st->wnode && st->wnode != f->node) {
 		rc = wbuf_flush_locked(st);
-	if (rc != SQLITE_OK)
-		goto out;
-	if (len >= WBUF_BYTES) {
+		if (rc != SQLITE_OK)
+			goto out;
+	}
+	if (st->cur >= 0) {
+		struct wslot *w = &st->slots[st->cur];
+
+		if (w->f != f || (uint64_t)off != w->off + w->len ||
+		    w->len + len > WSLOT_BYTES)
+			wslot_submit_locked(st);
+	}
+	if (len > WSLOT_BYTES) {
 		size_t done = 0;
 
+		rc = wbuf_flush_locked(st);
+		if (rc != SQLITE_OK)
+			goto out;
 		while (done < len) {
 			int64_t n = coil_pwrite(f->obj, p + done, len - done,
 						(uint64_t)off + done);
@@ -641,13 +753,18 @@ static int vfile_write(sqlite3_file *file, const void *buf, int amt,
 		rcache_write(&st->rc, f->node, (uint64_t)off, p, len);
 		goto out;
 	}
-	if (!st->wown) {
-		st->wown = f;
-		st->woff = (uint64_t)off;
-		st->wlen = 0;
+	if (st->cur < 0) {
+		struct wslot *w;
+
+		st->cur = wslot_get_locked(st);
+		w = &st->slots[st->cur];
+		w->f = f;
+		w->off = (uint64_t)off;
+		w->len = 0;
+		st->wnode = f->node;
 	}
-	memcpy(st->wbuf + st->wlen, p, len);
-	st->wlen += len;
+	memcpy(st->slots[st->cur].buf + st->slots[st->cur].len, p, len);
+	st->slots[st->cur].len += len;
 	rcache_write(&st->rc, f->node, (uint64_t)off, p, len);
 out:
 	pthread_mutex_unlock(&st->wmu);
