@@ -81,6 +81,7 @@ struct vnode {
 	int shm_maps;                        /* vfiles that mapped it */
 	int shm_readers[SQLITE_SHM_NLOCK];   /* holders of each shared slot */
 	unsigned char shm_writer[SQLITE_SHM_NLOCK]; /* slot held exclusive */
+	int wb_inflight; /* write-behind slots in flight; under vstore.cmu */
 };
 
 struct vfile;
@@ -111,9 +112,9 @@ struct vstore {
 	struct wslot slots[WSLOTS];
 	unsigned char *wmem;  /* WSLOTS * WSLOT_BYTES */
 	int cur;              /* slot being filled, or -1 */
-	struct vnode *wnode;  /* object every pending write belongs to */
 	int inflight;         /* under cmu */
 	int64_t werr;         /* first failed write since the last wait; cmu */
+	struct vnode *werr_node; /* ... and its object; cmu */
 	struct rcache rc;     /* chunk cache, under wmu */
 	/* Counters for PRAGMA coil_vfs_stats, under wmu. */
 	uint64_t n_reads, n_read_calls, n_writes, n_write_calls, n_syncs;
@@ -323,8 +324,11 @@ static void wslot_done(void *arg, int64_t res)
 	struct vstore *st = w->st;
 
 	pthread_mutex_lock(&st->cmu);
-	if (res < 0 && !st->werr)
+	if (res < 0 && !st->werr) {
 		st->werr = res;
+		st->werr_node = w->f->node;
+	}
+	w->f->node->wb_inflight--;
 	w->busy = 0;
 	st->inflight--;
 	pthread_cond_broadcast(&st->ccv);
@@ -343,6 +347,7 @@ static void wslot_submit_locked(struct vstore *st)
 	st->cur = -1;
 	pthread_mutex_lock(&st->cmu);
 	st->inflight++;
+	w->f->node->wb_inflight++;
 	pthread_mutex_unlock(&st->cmu);
 	st->n_write_calls++;
 	rc = coil_write(w->f->obj, w->buf, w->len, w->off, wslot_done, w);
@@ -369,26 +374,50 @@ static int wslot_get_locked(struct vstore *st)
 	}
 }
 
-/* Every write the VFS accepted has completed in coil: send the slot being
- * filled and wait out those in flight (st->wmu held).  Reports the first
- * write that failed since the last wait. */
-static int wbuf_flush_locked(struct vstore *st)
+enum wb_wait { WB_ALL, WB_NODE, WB_OTHERS };
+
+/* Wait until the writes @what names have completed in coil (st->wmu
+ * held): all of them, those to @node, or those to every object but @node.
+ * The slot being filled is sent first when it is among them.  Reports the
+ * first write that failed since the last report. */
+static int wbuf_wait_locked(struct vstore *st, struct vnode *node,
+			    enum wb_wait what)
 {
+	struct vnode *bad = NULL;
 	int64_t err;
 
-	wslot_submit_locked(st);
-	pthread_mutex_lock(&st->cmu);
-	while (st->inflight > 0)
-		pthread_cond_wait(&st->ccv, &st->cmu);
-	err = st->werr;
-	st->werr = 0;
-	pthread_mutex_unlock(&st->cmu);
-	if (err < 0 && st->wnode) {
-		/* The cache holds bytes coil refused: forget them. */
-		rcache_drop(&st->rc, st->wnode);
+	if (st->cur >= 0) {
+		struct vnode *cn = st->slots[st->cur].f->node;
+
+		if (what == WB_ALL || (what == WB_NODE) == (cn == node))
+			wslot_submit_locked(st);
 	}
-	st->wnode = NULL;
+	pthread_mutex_lock(&st->cmu);
+	for (;;) {
+		int pending = what == WB_ALL ? st->inflight :
+			      what == WB_NODE ? node->wb_inflight :
+			      st->inflight - node->wb_inflight;
+		if (pending == 0)
+			break;
+		pthread_cond_wait(&st->ccv, &st->cmu);
+	}
+	err = st->werr;
+	if (err < 0) {
+		bad = st->werr_node;
+		st->werr = 0;
+		st->werr_node = NULL;
+	}
+	pthread_mutex_unlock(&st->cmu);
+	if (bad) {
+		/* The cache holds bytes coil refused: forget them. */
+		rcache_drop(&st->rc, bad);
+	}
 	return err < 0 ? err_to_sqlite(err, SQLITE_IOERR_WRITE) : SQLITE_OK;
+}
+
+static int wbuf_flush_locked(struct vstore *st)
+{
+	return wbuf_wait_locked(st, NULL, WB_ALL);
 }
 
 static int wbuf_flush(struct vstore *st)
@@ -401,15 +430,14 @@ static int wbuf_flush(struct vstore *st)
 	return rc;
 }
 
-/* Flush only when pending writes belong to @node: reads and sizes of other
- * objects need not wait for them. */
-static int wbuf_flush_node(struct vstore *st, const struct vnode *node)
+/* Wait only for writes to @node: reads and sizes of other objects need
+ * not wait for theirs. */
+static int wbuf_flush_node(struct vstore *st, struct vnode *node)
 {
-	int rc = SQLITE_OK;
+	int rc;
 
 	pthread_mutex_lock(&st->wmu);
-	if (st->wnode == node)
-		rc = wbuf_flush_locked(st);
+	rc = wbuf_wait_locked(st, node, WB_NODE);
 	pthread_mutex_unlock(&st->wmu);
 	return rc;
 }
@@ -613,11 +641,9 @@ static int64_t obj_read(struct vfile *f, unsigned char *p, size_t len,
 	size_t got = 0;
 	int rc;
 
-	if (st->wnode == f->node) {
-		rc = wbuf_flush_locked(st);
-		if (rc != SQLITE_OK)
-			return -EIO;
-	}
+	rc = wbuf_wait_locked(st, f->node, WB_NODE);
+	if (rc != SQLITE_OK)
+		return -EIO;
 	while (got < len) {
 		int64_t n = coil_pread(f->obj, p + got, len - got, off + got);
 
@@ -717,14 +743,16 @@ static int vfile_write(sqlite3_file *file, const void *buf, int amt,
 		return SQLITE_IOERR_WRITE;
 	pthread_mutex_lock(&st->wmu);
 	st->n_writes++;
-	/* Between objects, a barrier: coil sees every write to the old one
-	 * complete before any to the new one, so a database page never
-	 * reaches the store before the journal record that undoes it. */
-	if (st->wnode && st->wnode != f->node) {
-		rc = wbuf_flush_locked(st);
-		if (rc != SQLITE_OK)
-			goto out;
-	}
+	/* Between objects, a barrier: every earlier write to another object
+	 * completes in coil before this one is sent, so a page never reaches
+	 * the store before the journal record that undoes it, and a journal
+	 * header is never rewritten (PERSIST, synchronous=OFF) ahead of the
+	 * pages it commits.  Only writes to one object overlap in flight;
+	 * SQLite orders those itself with checksums (journal records, WAL
+	 * frames) or a sync (database pages). */
+	rc = wbuf_wait_locked(st, f->node, WB_OTHERS);
+	if (rc != SQLITE_OK)
+		goto out;
 	if (st->cur >= 0) {
 		struct wslot *w = &st->slots[st->cur];
 
@@ -761,7 +789,6 @@ static int vfile_write(sqlite3_file *file, const void *buf, int amt,
 		w->f = f;
 		w->off = (uint64_t)off;
 		w->len = 0;
-		st->wnode = f->node;
 	}
 	memcpy(st->slots[st->cur].buf + st->slots[st->cur].len, p, len);
 	st->slots[st->cur].len += len;
@@ -946,6 +973,13 @@ static int vfile_file_control(sqlite3_file *file, int op, void *arg)
 	case SQLITE_FCNTL_HAS_MOVED:
 		*(int *)arg = 0;
 		return SQLITE_OK;
+	case SQLITE_FCNTL_COMMIT_PHASETWO:
+		/* A transaction SQLite reports committed has all its writes
+		 * completed in coil, so it survives the process being killed
+		 * — as with the default VFS, whose writes sit in the page
+		 * cache — even with synchronous=OFF or WAL's NORMAL, which
+		 * never call xSync at commit. */
+		return wbuf_flush(f->st);
 	case SQLITE_FCNTL_PRAGMA: {
 		char **args = arg;
 
