@@ -34,6 +34,9 @@
 /* The largest single write.  A write is one journal record and must fit one
  * chunk: at max_blob 4 KiB, 16 MiB is 4096 raw extents = 197 KiB of record. */
 #define ENGINE_WRITE_MAX (16u << 20)
+/* Uncompressed writes up to this size are encoded (copied, checksummed) on
+ * the caller's thread instead of the pool. */
+#define ENGINE_RAW_INLINE_MAX (256u << 10)
 /* Largest object: offsets stay far from u64 overflow in every sum. */
 #define ENGINE_OBJ_SIZE_MAX (1ull << 60)
 /* Request contexts (writes, reads) made at open; the reorder ring of the
@@ -158,6 +161,9 @@ struct rblob {
 	uint32_t rd_len;
 	uint8_t *iobuf;
 	uint8_t *dec;           /* decoded logical bytes (zstd) */
+	uint32_t npieces;       /* pieces of the read that use this blob */
+	uint32_t piece;         /* index of its first piece */
+	bool direct;            /* decoded straight into the caller's buffer */
 	int res;
 	struct uring_io io;
 	struct fmt_blob fb;

@@ -124,6 +124,8 @@ static void read_finish(struct rreq *r)
 			if (rb->b->codec == FMT_CODEC_RAW)
 				src = rb->iobuf + (rb->b->dev_off - rb->rd_off) +
 				      pc->skip;
+			else if (rb->direct)
+				continue; /* decoded in place */
 			else
 				src = rb->dec + pc->skip;
 			memcpy(r->dst + pc->dst, src, pc->len);
@@ -197,8 +199,11 @@ static void read_all_done(struct rreq *r)
 
 		if (rb->res != 0 || rb->b->codec == FMT_CODEC_RAW)
 			continue;
-		rb->dec = bufpool_get(&s->bp, rb->b->logical_len);
-		if (!rb->dec) {
+		rb->direct = rb->npieces == 1 && r->pc[rb->piece].skip == 0 &&
+			     r->pc[rb->piece].len == rb->b->logical_len;
+		if (!rb->direct)
+			rb->dec = bufpool_get(&s->bp, rb->b->logical_len);
+		if (!rb->direct && !rb->dec) {
 			rb->res = -ENOMEM;
 			continue;
 		}
@@ -210,6 +215,12 @@ static void read_all_done(struct rreq *r)
 		t->u.decode.stored_len = rb->b->stored_len;
 		t->u.decode.dst = rb->dec;
 		t->u.decode.dst_cap = rb->b->logical_len;
+		if (rb->direct) {
+			/* The caller wants this whole blob: decode straight
+			 * into its buffer (the decoder never returns wrong
+			 * bytes, only -EIO, which fails the whole read). */
+			t->u.decode.dst = r->dst + r->pc[rb->piece].dst;
+		}
 		r->task_blob[r->ntasks++] = i;
 	}
 	if (r->ntasks == 0) {
@@ -297,11 +308,15 @@ static int add_piece(struct coil_store *s, struct rreq *r, struct blobd *b,
 		rb->hi = skip + len;
 		rb->iobuf = rb->dec = NULL;
 		rb->res = 0;
+		rb->npieces = 0;
+		rb->piece = r->npc;
+		rb->direct = false;
 	} else {
 		struct rblob *rb = &r->rb[bi];
 		rb->lo = COIL_MIN(rb->lo, skip);
 		rb->hi = COIL_MAX(rb->hi, skip + len);
 	}
+	r->rb[bi].npieces++;
 	if (grow((void **)&r->pc, &r->cap_pc, r->npc + 1, sizeof(*r->pc)))
 		return -ENOMEM;
 	pc = &r->pc[r->npc++];

@@ -440,6 +440,21 @@ int engine_write(struct coil_obj *h, const void *buf, size_t len, uint64_t off,
 		journal_ready(s, &w->je);
 		return 0;
 	}
+	if (s->level == 0 && len <= ENGINE_RAW_INLINE_MAX) {
+		/* Storing raw is a copy and a checksum per 4 KiB: cheaper
+		 * here than the two thread hops a pool task costs. */
+		for (uint32_t k = 0; k < n; k++) {
+			struct pool_task *t = &w->tasks[k];
+			t->result = fmt_blob_encode(NULL, 0, NULL, 0,
+						    t->u.encode.src,
+						    t->u.encode.len,
+						    t->u.encode.dst,
+						    t->u.encode.dst_cap,
+						    t->u.encode.out);
+		}
+		write_encoded_go(w, 0);
+		return 0;
+	}
 	rc = pool_submit(s->pool, &w->preq, w->tasks, n, write_encoded, w,
 			 engine_on_coil_thread(s) ? POOL_NONBLOCK : 0);
 	if (rc == -EAGAIN) {
