@@ -363,6 +363,7 @@ void seg_maybe_pending(struct coil_store *s, uint32_t idx);
  * the function).  @return 0, -ENOSPC, -ENOMEM. */
 int seg_place_write(struct coil_store *s, struct wreq *w);
 void seg_inflight_done(struct coil_store *s, struct wreq *w);
+int seg_verify_accounting(struct coil_store *s, uint32_t *bad_seg);
 
 /* ---- journal.c ---- */
 int journal_init(struct coil_store *s);

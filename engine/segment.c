@@ -242,3 +242,41 @@ void seg_inflight_done(struct coil_store *s, struct wreq *w)
 		seg_maybe_pending(s, w->runs[i].seg);
 	}
 }
+
+/* Recount every segment's live bytes from the extent maps and compare
+ * with the running counts (tests, `coil check`).  @return 0, or -EIO with
+ * the first mismatch in *@bad_seg. */
+int seg_verify_accounting(struct coil_store *s, uint32_t *bad_seg)
+{
+	uint64_t *live = calloc(s->nseg ? s->nseg : 1, sizeof(*live));
+	int rc = 0;
+
+	if (!live)
+		return -ENOMEM;
+	pthread_mutex_lock(&s->mlock);
+	for (uint32_t b = 0; b < s->tab_cap; b++) {
+		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
+			struct extmap_iter it;
+			const struct ext *e;
+
+			extmap_iter_init(&it, &o->map, 0);
+			while ((e = extmap_iter_next(&it))) {
+				if (e->off + e->len > o->size && rc == 0)
+					rc = -EIO; /* extent past the size */
+				live[seg_of(s, e->b->dev_off)] += e->len;
+			}
+		}
+	}
+	for (uint32_t i = 0; i < s->nseg && rc == 0; i++) {
+		const struct seg *g = &s->segs[i];
+		if (g->live != live[i] ||
+		    (live[i] && (g->state == SEG_FREE || g->state == SEG_PENDING))) {
+			rc = -EIO;
+			if (bad_seg)
+				*bad_seg = i;
+		}
+	}
+	pthread_mutex_unlock(&s->mlock);
+	free(live);
+	return rc;
+}
