@@ -10,19 +10,20 @@
  *   - one node per object name open in a store, holding the SQLite lock
  *     state every connection to that object shares (like os_unix.c's inode
  *     info);
- *   - write-behind per store: SQLite writes a journal record as three
- *     small writes (page number, page, checksum), a commit as ascending
- *     page runs, a cache spill as scattered pages; each synchronous coil
- *     write is a round trip through coil's threads (~0.3 ms on the shared
- *     2-core box).  Contiguous writes to one object are merged in a slot
- *     (WSLOT_BYTES) into one atomic coil write, sent asynchronously when
- *     the run breaks, up to WSLOTS in flight.  Before a write to another
- *     object, a truncate, delete, sync, or a read that misses the cache on
- *     the same object, everything in flight completes: writes to different
- *     objects reach coil in SQLite's order (what SQLITE_IOCAP_SEQUENTIAL
- *     promises SQLite: a database page is never in the store before the
- *     journal record that undoes it), and nothing unwritten is ever read
- *     from coil;
+ *   - write-back per store: SQLite writes a journal record as three small
+ *     writes (page number, page, checksum), a commit as ascending page
+ *     runs, a cache spill as a journal record then one page; a synchronous
+ *     coil write is a round trip through coil's threads (~0.3 ms on the
+ *     shared 2-core box), and a spill would pay two (journal, then page).
+ *     Writes are instead collected in order (contiguous ones merged) in an
+ *     arena and sent when something needs them in coil: xSync, the end of
+ *     a transaction (SQLITE_FCNTL_COMMIT_PHASETWO), truncate, delete, a
+ *     read that misses the cache, a full arena — or a journal/WAL write
+ *     that rewrites bytes while other objects have writes pending.  A send
+ *     issues the journal/WAL writes, waits, then the database writes, and
+ *     waits: a page never reaches the store before the journal record that
+ *     undoes it, and a journal header is never rewritten ahead of the pages
+ *     it commits (docs/sqlite.md has the argument);
  *   - a chunk cache per store (vfs_rcache.h), written through, so SQLite's
  *     page re-reads rarely cost a coil round trip.
  *
@@ -50,14 +51,11 @@ SQLITE_EXTENSION_INIT1
 
 #define VFS_NAME "coil"
 #define VFS_PATHNAME_MAX 512
-/* Write-behind slots: a slot collects contiguous writes to one object (a
- * run of journal records, a run of pages) into one coil write, sent
- * asynchronously when the run breaks; up to WSLOTS are in flight.  128 KiB
- * holds 31 journal records of 4 KiB pages and is 2 coil blobs; 64 slots
- * keep a spill of scattered single pages in flight together.  8 MiB a
- * store, allocated when it opens. */
-#define WSLOT_BYTES (128u * 1024u)
-#define WSLOTS 64
+/* The write-back arena: 8 MiB holds ~2000 spilled pages with their
+ * journal records, so a large transaction sends a few batches instead of
+ * a round trip per page.  Allocated when the store opens. */
+#define WB_BYTES (8u << 20)
+#define WB_RUNS 4096
 #define STORE_SIZE_DEFAULT (1ull << 30)
 #define STATS_JSON_MAX (1u << 20)
 #define STORE_BUSY_WAIT_MS 1000
@@ -81,19 +79,18 @@ struct vnode {
 	int shm_maps;                        /* vfiles that mapped it */
 	int shm_readers[SQLITE_SHM_NLOCK];   /* holders of each shared slot */
 	unsigned char shm_writer[SQLITE_SHM_NLOCK]; /* slot held exclusive */
-	int wb_inflight; /* write-behind slots in flight; under vstore.cmu */
+	int wb_runs;     /* runs of this object in the arena; under wmu */
+	uint64_t size;   /* size as SQLite's writes left it; under wmu */
 };
 
 struct vfile;
 struct vstore;
 
-struct wslot {
-	struct vstore *st;
-	struct vfile *f;    /* whose handle submits it */
-	unsigned char *buf; /* WSLOT_BYTES inside vstore.wmem */
+struct wrun {
+	struct vfile *f; /* whose handle sends it */
 	uint64_t off;
-	size_t len;
-	int busy;           /* filling or in flight; under cmu */
+	uint32_t len;
+	uint32_t at;     /* offset in vstore.wb */
 };
 
 struct vstore {
@@ -109,11 +106,11 @@ struct vstore {
 	pthread_mutex_t wmu;
 	pthread_mutex_t cmu;
 	pthread_cond_t ccv;
-	struct wslot slots[WSLOTS];
-	unsigned char *wmem;  /* WSLOTS * WSLOT_BYTES */
-	int cur;              /* slot being filled, or -1 */
+	unsigned char *wb;    /* WB_BYTES */
+	struct wrun *runs;    /* WB_RUNS, in SQLite's order */
+	uint32_t nruns, wb_used;
 	int inflight;         /* under cmu */
-	int64_t werr;         /* first failed write since the last wait; cmu */
+	int64_t werr;         /* first failed write of a send; cmu */
 	struct vnode *werr_node; /* ... and its object; cmu */
 	struct rcache rc;     /* chunk cache, under wmu */
 	/* Counters for PRAGMA coil_vfs_stats, under wmu. */
@@ -237,20 +234,14 @@ static int store_open_coil(const char *path, int create, coil_store **out)
 
 static int store_io_init(struct vstore *st)
 {
-	int i;
-
-	st->cur = -1;
-	st->wmem = malloc((size_t)WSLOTS * WSLOT_BYTES);
-	if (!st->wmem)
-		return -ENOMEM;
-	if (rcache_init(&st->rc, bytes_from_env("COIL_SQLITE_CACHE",
+	st->wb = malloc(WB_BYTES);
+	st->runs = calloc(WB_RUNS, sizeof(*st->runs));
+	if (!st->wb || !st->runs ||
+	    rcache_init(&st->rc, bytes_from_env("COIL_SQLITE_CACHE",
 						RCACHE_BYTES_DEFAULT))) {
-		free(st->wmem);
+		free(st->wb);
+		free(st->runs);
 		return -ENOMEM;
-	}
-	for (i = 0; i < WSLOTS; i++) {
-		st->slots[i].st = st;
-		st->slots[i].buf = st->wmem + (size_t)i * WSLOT_BYTES;
 	}
 	pthread_mutex_init(&st->wmu, NULL);
 	pthread_mutex_init(&st->cmu, NULL);
@@ -264,7 +255,8 @@ static void store_io_fini(struct vstore *st)
 	pthread_mutex_destroy(&st->cmu);
 	pthread_mutex_destroy(&st->wmu);
 	rcache_fini(&st->rc);
-	free(st->wmem);
+	free(st->runs);
+	free(st->wb);
 }
 
 /* Find or open the store at @path and take a reference (g_mu held).
@@ -317,107 +309,81 @@ static int store_get(const char *path, int create, struct vstore **out)
 	return SQLITE_OK;
 }
 
-/* Completion of a write-behind slot, on a coil thread: only cmu. */
-static void wslot_done(void *arg, int64_t res)
+/* Completion of a sent run, on a coil thread: only cmu. */
+static void wrun_done(void *arg, int64_t res)
 {
-	struct wslot *w = arg;
-	struct vstore *st = w->st;
+	struct wrun *r = arg;
+	struct vstore *st = r->f->st;
 
 	pthread_mutex_lock(&st->cmu);
 	if (res < 0 && !st->werr) {
 		st->werr = res;
-		st->werr_node = w->f->node;
+		st->werr_node = r->f->node;
 	}
-	w->f->node->wb_inflight--;
-	w->busy = 0;
 	st->inflight--;
 	pthread_cond_broadcast(&st->ccv);
 	pthread_mutex_unlock(&st->cmu);
 }
 
-/* Send the slot being filled to coil, without waiting (st->wmu held). */
-static void wslot_submit_locked(struct vstore *st)
+/* Send the arena's runs of one kind (database or not), all in flight at
+ * once, and wait for them (st->wmu held).  @return the first error. */
+static int64_t wb_send(struct vstore *st, int db)
 {
-	struct wslot *w;
-	int rc;
-
-	if (st->cur < 0)
-		return;
-	w = &st->slots[st->cur];
-	st->cur = -1;
-	pthread_mutex_lock(&st->cmu);
-	st->inflight++;
-	w->f->node->wb_inflight++;
-	pthread_mutex_unlock(&st->cmu);
-	st->n_write_calls++;
-	rc = coil_write(w->f->obj, w->buf, w->len, w->off, wslot_done, w);
-	if (rc < 0)
-		wslot_done(w, rc); /* not submitted: the callback never runs */
-}
-
-/* A free slot to fill, waiting for a completion when all are in flight
- * (st->wmu held). */
-static int wslot_get_locked(struct vstore *st)
-{
-	int i;
-
-	pthread_mutex_lock(&st->cmu);
-	for (;;) {
-		for (i = 0; i < WSLOTS; i++) {
-			if (!st->slots[i].busy) {
-				st->slots[i].busy = 1;
-				pthread_mutex_unlock(&st->cmu);
-				return i;
-			}
-		}
-		pthread_cond_wait(&st->ccv, &st->cmu);
-	}
-}
-
-enum wb_wait { WB_ALL, WB_NODE, WB_OTHERS };
-
-/* Wait until the writes @what names have completed in coil (st->wmu
- * held): all of them, those to @node, or those to every object but @node.
- * The slot being filled is sent first when it is among them.  Reports the
- * first write that failed since the last report. */
-static int wbuf_wait_locked(struct vstore *st, struct vnode *node,
-			    enum wb_wait what)
-{
-	struct vnode *bad = NULL;
 	int64_t err;
+	uint32_t i;
 
-	if (st->cur >= 0) {
-		struct vnode *cn = st->slots[st->cur].f->node;
+	for (i = 0; i < st->nruns; i++) {
+		struct wrun *r = &st->runs[i];
+		int rc;
 
-		if (what == WB_ALL || (what == WB_NODE) == (cn == node))
-			wslot_submit_locked(st);
+		if (!!(r->f->flags & SQLITE_OPEN_MAIN_DB) != db)
+			continue;
+		pthread_mutex_lock(&st->cmu);
+		st->inflight++;
+		pthread_mutex_unlock(&st->cmu);
+		st->n_write_calls++;
+		rc = coil_write(r->f->obj, st->wb + r->at, r->len, r->off,
+				wrun_done, r);
+		if (rc < 0)
+			wrun_done(r, rc); /* not submitted: no callback */
 	}
 	pthread_mutex_lock(&st->cmu);
-	for (;;) {
-		int pending = what == WB_ALL ? st->inflight :
-			      what == WB_NODE ? node->wb_inflight :
-			      st->inflight - node->wb_inflight;
-		if (pending == 0)
-			break;
+	while (st->inflight > 0)
 		pthread_cond_wait(&st->ccv, &st->cmu);
-	}
 	err = st->werr;
-	if (err < 0) {
-		bad = st->werr_node;
-		st->werr = 0;
-		st->werr_node = NULL;
-	}
 	pthread_mutex_unlock(&st->cmu);
-	if (bad) {
-		/* The cache holds bytes coil refused: forget them. */
-		rcache_drop(&st->rc, bad);
-	}
-	return err < 0 ? err_to_sqlite(err, SQLITE_IOERR_WRITE) : SQLITE_OK;
+	return err;
 }
 
+/* Every write the VFS accepted is completed in coil (st->wmu held):
+ * journal and WAL writes first, then — only if they all succeeded — the
+ * database writes.  @return SQLITE_OK or the error of the first failure. */
 static int wbuf_flush_locked(struct vstore *st)
 {
-	return wbuf_wait_locked(st, NULL, WB_ALL);
+	int64_t err = 0;
+	uint32_t i;
+
+	if (st->nruns == 0)
+		return SQLITE_OK;
+	err = wb_send(st, 0);
+	if (err == 0)
+		err = wb_send(st, 1);
+	pthread_mutex_lock(&st->cmu);
+	st->werr = 0;
+	st->werr_node = NULL;
+	pthread_mutex_unlock(&st->cmu);
+	for (i = 0; i < st->nruns; i++) {
+		struct vnode *n = st->runs[i].f->node;
+
+		/* On failure the cache may hold bytes coil never took (@bad,
+		 * or any object whose writes were then not sent). */
+		if (err < 0)
+			rcache_drop(&st->rc, n);
+		n->wb_runs = 0;
+	}
+	st->nruns = 0;
+	st->wb_used = 0;
+	return err < 0 ? err_to_sqlite(err, SQLITE_IOERR_WRITE) : SQLITE_OK;
 }
 
 static int wbuf_flush(struct vstore *st)
@@ -430,14 +396,15 @@ static int wbuf_flush(struct vstore *st)
 	return rc;
 }
 
-/* Wait only for writes to @node: reads and sizes of other objects need
- * not wait for theirs. */
+/* Flush only when @node has writes pending: reads and sizes of other
+ * objects need not wait. */
 static int wbuf_flush_node(struct vstore *st, struct vnode *node)
 {
-	int rc;
+	int rc = SQLITE_OK;
 
 	pthread_mutex_lock(&st->wmu);
-	rc = wbuf_wait_locked(st, node, WB_NODE);
+	if (node->wb_runs > 0)
+		rc = wbuf_flush_locked(st);
 	pthread_mutex_unlock(&st->wmu);
 	return rc;
 }
@@ -641,9 +608,11 @@ static int64_t obj_read(struct vfile *f, unsigned char *p, size_t len,
 	size_t got = 0;
 	int rc;
 
-	rc = wbuf_wait_locked(st, f->node, WB_NODE);
-	if (rc != SQLITE_OK)
-		return -EIO;
+	if (f->node->wb_runs > 0) {
+		rc = wbuf_flush_locked(st);
+		if (rc != SQLITE_OK)
+			return -EIO;
+	}
 	while (got < len) {
 		int64_t n = coil_pread(f->obj, p + got, len - got, off + got);
 
@@ -743,29 +712,25 @@ static int vfile_write(sqlite3_file *file, const void *buf, int amt,
 		return SQLITE_IOERR_WRITE;
 	pthread_mutex_lock(&st->wmu);
 	st->n_writes++;
-	/* Between objects, a barrier: every earlier write to another object
-	 * completes in coil before this one is sent, so a page never reaches
-	 * the store before the journal record that undoes it, and a journal
-	 * header is never rewritten (PERSIST, synchronous=OFF) ahead of the
-	 * pages it commits.  Only writes to one object overlap in flight;
-	 * SQLite orders those itself with checksums (journal records, WAL
-	 * frames) or a sync (database pages). */
-	rc = wbuf_wait_locked(st, f->node, WB_OTHERS);
-	if (rc != SQLITE_OK)
-		goto out;
-	if (st->cur >= 0) {
-		struct wslot *w = &st->slots[st->cur];
-
-		if (w->f != f || (uint64_t)off != w->off + w->len ||
-		    w->len + len > WSLOT_BYTES)
-			wslot_submit_locked(st);
-	}
-	if (len > WSLOT_BYTES) {
-		size_t done = 0;
-
+	/* A journal or WAL rewriting its own bytes (a header) while other
+	 * objects have writes pending: send those first, so the rewrite can
+	 * never land ahead of the pages it commits or invalidates.  Appends
+	 * need no such care: a journal record that lands before the pages
+	 * of an earlier spill only restores a page not yet changed. */
+	if (!(f->flags & SQLITE_OPEN_MAIN_DB) && (uint64_t)off < f->node->size &&
+	    st->nruns > (uint32_t)f->node->wb_runs) {
 		rc = wbuf_flush_locked(st);
 		if (rc != SQLITE_OK)
 			goto out;
+	}
+	if (st->wb_used + len > WB_BYTES || st->nruns == WB_RUNS) {
+		rc = wbuf_flush_locked(st);
+		if (rc != SQLITE_OK)
+			goto out;
+	}
+	if (len > WB_BYTES) {
+		size_t done = 0;
+
 		while (done < len) {
 			int64_t n = coil_pwrite(f->obj, p + done, len - done,
 						(uint64_t)off + done);
@@ -778,20 +743,25 @@ static int vfile_write(sqlite3_file *file, const void *buf, int amt,
 			}
 			done += (size_t)n;
 		}
-		rcache_write(&st->rc, f->node, (uint64_t)off, p, len);
-		goto out;
-	}
-	if (st->cur < 0) {
-		struct wslot *w;
+	} else {
+		struct wrun *r = st->nruns ? &st->runs[st->nruns - 1] : NULL;
 
-		st->cur = wslot_get_locked(st);
-		w = &st->slots[st->cur];
-		w->f = f;
-		w->off = (uint64_t)off;
-		w->len = 0;
+		if (r && r->f == f && r->off + r->len == (uint64_t)off &&
+		    r->at + r->len == st->wb_used) {
+			r->len += (uint32_t)len;
+		} else {
+			r = &st->runs[st->nruns++];
+			r->f = f;
+			r->off = (uint64_t)off;
+			r->len = (uint32_t)len;
+			r->at = st->wb_used;
+			f->node->wb_runs++;
+		}
+		memcpy(st->wb + st->wb_used, p, len);
+		st->wb_used += (uint32_t)len;
 	}
-	memcpy(st->slots[st->cur].buf + st->slots[st->cur].len, p, len);
-	st->slots[st->cur].len += len;
+	if ((uint64_t)off + len > f->node->size)
+		f->node->size = (uint64_t)off + len;
 	rcache_write(&st->rc, f->node, (uint64_t)off, p, len);
 out:
 	pthread_mutex_unlock(&st->wmu);
@@ -810,6 +780,7 @@ static int vfile_truncate(sqlite3_file *file, sqlite3_int64 size)
 	rc = wbuf_flush_locked(f->st);
 	if (rc == SQLITE_OK) {
 		rcache_drop(&f->st->rc, f->node);
+		f->node->size = (uint64_t)size;
 		rc = coil_obj_truncate(f->obj, (uint64_t)size);
 		rc = rc < 0 ? err_to_sqlite(rc, SQLITE_IOERR_TRUNCATE) : SQLITE_OK;
 	}
@@ -1232,6 +1203,16 @@ static int vfs_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *file,
 		rc = SQLITE_NOMEM;
 		goto out;
 	}
+	if (f->node->refs == 1) {
+		/* The first handle: learn where the object ends, so a write
+		 * can tell an append from a rewrite. */
+		uint64_t size = 0;
+
+		crc = coil_obj_size(f->obj, &size);
+		pthread_mutex_lock(&st->wmu);
+		f->node->size = crc == 0 ? size : UINT64_MAX;
+		pthread_mutex_unlock(&st->wmu);
+	}
 	f->st = st;
 	f->flags = flags;
 	f->base.pMethods = &vfile_methods;
@@ -1281,9 +1262,12 @@ static int vfs_delete(sqlite3_vfs *vfs, const char *name, int sync_dir)
 	 * an object still open keeps its node, whose cached chunks go. */
 	pthread_mutex_lock(&st->wmu);
 	rc = wbuf_flush_locked(st);
-	for (node = st->nodes; node; node = node->next)
-		if (!strcmp(node->name, name))
+	for (node = st->nodes; node; node = node->next) {
+		if (!strcmp(node->name, name)) {
 			rcache_drop(&st->rc, node);
+			node->size = 0;
+		}
+	}
 	pthread_mutex_unlock(&st->wmu);
 	if (rc == SQLITE_OK) {
 		crc = coil_obj_remove(st->s, name);
