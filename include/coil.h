@@ -77,35 +77,49 @@ COIL_API void coil_options_init(struct coil_options *o);
 
 /* Open (or with COIL_CREATE, create) the store at @path.
  * @o may be NULL for all defaults.  On success *@out holds the store, valid
- * until coil_close().
- * @return 0, or -EINVAL (bad option), -ENOENT (missing, no COIL_CREATE),
- *   -EBUSY (open in another process or handle), -EIO (not a coil store or
- *   both superblocks corrupt), -ENOSPC (size too small), -ENOMEM, or the errno
- *   of a failed system call. */
+ * until coil_close(); on failure *@out is NULL.
+ * COIL_CREATE makes a store only where there is none: a missing or empty
+ * regular file (sized to o->size), or a block device with no valid coil
+ * superblock (sized by the device).  A non-empty file that is not a store is
+ * -EIO, never overwritten.  Opening recovers from a crash (journal replay);
+ * then, unless COIL_RDONLY, a checkpoint makes the recovered state the new
+ * base.  COIL_RDONLY recovers in memory only and writes nothing.
+ * @return 0, or -EINVAL (bad option or path), -ENOENT (missing, no
+ *   COIL_CREATE), -EBUSY (open in this or another process), -EIO (not a coil
+ *   store, both superblocks corrupt, its checkpoint corrupt, or a device read
+ *   failed during recovery), -ENOSPC (size too small), -ENOMEM, or the errno
+ *   of a failed system call (-EACCES, -EISDIR...). */
 COIL_API int coil_open(const char *path, const struct coil_options *o,
                        coil_store **out);
 
 /* Flush, checkpoint and release the store.  Every object handle must be
  * closed first (-EBUSY otherwise, and nothing is released).  Accepts NULL
- * (returns 0).  Waits for all operations in flight.
- * @return 0, or the first error met while flushing (the store is still
- *   released). */
+ * (returns 0).  Waits for all operations in flight.  Not from a callback
+ * (-EDEADLK).
+ * @return 0, -EBADF (already closed), -EBUSY, or the first error met while
+ *   flushing (the store is still released). */
 COIL_API int coil_close(coil_store *s);
 
 /* Open the object @name (1..COIL_NAME_MAX bytes, NUL-terminated).
  * @flags: 0, COIL_CREATE, COIL_CREATE|COIL_EXCL.  *@out is valid until
- * coil_obj_close(); many handles may name the same object.
+ * coil_obj_close(); many handles may name the same object.  A create is
+ * ordered with the writes after it and durable with the next flush.
  * @return 0, -EINVAL, -ENAMETOOLONG, -ENOENT, -EEXIST, -EROFS (create on a
- *   read-only store), -ENOSPC (object table full), -EBADF (store closing). */
+ *   read-only store), -ENOMEM, -EBADF (store closed), -EAGAIN (from a
+ *   callback, when the store's queue of metadata operations is full). */
 COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
                            coil_obj **out);
 
 /* Close an object handle after its operations in flight complete.  Accepts
- * NULL (returns 0). */
+ * NULL (returns 0).  A closed handle is detected (-EBADF) while its store is
+ * open.  Not from a callback (-EDEADLK). */
 COIL_API int coil_obj_close(coil_obj *o);
 
-/* Remove the object @name.  Open handles to it then fail with -EBADF;
- * its space is released.  @return 0, -ENOENT, -EINVAL, -EROFS. */
+/* Remove the object @name.  Open handles to it then fail with -EBADF (close
+ * them as usual); the name is free at once; its space is released (reused
+ * after the next checkpoint).  Writes submitted before the remove and still
+ * in flight complete but are dropped.
+ * @return 0, -ENOENT, -EINVAL, -ENAMETOOLONG, -EROFS, -EBADF (store closed). */
 COIL_API int coil_obj_remove(coil_store *s, const char *name);
 
 /* *@size = the end of the furthest write or the last truncate.
@@ -113,17 +127,25 @@ COIL_API int coil_obj_remove(coil_store *s, const char *name);
 COIL_API int coil_obj_size(coil_obj *o, uint64_t *size);
 
 /* Set the object's size; growing adds a hole (reads as zeros), shrinking
- * drops data past @size.  Ordered after every write submitted before it.
- * @return 0, -EINVAL, -EBADF, -EROFS, -EFBIG, -EIO. */
+ * drops data past @size.  Ordered after every write submitted before it:
+ * the call waits until the truncate took its turn.  Not from a callback
+ * (-EDEADLK).
+ * @return 0, -EINVAL, -EBADF, -EROFS, -EFBIG (past 2^60), -EIO. */
 COIL_API int coil_obj_truncate(coil_obj *o, uint64_t size);
 
 /* Write @len bytes of @buf at @off, asynchronously.  @buf must stay valid
  * and unchanged until @cb runs.  The write is atomic: after any crash it is
  * wholly present or wholly absent.  Overlapping writes apply in submission
- * order.  @cb receives @len or a negative errno.
+ * order.  Once @cb has run with success the write survives the process
+ * being killed; after a later coil_flush, it survives power loss.
+ * @cb (may be NULL) receives @len or a negative errno (-EIO device error,
+ * -ENOSPC store full).
  * @return 0 when submitted (then @cb runs exactly once), or a negative errno
- *   and @cb never runs: -EINVAL (NULL buf with len > 0, off + len overflows),
- *   -EFBIG (past the largest object), -EBADF, -EROFS. */
+ *   and @cb never runs: -EINVAL (NULL buf with len > 0, off + len overflows,
+ *   len > 16 MiB: one write is one journal record), -EFBIG (off + len past
+ *   2^60), -EBADF, -EROFS, -EIO (the store failed a write before and
+ *   accepts no more), -EAGAIN (from a callback, when all 512 write contexts
+ *   are busy; outside callbacks the call waits for one). */
 COIL_API int coil_write(coil_obj *o, const void *buf, size_t len, uint64_t off,
                         coil_cb cb, void *arg);
 
@@ -131,14 +153,19 @@ COIL_API int coil_write(coil_obj *o, const void *buf, size_t len, uint64_t off,
  * short at the end of the object, 0 at or past it; holes read as zeros.
  * Sees every write that completed before this call.  @buf must stay valid
  * until @cb runs.  @cb receives the byte count or a negative errno; -EIO
- * means a checksum or device failure and no wrong bytes are ever delivered.
- * @return 0 when submitted, or a negative errno (then @cb never runs). */
+ * means a checksum or device failure and no wrong bytes are ever delivered
+ * (the buffer's contents are then unspecified).
+ * @return 0 when submitted, or a negative errno (then @cb never runs):
+ *   -EINVAL, -EBADF, -ENOMEM, -EAGAIN (from a callback, all 512 read
+ *   contexts busy). */
 COIL_API int coil_read(coil_obj *o, void *buf, size_t len, uint64_t off,
                        coil_cb cb, void *arg);
 
 /* Make durable every write that completed before this call.  Concurrent
- * flushes share one device flush.  @cb receives 0 or a negative errno.
- * @return 0 when submitted, or a negative errno (then @cb never runs). */
+ * flushes share one device flush.  @cb (required) receives 0 or a negative
+ * errno.
+ * @return 0 when submitted, or a negative errno (then @cb never runs):
+ *   -EINVAL, -EBADF, -EROFS, -ENOMEM. */
 COIL_API int coil_flush(coil_store *s, coil_cb cb, void *arg);
 
 /* A hint: read [@off, @off + @len) into the cache ahead of demand.
@@ -146,7 +173,8 @@ COIL_API int coil_flush(coil_store *s, coil_cb cb, void *arg);
  *   -EBADF. */
 COIL_API int coil_prefetch(coil_obj *o, uint64_t off, uint64_t len);
 
-/* Synchronous wrappers of coil_write / coil_read / coil_flush.
+/* Synchronous wrappers of coil_write / coil_read / coil_flush: they wait
+ * on the calling thread.  Not from a callback (-EDEADLK).
  * @return bytes written or read (or 0), or a negative errno. */
 COIL_API int64_t coil_pwrite(coil_obj *o, const void *buf, size_t len,
                              uint64_t off);
