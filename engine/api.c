@@ -101,6 +101,9 @@ COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 		journal_release_meta(s);
 	if (rc == 0) {
 		journal_kick(s);
+		/* issue 8: without a stream the handle reads without
+		 * readahead; not a reason to fail the open */
+		readahead_open(h);
 		*out = h;
 	}
 	return rc;
@@ -125,6 +128,11 @@ COIL_API int coil_obj_close(coil_obj *h)
 		return -EBADF; /* closed concurrently */
 	}
 	__atomic_store_n(&h->magic, HANDLE_MAGIC_DEAD, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&s->mlock);
+	/* issue 8: cancel its readahead and wait for the prefetch I/O (the
+	 * stream maps units through h->obj, so before the put) */
+	readahead_close(h);
+	pthread_mutex_lock(&s->mlock);
 	object_put(s, h->obj);
 	h->obj = NULL;
 	h->next = s->handles_free;
@@ -198,6 +206,7 @@ COIL_API int coil_obj_truncate(coil_obj *h, uint64_t size)
 		return atomic_load(&h->s->broken);
 	if (engine_on_coil_thread(h->s))
 		return -EDEADLK;
+	readahead_on_truncate(h, size); /* issue 8: cancel past the cut */
 	return meta_truncate(h->s, h->obj, size);
 }
 
@@ -267,10 +276,10 @@ COIL_API int coil_prefetch(coil_obj *h, uint64_t off, uint64_t len)
 		return rc;
 	if (coil_add_overflows(off, len, &end))
 		return -EINVAL;
-	/* Admission lands with issue 8 (prefetch/ + the cache); until then
-	 * a hint is counted and dropped, which the API allows. */
+	/* issue 8: admitted through the handle's readahead stream (dropped
+	 * when prefetch or the cache is off, which the API allows) */
 	stat_add(&h->s->st.prefetch_hints, 1);
-	return 0;
+	return readahead_hint(h, off, len);
 }
 
 /* ---- synchronous wrappers ------------------------------------------------ */

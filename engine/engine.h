@@ -26,6 +26,12 @@
 #include "pool/pool.h"
 #include "uring/uring.h"
 
+/* issue 8: cache/ and readahead types, used by pointer only */
+struct cache;
+struct cache_entry;
+struct ra_stream;
+struct ra_store;
+
 #define STORE_MAGIC 0x4c494f43u      /* "COIL" */
 #define STORE_MAGIC_DEAD 0x44414544u /* "DEAD" */
 #define HANDLE_MAGIC 0x4a424f43u     /* "COBJ" */
@@ -84,6 +90,8 @@ struct coil_obj {
 	struct object *obj;
 	_Atomic uint32_t inflight;
 	struct coil_obj *next;     /* free list / open list */
+	struct ra_stream *ra;      /* issue 8: readahead stream (readahead.c),
+				    * NULL when prefetch or the cache is off */
 };
 
 /* One journal entry: a record waiting for its ticket's turn. */
@@ -167,6 +175,13 @@ struct rblob {
 	int res;
 	struct uring_io io;
 	struct fmt_blob fb;
+	/* issue 8: the blob's cache key is {b->dev_off, gen}; ce is the cache
+	 * entry serving it (held until release); pf_next/pf_wait_ns link a
+	 * demand waiting for the prefetch job fetching this blob */
+	uint32_t gen;
+	const struct cache_entry *ce;
+	struct rblob *pf_next;
+	uint64_t pf_wait_ns;
 };
 
 struct rpiece {
@@ -328,6 +343,11 @@ struct coil_store {
 
 	struct engine_stats st;
 	struct coil_store *reg_next; /* process-wide registry */
+
+	/* issue 8: decoded-blob cache (NULL: cache_bytes 0) and the
+	 * store-wide readahead state (live streams, closed reports) */
+	struct cache *cache;
+	struct ra_store *ras;
 };
 
 /* ---- options.c ---- */
@@ -429,6 +449,39 @@ int coil_sync_internal(struct coil_store *s);
 
 /* ---- stats.c ---- */
 int engine_stats_json(struct coil_store *s, char *buf, size_t len);
+
+/* ---- issue 8: decoded-blob cache (rcache.c) and readahead (readahead.c);
+ * docs/readahead.md ---- */
+int bcache_init(struct coil_store *s);
+void bcache_destroy(struct coil_store *s);
+/* Cache lookup for a demand blob: sets rb->ce.  @return 1 hit, 0 miss. */
+int bcache_lookup(struct coil_store *s, struct rblob *rb);
+/* A buffer to decode a blob into (cache_alloc_value); NULL if no cache. */
+void *bcache_value_alloc(struct coil_store *s, uint32_t len);
+/* Insert rb->dec (from bcache_value_alloc, decoded): on success the cache
+ * owns it (rb->dec = NULL) and rb->ce serves the read. */
+void bcache_publish(struct coil_store *s, struct rblob *rb);
+void bcache_release(struct coil_store *s, struct rblob *rb);
+/* A segment is reused: drop its old entries early (memory only; keys with
+ * the old generation can never be looked up again). */
+void bcache_invalidate_seg(struct coil_store *s, uint32_t idx);
+int bcache_stats_json(struct coil_store *s, char *buf, size_t len);
+int readahead_store_init(struct coil_store *s);
+void readahead_store_destroy(struct coil_store *s);
+int readahead_open(struct coil_obj *h);
+/* Cancels, waits for the stream's prefetch I/O, merges its report. */
+void readahead_close(struct coil_obj *h);
+/* Demand for blob @rb of read @r.  @return 0 read it; 1 it waits for a
+ * prefetch (read_blob_resume follows); 2 settled (rb->ce, or rb->res). */
+int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb);
+void readahead_on_read(struct coil_obj *h, uint64_t off, uint64_t len);
+void readahead_on_write(struct coil_obj *h, uint64_t off, uint64_t len);
+void readahead_on_truncate(struct coil_obj *h, uint64_t size);
+int readahead_hint(struct coil_obj *h, uint64_t off, uint64_t len);
+int readahead_stats_json(struct coil_store *s, char *buf, size_t len);
+/* read.c: a blob that waited for a prefetch continues (rb->ce or rb->res
+ * set, or neither: its own ring read is issued now). */
+void read_blob_resume(struct rblob *rb);
 
 /* ---- util ---- */
 static inline void stat_add(_Atomic uint64_t *c, uint64_t v)

@@ -15,14 +15,17 @@
  * device failure makes the whole read -EIO; no byte of a failed blob is ever
  * copied out.
  *
- * Seam for issue 8 (decoded-blob cache, prefetch): a compressed blob's
- * decoded bytes land in rb->dec; that is where a cache lookup (before the
- * ring read) and an insert (after decode) go, keyed by the blob's dev_off and
- * its segment's gen (struct seg.gen). */
+ * Issue 8 (decoded-blob cache, readahead; engine/rcache.c, readahead.c):
+ * each blob is looked up in the cache (key: dev_off + its segment's gen)
+ * before any I/O; a miss whose unit a prefetch has queued or in flight
+ * waits for that job (no thread blocks: read_blob_resume continues it) or
+ * takes its retained failure; otherwise it is read here, and a compressed
+ * blob is decoded straight into a cache value and inserted. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/cache.h"
 #include "engine/engine.h"
 
 static struct rreq *rreq_get(struct coil_store *s)
@@ -93,8 +96,9 @@ static void read_release(struct coil_store *s, struct rreq *r)
 	for (uint32_t i = 0; i < r->nrb; i++) {
 		struct rblob *rb = &r->rb[i];
 		bufpool_put(&s->bp, rb->iobuf);
-		bufpool_put(&s->bp, rb->dec);
+		bufpool_put(&s->bp, rb->dec); /* not pooled: freed */
 		rb->iobuf = rb->dec = NULL;
+		bcache_release(s, rb);
 		atomic_fetch_sub(&s->segs[seg_of(s, rb->b->dev_off)].readers, 1);
 		blobd_unref(rb->b);
 		rb->b = NULL;
@@ -121,7 +125,9 @@ static void read_finish(struct rreq *r)
 			struct rblob *rb = &r->rb[pc->blob];
 			const uint8_t *src;
 
-			if (rb->b->codec == FMT_CODEC_RAW)
+			if (rb->ce)
+				src = rb->ce->data + pc->skip;
+			else if (rb->b->codec == FMT_CODEC_RAW)
 				src = rb->iobuf + (rb->b->dev_off - rb->rd_off) +
 				      pc->skip;
 			else if (rb->direct)
@@ -152,10 +158,12 @@ static void read_decoded(struct pool_req *preq, void *arg)
 
 	(void)preq;
 	for (uint32_t i = 0; i < r->ntasks; i++) {
+		struct rblob *rb = &r->rb[r->task_blob[i]];
 		if (r->tasks[i].result < 0) {
-			struct rblob *rb = &r->rb[r->task_blob[i]];
 			rb->res = -EIO;
 			stat_add(&r->s->st.csum_failures, 1);
+		} else if (rb->dec) {
+			bcache_publish(r->s, rb);
 		}
 	}
 	read_finish(r);
@@ -169,7 +177,7 @@ static void read_all_done(struct rreq *r)
 
 	for (uint32_t i = 0; i < r->nrb; i++) {
 		struct rblob *rb = &r->rb[i];
-		if (rb->res == 0 && rb->b->codec != FMT_CODEC_RAW)
+		if (rb->res == 0 && rb->b->codec != FMT_CODEC_RAW && !rb->ce)
 			n++;
 	}
 	if (n == 0 || r->status) {
@@ -197,11 +205,16 @@ static void read_all_done(struct rreq *r)
 		struct rblob *rb = &r->rb[i];
 		struct pool_task *t;
 
-		if (rb->res != 0 || rb->b->codec == FMT_CODEC_RAW)
+		if (rb->res != 0 || rb->b->codec == FMT_CODEC_RAW || rb->ce)
 			continue;
-		rb->direct = rb->npieces == 1 && r->pc[rb->piece].skip == 0 &&
+		/* With a cache, decode into a cache value (inserted after
+		 * the decode) and copy out: a memcpy next to a decode, and a
+		 * re-read of the blob then costs no I/O. */
+		rb->direct = !s->cache && rb->npieces == 1 && r->pc[rb->piece].skip == 0 &&
 			     r->pc[rb->piece].len == rb->b->logical_len;
 		if (!rb->direct)
+			rb->dec = bcache_value_alloc(s, rb->b->logical_len);
+		if (!rb->direct && !rb->dec)
 			rb->dec = bufpool_get(&s->bp, rb->b->logical_len);
 		if (!rb->direct && !rb->dec) {
 			rb->res = -ENOMEM;
@@ -276,7 +289,23 @@ static void read_nop_done(struct uring_io *io, int res)
 	struct rreq *r = io->arg;
 
 	(void)res;
-	read_finish(r);
+	read_all_done(r);
+}
+
+void read_blob_resume(struct rblob *rb)
+{
+	struct rreq *r = rb->r;
+
+	if (rb->res == 0 && !rb->ce) {
+		/* the prefetch did not bring it (evicted, no memory, or a
+		 * different blob by now): read it ourselves */
+		int rc = uring_submit(r->s->ring, &rb->io);
+		if (rc < 0)
+			read_io_done(&rb->io, rc);
+		return;
+	}
+	if (atomic_fetch_sub(&r->pending, 1) == 1)
+		read_all_done(r);
 }
 
 /* Add the piece [skip, skip+len) of blob b for destination offset dst. */
@@ -311,6 +340,9 @@ static int add_piece(struct coil_store *s, struct rreq *r, struct blobd *b,
 		rb->npieces = 0;
 		rb->piece = r->npc;
 		rb->direct = false;
+		rb->gen = s->segs[seg_of(s, b->dev_off)].gen;
+		rb->ce = NULL;
+		rb->pf_next = NULL;
 	} else {
 		struct rblob *rb = &r->rb[bi];
 		rb->lo = COIL_MIN(rb->lo, skip);
@@ -386,6 +418,8 @@ int engine_read(struct coil_obj *h, void *buf, size_t len, uint64_t off,
 		struct blobd *b = rb->b;
 		uint64_t a, z;
 
+		if (bcache_lookup(s, rb))
+			continue;
 		blobd_to_fmt(b, &rb->fb);
 		if (b->codec == FMT_CODEC_RAW) {
 			a = b->dev_off + COIL_ALIGN_DOWN(rb->lo, FMT_BLOCK);
@@ -407,24 +441,43 @@ int engine_read(struct coil_obj *h, void *buf, size_t len, uint64_t off,
 	}
 	atomic_fetch_add(&s->ops_inflight, 1);
 	atomic_fetch_add(&h->inflight, 1);
-	if (r->nrb == 0) {
-		/* Holes or EOF only: complete on the ring thread anyway, so
-		 * callbacks never run inside the submitting call. */
+	/* One extra count held until every blob is on its way, so no
+	 * completion finishes the read while blobs are still being set up. */
+	atomic_store(&r->pending, r->nrb + 1);
+	for (uint32_t i = 0; i < r->nrb; i++) {
+		struct rblob *rb = &r->rb[i];
+
+		switch (readahead_demand(h, r, rb)) {
+		case 1: /* waits for a prefetch: read_blob_resume */
+			continue;
+		case 2: /* served by the cache, or the prefetch's failure */
+			atomic_fetch_sub(&r->pending, 1);
+			continue;
+		default:
+			break;
+		}
+		rc = uring_submit(s->ring, &rb->io);
+		if (rc < 0)
+			read_io_done(&rb->io, rc);
+	}
+	readahead_on_read(h, off, r->len ? r->len : len);
+	if (atomic_fetch_sub(&r->pending, 1) == 1) {
+		/* Nothing left in flight (holes, EOF, cache hits): complete
+		 * on the ring thread anyway, so callbacks never run inside
+		 * the submitting call. */
 		uring_io_prep(&r->nop, URING_OP_NOP, NULL, 0, 0, read_nop_done,
 			      r);
 		rc = uring_submit(s->ring, &r->nop);
 		if (rc < 0) {
-			atomic_fetch_sub(&h->inflight, 1);
-			atomic_fetch_sub(&s->ops_inflight, 1);
-			rreq_put(s, r);
+			if (r->nrb == 0) {
+				atomic_fetch_sub(&h->inflight, 1);
+				atomic_fetch_sub(&s->ops_inflight, 1);
+				read_release(s, r);
+				rreq_put(s, r);
+				return rc;
+			}
+			read_all_done(r); /* blobs done: finish here */
 		}
-		return rc;
-	}
-	atomic_store(&r->pending, r->nrb);
-	for (uint32_t i = 0; i < r->nrb; i++) {
-		rc = uring_submit(s->ring, &r->rb[i].io);
-		if (rc < 0)
-			read_io_done(&r->rb[i].io, rc);
 	}
 	return 0;
 }

@@ -94,6 +94,7 @@ static int seg_open_next(struct coil_store *s)
 			continue;
 		g->state = SEG_ACTIVE;
 		g->gen++;
+		bcache_invalidate_seg(s, i); /* issue 8: old tenant's bytes */
 		g->live = 0;
 		s->active = i;
 		s->active_head = FMT_BLOCK;

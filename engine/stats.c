@@ -171,14 +171,16 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  (unsigned long long)ps.submits_eagain,
 		  (unsigned long long)ps.max_consecutive_same_req,
 		  (unsigned long long)ps.cpu_ns);
-	sb_printf(&b, "\"cache\":{\"bytes_max\":%llu,\"bytes\":0,\"hits\":0,"
-		  "\"misses\":0,\"evictions\":0},",
-		  (unsigned long long)s->cache_bytes);
-	sb_printf(&b, "\"prefetch\":{\"enabled\":%s,\"hints\":%llu,"
-		  "\"admitted\":0,\"coalesced\":0,\"completed\":0,"
-		  "\"ready_before_demand\":0,\"demand_waits\":0,"
-		  "\"cancelled\":0,\"failed\":0}}",
-		  s->prefetch ? "true" : "false", LD(s->st.prefetch_hints));
+	{
+		/* issue 8: cache statistics and the merged prefetch report */
+		char cj[1024], pj[2048];
+
+		if (bcache_stats_json(s, cj, sizeof(cj)) < 0)
+			strcpy(cj, "{}");
+		if (readahead_stats_json(s, pj, sizeof(pj)) < 0)
+			strcpy(pj, "{}");
+		sb_printf(&b, "\"cache\":%s,\"prefetch\":%s}", cj, pj);
+	}
 	if (b.err) {
 		rc = b.err;
 	} else {

@@ -92,6 +92,8 @@ static void store_free(struct coil_store *s)
 	if (s->ring)
 		uring_destroy(s->ring);
 	s->ring = NULL;
+	readahead_store_destroy(s); /* issue 8 */
+	bcache_destroy(s);
 	objtab_destroy(s);
 	journal_destroy(s);
 	reqs_destroy(s);
@@ -452,6 +454,11 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	po.mode = o->pool_mode == COIL_POOL_SEMAPHORE ? POOL_MODE_SEMAPHORE :
 							POOL_MODE_FAIR;
 	rc = pool_create(&po, &s->pool);
+	if (rc < 0)
+		goto fail_reg;
+	rc = bcache_init(s); /* issue 8: cache and readahead */
+	if (rc == 0)
+		rc = readahead_store_init(s);
 	if (rc < 0)
 		goto fail_reg;
 	if (!s->rdonly) {

@@ -378,6 +378,7 @@ int engine_write(struct coil_obj *h, const void *buf, size_t len, uint64_t off,
 	w = wreq_get(s);
 	if (!w)
 		return -EAGAIN;
+	readahead_on_write(h, off, len); /* issue 8: overwrite of the window */
 	for (pos = off; pos < end; n++)
 		pos = COIL_MIN(COIL_ALIGN_DOWN(pos, mb) + mb, end);
 	rc = wreq_reserve(w, n ? n : 1);

@@ -1,0 +1,855 @@
+/* engine/readahead.c — readahead: one prefetch stream per open handle.
+ *
+ * Each coil_obj with prefetch on (and a cache to publish into) owns a
+ * ra_stream: the readahead policy (struct ra_state), the admission state
+ * machine (struct pf_machine, prefetch/) and RA_JOBS job slots, the bound on
+ * this stream's prefetch I/O in flight.  docs/readahead.md has the picture.
+ *
+ *   demand read   read.c calls readahead_demand per blob: a blob whose unit
+ *                 is queued is promoted (pf_begin_unit) and started now; a
+ *                 blob in flight gets the read's rblob hooked on the job
+ *                 (no thread waits: the job's completion resumes it); a
+ *                 retained failure of that very blob is the read's error
+ *   after it      readahead_on_read: ra_on_read -> pf_apply (admit, cancel
+ *                 on a pattern change) -> start queued work in free slots
+ *   job           map the unit to its stored blobs (mlock), ring read each
+ *                 into a buffer, DECODE on the pool (or verify raw sectors),
+ *                 cache_insert(CACHE_INSERT_PREFETCH), pf_complete, resume
+ *                 the waiters, start more work
+ *
+ * Cancellation bumps the machine's generation (pf_cancel_all): queued work
+ * is dropped at once; a job in flight finishes its I/O (its buffers and the
+ * blob references are returned then) and is discarded by generation: its
+ * bytes go to the cache only if a demand read is waiting for them.  Close
+ * waits for every job to finish before the stream is freed.
+ *
+ * Locks: st->mu (the machine, the policy, the job slots) -> s->mlock (to map
+ * a unit to blobs and read the object size).  Never held across a ring or
+ * pool submit (a pool worker's uring_submit may wait for the ring thread,
+ * which may need st->mu to complete a job), nor across a user callback.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/cache.h"
+#include "engine/engine.h"
+#include "prefetch/prefetch.h"
+
+/* Job slots per stream: prefetch I/O in flight is bounded by this.  The
+ * policy's window tops out at 8 blobs (docs/prefetch.md); readahead uses at
+ * most RA_JOBS_AHEAD slots so a demand read can always promote its queued
+ * unit into one of the others instead of waiting behind the FIFO. */
+#define RA_JOBS 12u
+#define RA_JOBS_AHEAD 8u
+/* Admitted, not yet started work (the pf_machine queue bound). */
+#define RA_QUEUE_CAP 16u
+/* Stored blobs fetched per unit.  A unit is one max_blob chunk of the
+ * object; writes cut blobs at those boundaries, so it is one blob unless
+ * small overwrites split it.  More than this: the rest is read on demand. */
+#define RA_JOB_BLOBS 4u
+/* Retained failures remembered with the key of the blob that failed, so a
+ * failure surfaces only to a demand for the same stored blob (an overwrite
+ * after the failure gives the range a new blob, which reads normally). */
+#define RA_FAILS 16u
+
+struct ra_jblob {
+	struct blobd *b;
+	struct ra_job *job;
+	uint32_t gen;
+	uint32_t rd_len;
+	uint64_t rd_off;
+	uint8_t *iobuf;         /* stored bytes (raw blobs: == val) */
+	uint8_t *val;           /* decoded bytes, from cache_alloc_value */
+	int res;
+	struct uring_io io;
+	struct fmt_blob fb;
+};
+
+struct ra_job {
+	struct ra_stream *st;
+	struct pf_work w;
+	bool busy;
+	uint32_t nb;
+	_Atomic uint32_t pending;
+	struct rblob *waiters;  /* demand reads resumed at completion */
+	struct ra_job *next;    /* start list */
+	struct pool_req preq;
+	uint32_t ntasks;
+	uint32_t task_blob[RA_JOB_BLOBS];
+	struct pool_task tasks[RA_JOB_BLOBS];
+	struct ra_jblob bl[RA_JOB_BLOBS];
+};
+
+struct ra_fail {
+	struct pf_unit u;
+	uint64_t dev_off;
+	uint32_t gen;
+	int err;
+};
+
+struct ra_stream {
+	struct coil_store *s;
+	struct object *obj;
+	uint64_t obj_id;
+	pthread_mutex_t mu;
+	pthread_cond_t idle;
+	struct pf_machine m;
+	struct ra_state ra;
+	uint32_t busy;          /* job slots in use */
+	bool closing;
+	bool cancel_pending;    /* pf_finish_cancellation once idle */
+	uint32_t nfails;
+	struct ra_fail fails[RA_FAILS];
+	struct ra_stream *next, *prev;
+	struct ra_job jobs[RA_JOBS];
+};
+
+/* Store-wide: the live streams and what closed ones reported. */
+struct ra_store {
+	pthread_mutex_t mu;
+	struct ra_stream *live;
+	uint64_t streams;
+	struct pf_report closed;
+	struct ra_stats ra_closed;
+	_Atomic uint64_t jobs_started, blobs_fetched, blobs_skipped;
+	_Atomic uint64_t discarded_blobs, demand_promotions, fail_mismatch;
+};
+
+static void ra_stats_add(struct ra_stats *a, const struct ra_stats *b)
+{
+	a->reads += b->reads;
+	a->sequential_reads += b->sequential_reads;
+	a->random_reads += b->random_reads;
+	a->rereads += b->rereads;
+	a->windows_grown += b->windows_grown;
+	a->blobs_advised += b->blobs_advised;
+	a->hints += b->hints;
+	for (int i = 0; i < 5; i++)
+		a->cancels[i] += b->cancels[i];
+}
+
+int readahead_store_init(struct coil_store *s)
+{
+	struct ra_store *rs = calloc(1, sizeof(*rs));
+
+	if (!rs)
+		return -ENOMEM;
+	pthread_mutex_init(&rs->mu, NULL);
+	s->ras = rs;
+	return 0;
+}
+
+void readahead_store_destroy(struct coil_store *s)
+{
+	struct ra_store *rs = s->ras;
+
+	if (!rs)
+		return;
+	COIL_ASSERT(rs->live == NULL);
+	pthread_mutex_destroy(&rs->mu);
+	free(rs);
+	s->ras = NULL;
+}
+
+static struct ra_stream *stream_of(struct coil_obj *h)
+{
+	return __atomic_load_n(&h->ra, __ATOMIC_ACQUIRE);
+}
+
+static uint64_t unit_of(const struct coil_store *s, uint64_t off)
+{
+	return off / s->max_blob;
+}
+
+/* The distinct stored blobs mapping unit @u of @o, at most @max, with their
+ * segments' generations.  mlock held. */
+static uint32_t unit_map(struct coil_store *s, struct object *o, uint64_t u,
+			 struct blobd **bv, uint32_t *gv, uint32_t max)
+{
+	struct extmap_iter it;
+	const struct ext *e;
+	uint64_t lo = u * s->max_blob, hi;
+	uint32_t n = 0;
+
+	if (o->removed || lo >= o->size)
+		return 0;
+	hi = COIL_MIN(lo + s->max_blob, o->size);
+	extmap_iter_init(&it, &o->map, lo);
+	while (n < max && (e = extmap_iter_next(&it)) && e->off < hi) {
+		bool dup = false;
+
+		for (uint32_t i = 0; i < n; i++)
+			dup |= bv[i] == e->b;
+		if (dup)
+			continue;
+		bv[n] = e->b;
+		gv[n] = s->segs[seg_of(s, e->b->dev_off)].gen;
+		n++;
+	}
+	return n;
+}
+
+/* pf_resident_fn: every stored blob of the unit is in the cache. */
+static bool unit_resident(void *arg, struct pf_unit id)
+{
+	struct ra_stream *st = arg;
+	struct coil_store *s = st->s;
+	struct blobd *bv[RA_JOB_BLOBS];
+	uint32_t gv[RA_JOB_BLOBS], n;
+	bool all = true;
+
+	pthread_mutex_lock(&s->mlock);
+	n = unit_map(s, st->obj, id.blob, bv, gv, RA_JOB_BLOBS);
+	for (uint32_t i = 0; i < n && all; i++) {
+		struct cache_key k = { bv[i]->dev_off, gv[i] };
+		all = cache_contains(s->cache, &k) == 1;
+	}
+	pthread_mutex_unlock(&s->mlock);
+	return n > 0 && all;
+}
+
+static struct ra_job *job_take(struct ra_stream *st)
+{
+	for (uint32_t i = 0; i < RA_JOBS; i++) {
+		if (!st->jobs[i].busy) {
+			st->jobs[i].busy = true;
+			st->busy++;
+			return &st->jobs[i];
+		}
+	}
+	return NULL;
+}
+
+static void job_put(struct ra_stream *st, struct ra_job *j)
+{
+	COIL_ASSERT(j->busy && st->busy > 0);
+	j->busy = false;
+	j->nb = 0;
+	j->waiters = NULL;
+	if (--st->busy == 0)
+		pthread_cond_broadcast(&st->idle);
+}
+
+/* Map the job's unit to blobs and take buffers (st->mu held).  Blobs
+ * already cached are skipped.  @return blobs to read. */
+static uint32_t job_prepare(struct ra_stream *st, struct ra_job *j)
+{
+	struct coil_store *s = st->s;
+	struct blobd *bv[RA_JOB_BLOBS];
+	uint32_t gv[RA_JOB_BLOBS], n;
+
+	j->nb = 0;
+	j->waiters = NULL;
+	pthread_mutex_lock(&s->mlock);
+	n = unit_map(s, st->obj, j->w.id.blob, bv, gv, RA_JOB_BLOBS);
+	for (uint32_t i = 0; i < n; i++) {
+		struct cache_key k = { bv[i]->dev_off, gv[i] };
+		struct ra_jblob *jb;
+
+		if (cache_contains(s->cache, &k) == 1)
+			continue;
+		jb = &j->bl[j->nb++];
+		jb->b = bv[i];
+		jb->gen = gv[i];
+		blobd_ref(jb->b);
+		/* the segment cannot be freed while a read holds it */
+		atomic_fetch_add(&s->segs[seg_of(s, jb->b->dev_off)].readers, 1);
+	}
+	pthread_mutex_unlock(&s->mlock);
+
+	for (uint32_t i = 0; i < j->nb; i++) {
+		struct ra_jblob *jb = &j->bl[i];
+		struct blobd *b = jb->b;
+
+		jb->job = j;
+		jb->res = 0;
+		jb->iobuf = jb->val = NULL;
+		blobd_to_fmt(b, &jb->fb);
+		if (b->codec == FMT_CODEC_RAW) {
+			/* raw blobs start 4 KiB aligned: read the whole blob
+			 * straight into the cache value */
+			jb->rd_off = b->dev_off;
+			jb->rd_len = (uint32_t)COIL_ALIGN_UP(b->logical_len,
+							     FMT_BLOCK);
+			jb->val = cache_alloc_value(jb->rd_len);
+			jb->iobuf = jb->val;
+		} else {
+			uint64_t a = COIL_ALIGN_DOWN(b->dev_off, FMT_BLOCK);
+			uint64_t z = COIL_ALIGN_UP(b->dev_off + b->stored_len,
+						   FMT_BLOCK);
+			jb->rd_off = a;
+			jb->rd_len = (uint32_t)(z - a);
+			jb->val = cache_alloc_value(b->logical_len);
+			jb->iobuf = jb->val ? bufpool_get(&s->bp, jb->rd_len) :
+					      NULL;
+		}
+		if (!jb->val || !jb->iobuf)
+			jb->res = 1; /* no memory: skipped, not a failure */
+	}
+	return j->nb;
+}
+
+static void job_finish(struct ra_job *j);
+
+static void job_decoded(struct pool_req *preq, void *arg)
+{
+	struct ra_job *j = arg;
+
+	(void)preq;
+	for (uint32_t i = 0; i < j->ntasks; i++) {
+		if (j->tasks[i].result < 0) {
+			j->bl[j->task_blob[i]].res = -EIO;
+			stat_add(&j->st->s->st.csum_failures, 1);
+		}
+	}
+	job_finish(j);
+}
+
+static void job_io_all_done(struct ra_job *j)
+{
+	struct coil_store *s = j->st->s;
+
+	j->ntasks = 0;
+	for (uint32_t i = 0; i < j->nb; i++) {
+		struct ra_jblob *jb = &j->bl[i];
+		struct pool_task *t;
+
+		if (jb->res != 0 || jb->b->codec == FMT_CODEC_RAW)
+			continue;
+		t = &j->tasks[j->ntasks];
+		memset(t, 0, sizeof(*t));
+		t->kind = POOL_TASK_DECODE_BLOB;
+		t->u.decode.blob = &jb->fb;
+		t->u.decode.stored = jb->iobuf + (jb->b->dev_off - jb->rd_off);
+		t->u.decode.stored_len = jb->b->stored_len;
+		t->u.decode.dst = jb->val;
+		t->u.decode.dst_cap = jb->b->logical_len;
+		j->task_blob[j->ntasks++] = i;
+	}
+	if (j->ntasks == 0) {
+		job_finish(j);
+		return;
+	}
+	if (pool_submit(s->pool, &j->preq, j->tasks, j->ntasks, job_decoded,
+			j, POOL_NONBLOCK) == 0)
+		return;
+	/* Saturated: decode here, as the demand path does (bounded work; the
+	 * ring thread never waits on the pool). */
+	stat_add(&s->st.inline_decodes, 1);
+	pthread_mutex_lock(&s->zmu);
+	for (uint32_t i = 0; i < j->ntasks; i++) {
+		struct pool_task *t = &j->tasks[i];
+		t->result = fmt_blob_decode(s->zd, NULL, t->u.decode.blob,
+					    t->u.decode.stored,
+					    t->u.decode.stored_len,
+					    t->u.decode.dst,
+					    t->u.decode.dst_cap);
+	}
+	pthread_mutex_unlock(&s->zmu);
+	job_decoded(&j->preq, j);
+}
+
+static void job_io_done(struct uring_io *io, int res)
+{
+	struct ra_jblob *jb = io->arg;
+	struct ra_job *j = jb->job;
+	struct coil_store *s = j->st->s;
+
+	if (res >= 0 && (uint32_t)res != jb->rd_len)
+		res = -EIO;
+	if (res < 0) {
+		jb->res = res;
+	} else if (jb->b->codec == FMT_CODEC_RAW &&
+		   fmt_blob_verify_sectors(&jb->fb, 0, jb->iobuf,
+					   jb->b->logical_len) < 0) {
+		jb->res = -EIO;
+		stat_add(&s->st.csum_failures, 1);
+	}
+	stat_add(&s->st.dev_bytes_read, jb->rd_len);
+	if (atomic_fetch_sub(&j->pending, 1) == 1)
+		job_io_all_done(j);
+}
+
+/* Submit the prepared jobs of a start list (no lock held). */
+static void jobs_submit(struct ra_job *list)
+{
+	while (list) {
+		struct ra_job *j = list;
+		struct coil_store *s = j->st->s;
+
+		list = j->next;
+		j->next = NULL;
+		atomic_fetch_add(&s->ras->jobs_started, 1);
+		atomic_store(&j->pending, j->nb + 1);
+		for (uint32_t i = 0; i < j->nb; i++) {
+			struct ra_jblob *jb = &j->bl[i];
+			int rc;
+
+			if (jb->res != 0) {
+				atomic_fetch_sub(&j->pending, 1);
+				continue;
+			}
+			uring_io_prep(&jb->io, URING_OP_READ, jb->iobuf,
+				      jb->rd_len, jb->rd_off, job_io_done, jb);
+			rc = uring_submit(s->ring, &jb->io);
+			if (rc < 0)
+				job_io_done(&jb->io, rc);
+		}
+		if (atomic_fetch_sub(&j->pending, 1) == 1)
+			job_io_all_done(j);
+	}
+}
+
+static void fail_record(struct ra_stream *st, struct pf_unit u,
+			const struct ra_jblob *jb)
+{
+	struct ra_fail *f = &st->fails[st->nfails++ % RA_FAILS];
+
+	f->u = u;
+	f->dev_off = jb->b->dev_off;
+	f->gen = jb->gen;
+	f->err = jb->res;
+}
+
+/* The retained failure of unit @u applies to blob @rb only if it is that
+ * very stored blob. */
+static bool fail_matches(struct ra_stream *st, struct pf_unit u,
+			 const struct rblob *rb)
+{
+	uint32_t n = COIL_MIN(st->nfails, RA_FAILS);
+
+	for (uint32_t i = 0; i < n; i++) {
+		const struct ra_fail *f = &st->fails[i];
+		if (pf_unit_eq(f->u, u) && f->dev_off == rb->b->dev_off &&
+		    f->gen == rb->gen)
+			return true;
+	}
+	return false;
+}
+
+/* Start queued work in free slots (st->mu held); prepared jobs are pushed
+ * on *@list for jobs_submit after the unlock. */
+static void dispatch(struct ra_stream *st, struct ra_job **list)
+{
+	struct pf_work w;
+
+	while (!st->closing && st->busy < RA_JOBS_AHEAD &&
+	       pf_queue_len(&st->m) > 0) {
+		struct ra_job *j = job_take(st);
+
+		if (!j || pf_begin_next(&st->m, &w) != 1) {
+			if (j)
+				job_put(st, j);
+			break;
+		}
+		j->st = st;
+		j->w = w;
+		if (job_prepare(st, j) == 0) {
+			/* a hole, or all of it cached meanwhile */
+			pf_complete(&st->m, &w, 0);
+			job_put(st, j);
+			continue;
+		}
+		j->next = *list;
+		*list = j;
+	}
+	if (st->cancel_pending && pf_is_idle(&st->m)) {
+		pf_finish_cancellation(&st->m, NULL, NULL);
+		st->nfails = 0;
+		st->cancel_pending = false;
+	}
+}
+
+static void job_finish(struct ra_job *j)
+{
+	struct ra_stream *st = j->st;
+	struct coil_store *s = st->s;
+	struct ra_job *list = NULL;
+	struct rblob *waiters, *rb;
+	bool fenced;
+	int err = 0;
+	uint64_t now;
+
+	for (uint32_t i = 0; i < j->nb; i++)
+		if (j->bl[i].res < 0 && err == 0)
+			err = j->bl[i].res;
+	pthread_mutex_lock(&st->mu);
+	fenced = j->w.gen != pf_generation(&st->m);
+	waiters = j->waiters;
+	pthread_mutex_unlock(&st->mu);
+
+	/* Publish outside st->mu.  A fenced job's bytes are still the right
+	 * bytes for their key (keys never change meaning), but nobody asked
+	 * for them: return the memory unless a demand read is waiting. */
+	for (uint32_t i = 0; i < j->nb; i++) {
+		struct ra_jblob *jb = &j->bl[i];
+
+		if (jb->res == 0 && (!fenced || waiters)) {
+			struct cache_key k = { jb->b->dev_off, jb->gen };
+			int rc = cache_insert(s->cache, &k, jb->val,
+					      jb->b->logical_len,
+					      fenced ? 0 : CACHE_INSERT_PREFETCH,
+					      NULL);
+			if (rc >= 0)
+				jb->val = NULL;
+			atomic_fetch_add(&s->ras->blobs_fetched, 1);
+		} else if (jb->res == 0) {
+			atomic_fetch_add(&s->ras->discarded_blobs, 1);
+		} else if (jb->res > 0) {
+			atomic_fetch_add(&s->ras->blobs_skipped, 1);
+		}
+		if (jb->b->codec != FMT_CODEC_RAW)
+			bufpool_put(&s->bp, jb->iobuf);
+		cache_free_value(jb->val);
+		jb->iobuf = jb->val = NULL;
+	}
+
+	now = coil_now_ns();
+	pthread_mutex_lock(&st->mu);
+	waiters = j->waiters;
+	if (pf_complete(&st->m, &j->w, err) == PF_FAILED) {
+		for (uint32_t i = 0; i < j->nb; i++)
+			if (j->bl[i].res < 0)
+				fail_record(st, j->w.id, &j->bl[i]);
+	}
+	for (rb = waiters; rb; rb = rb->pf_next) {
+		int e = 0;
+		int rc = pf_resolve_demand(&st->m, j->w.id,
+					   now - rb->pf_wait_ns, &e);
+
+		(void)rc;
+		/* the read's own blob decides: its failure is the read's
+		 * error; success leaves the blob in the cache */
+		for (uint32_t i = 0; i < j->nb; i++) {
+			if (j->bl[i].b == rb->b && j->bl[i].gen == rb->gen &&
+			    j->bl[i].res < 0)
+				rb->res = j->bl[i].res;
+		}
+	}
+	for (uint32_t i = 0; i < j->nb; i++) {
+		struct ra_jblob *jb = &j->bl[i];
+		atomic_fetch_sub(&s->segs[seg_of(s, jb->b->dev_off)].readers, 1);
+		blobd_unref(jb->b);
+		jb->b = NULL;
+	}
+	job_put(st, j);
+	dispatch(st, &list);
+	pthread_mutex_unlock(&st->mu);
+	/* From here the stream may be gone (close waits only for the slots),
+	 * unless the start list holds slots again. */
+	jobs_submit(list);
+	while (waiters) {
+		rb = waiters;
+		waiters = rb->pf_next;
+		rb->pf_next = NULL;
+		if (rb->res == 0)
+			bcache_lookup(s, rb);
+		read_blob_resume(rb);
+	}
+}
+
+int readahead_open(struct coil_obj *h)
+{
+	struct coil_store *s = h->s;
+	struct ra_stream *st;
+	struct ra_config cfg;
+	int rc;
+
+	__atomic_store_n(&h->ra, NULL, __ATOMIC_RELEASE);
+	if (!s->prefetch || !s->cache || !s->ras)
+		return 0; /* readahead needs somewhere to publish */
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	st->s = s;
+	st->obj = h->obj;
+	st->obj_id = h->obj->id;
+	ra_config_init(&cfg, s->max_blob);
+	rc = ra_init(&st->ra, &cfg);
+	if (rc == 0)
+		rc = pf_init(&st->m, RA_QUEUE_CAP, 0);
+	if (rc < 0) {
+		free(st);
+		return rc;
+	}
+	for (uint32_t i = 0; i < RA_JOBS; i++)
+		st->jobs[i].st = st;
+	pthread_mutex_init(&st->mu, NULL);
+	pthread_cond_init(&st->idle, NULL);
+	pthread_mutex_lock(&s->ras->mu);
+	st->next = s->ras->live;
+	if (st->next)
+		st->next->prev = st;
+	s->ras->live = st;
+	s->ras->streams++;
+	pthread_mutex_unlock(&s->ras->mu);
+	__atomic_store_n(&h->ra, st, __ATOMIC_RELEASE);
+	return 0;
+}
+
+static void apply(struct ra_stream *st, const struct ra_advice *adv)
+{
+	if (adv->cancel != RA_CANCEL_NONE)
+		st->cancel_pending = true;
+	if (adv->kind == RA_NONE && adv->cancel == RA_CANCEL_NONE)
+		return;
+	pf_apply(&st->m, &st->ra, st->obj_id, adv, unit_resident, st,
+		 coil_now_ns());
+}
+
+void readahead_close(struct coil_obj *h)
+{
+	struct ra_stream *st = __atomic_exchange_n(&h->ra, NULL,
+						   __ATOMIC_ACQ_REL);
+	struct ra_store *rs;
+	struct ra_advice adv;
+	struct pf_report rep;
+
+	if (!st)
+		return;
+	rs = st->s->ras;
+	pthread_mutex_lock(&st->mu);
+	st->closing = true;
+	ra_on_close(&st->ra, &adv);
+	apply(st, &adv);
+	/* in-flight jobs hold buffers, blob references and segment readers:
+	 * wait for their I/O to end before the stream goes away */
+	while (st->busy)
+		pthread_cond_wait(&st->idle, &st->mu);
+	pf_finish_cancellation(&st->m, NULL, NULL);
+	pf_report_get(&st->m, &rep);
+	pthread_mutex_unlock(&st->mu);
+
+	pthread_mutex_lock(&rs->mu);
+	if (st->prev)
+		st->prev->next = st->next;
+	else
+		rs->live = st->next;
+	if (st->next)
+		st->next->prev = st->prev;
+	pf_report_merge(&rs->closed, &rep);
+	ra_stats_add(&rs->ra_closed, &st->ra.stats);
+	pthread_mutex_unlock(&rs->mu);
+
+	pf_destroy(&st->m);
+	pthread_mutex_destroy(&st->mu);
+	pthread_cond_destroy(&st->idle);
+	free(st);
+}
+
+static uint64_t obj_size(struct ra_stream *st)
+{
+	uint64_t size;
+
+	pthread_mutex_lock(&st->s->mlock);
+	size = st->obj->removed ? 0 : st->obj->size;
+	pthread_mutex_unlock(&st->s->mlock);
+	return size;
+}
+
+int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb)
+{
+	struct ra_stream *st = stream_of(h);
+	struct coil_store *s = h->s;
+	struct ra_job *list = NULL, *j;
+	struct pf_unit u;
+	struct pf_work w;
+	int obs, ret = 0, e = 0;
+
+	if (!st)
+		return rb->ce ? 2 : 0;
+	u.obj_id = st->obj_id;
+	u.blob = unit_of(s, r->off + r->pc[rb->piece].dst);
+	pthread_mutex_lock(&st->mu);
+	obs = pf_observe_demand(&st->m, u);
+	if (rb->ce) {
+		/* served by the cache; consume a published prefetch of the
+		 * unit so the report counts it ready before demand */
+		if (obs == PF_OBS_READY)
+			pf_resolve_demand(&st->m, u, PF_NOT_WAITED, &e);
+		ret = 2;
+		goto out;
+	}
+	if (obs == PF_OBS_QUEUED && !st->closing &&
+	    st->busy < RA_JOBS && (j = job_take(st))) {
+		/* promote it: start it now, then wait for it like any job */
+		if (pf_begin_unit(&st->m, u, &w) != 1) {
+			job_put(st, j);
+		} else {
+			atomic_fetch_add(&s->ras->demand_promotions, 1);
+			j->st = st;
+			j->w = w;
+			if (job_prepare(st, j) == 0) {
+				pf_complete(&st->m, &w, 0);
+				job_put(st, j);
+			} else {
+				j->next = list;
+				list = j;
+			}
+			obs = PF_OBS_IN_FLIGHT;
+		}
+	}
+	if (obs == PF_OBS_IN_FLIGHT) {
+		for (uint32_t i = 0; i < RA_JOBS && !ret; i++) {
+			j = &st->jobs[i];
+			if (!j->busy || !pf_unit_eq(j->w.id, u))
+				continue;
+			for (uint32_t k = 0; k < j->nb; k++) {
+				if (j->bl[k].b == rb->b &&
+				    j->bl[k].gen == rb->gen &&
+				    j->bl[k].res == 0) {
+					rb->pf_wait_ns = coil_now_ns();
+					rb->pf_next = j->waiters;
+					j->waiters = rb;
+					ret = 1;
+					break;
+				}
+			}
+		}
+	} else if (obs == PF_OBS_READY || obs == PF_OBS_FAILED) {
+		if (pf_resolve_demand(&st->m, u, PF_NOT_WAITED, &e) ==
+			    PF_RES_FAILED) {
+			if (fail_matches(st, u, rb)) {
+				rb->res = e;
+				ret = 2;
+			} else {
+				atomic_fetch_add(&s->ras->fail_mismatch, 1);
+			}
+		}
+		/* READY but not in the cache: evicted, read it */
+	}
+out:
+	pthread_mutex_unlock(&st->mu);
+	jobs_submit(list);
+	return ret;
+}
+
+void readahead_on_read(struct coil_obj *h, uint64_t off, uint64_t len)
+{
+	struct ra_stream *st = stream_of(h);
+	struct ra_job *list = NULL;
+	struct ra_advice adv;
+
+	if (!st)
+		return;
+	pthread_mutex_lock(&st->mu);
+	if (ra_on_read(&st->ra, off, len, obj_size(st), &adv) == 0)
+		apply(st, &adv);
+	dispatch(st, &list);
+	pthread_mutex_unlock(&st->mu);
+	jobs_submit(list);
+}
+
+void readahead_on_write(struct coil_obj *h, uint64_t off, uint64_t len)
+{
+	struct ra_stream *st = stream_of(h);
+	struct ra_job *list = NULL;
+	struct ra_advice adv;
+
+	if (!st)
+		return;
+	pthread_mutex_lock(&st->mu);
+	if (ra_on_write(&st->ra, off, len, &adv) == 0)
+		apply(st, &adv);
+	dispatch(st, &list);
+	pthread_mutex_unlock(&st->mu);
+	jobs_submit(list);
+}
+
+void readahead_on_truncate(struct coil_obj *h, uint64_t size)
+{
+	struct ra_stream *st = stream_of(h);
+	struct ra_job *list = NULL;
+	struct ra_advice adv;
+
+	if (!st)
+		return;
+	pthread_mutex_lock(&st->mu);
+	if (ra_on_truncate(&st->ra, size, &adv) == 0)
+		apply(st, &adv);
+	dispatch(st, &list);
+	pthread_mutex_unlock(&st->mu);
+	jobs_submit(list);
+}
+
+int readahead_hint(struct coil_obj *h, uint64_t off, uint64_t len)
+{
+	struct ra_stream *st = stream_of(h);
+	struct ra_job *list = NULL;
+	struct ra_advice adv;
+	int rc;
+
+	if (!st)
+		return 0; /* prefetch off: a hint may be dropped */
+	pthread_mutex_lock(&st->mu);
+	rc = ra_on_hint(&st->ra, off, len, obj_size(st), &adv);
+	if (rc == 0 && adv.kind != RA_NONE)
+		rc = pf_apply(&st->m, NULL, st->obj_id, &adv, unit_resident,
+			      st, coil_now_ns());
+	dispatch(st, &list);
+	pthread_mutex_unlock(&st->mu);
+	jobs_submit(list);
+	return rc < 0 ? rc : 0;
+}
+
+int readahead_stats_json(struct coil_store *s, char *buf, size_t len)
+{
+	struct ra_store *rs = s->ras;
+	struct pf_report rep;
+	struct ra_stats ras;
+	char rj[1024];
+	uint64_t open = 0;
+
+	memset(&rep, 0, sizeof(rep));
+	memset(&ras, 0, sizeof(ras));
+	if (rs) {
+		pthread_mutex_lock(&rs->mu);
+		rep = rs->closed;
+		ras = rs->ra_closed;
+		for (struct ra_stream *st = rs->live; st; st = st->next) {
+			struct pf_report r1;
+
+			pthread_mutex_lock(&st->mu);
+			pf_report_get(&st->m, &r1);
+			ra_stats_add(&ras, &st->ra.stats);
+			pthread_mutex_unlock(&st->mu);
+			pf_report_merge(&rep, &r1);
+			open++;
+		}
+		pthread_mutex_unlock(&rs->mu);
+	}
+	if (pf_report_to_json(&rep, rj, sizeof(rj)) < 0)
+		rj[0] = 0;
+#define U(x) ((unsigned long long)(x))
+	return snprintf(buf, len,
+		"{\"enabled\":%s,\"hints\":%llu,\"streams_open\":%llu,"
+		"\"streams_total\":%llu,\"jobs_started\":%llu,"
+		"\"blobs_fetched\":%llu,\"blobs_skipped_nomem\":%llu,"
+		"\"blobs_discarded\":%llu,\"demand_promotions\":%llu,"
+		"\"failures_not_matching\":%llu,\"report\":%s,"
+		"\"readahead\":{\"reads\":%llu,\"sequential_reads\":%llu,"
+		"\"random_reads\":%llu,\"rereads\":%llu,\"windows_grown\":%llu,"
+		"\"blobs_advised\":%llu,\"hints\":%llu,\"cancel_pattern\":%llu,"
+		"\"cancel_overwrite\":%llu,\"cancel_truncate\":%llu,"
+		"\"cancel_close\":%llu}}",
+		s->prefetch && s->cache ? "true" : "false",
+		U(atomic_load(&s->st.prefetch_hints)), U(open),
+		U(rs ? rs->streams : 0),
+		U(rs ? atomic_load(&rs->jobs_started) : 0),
+		U(rs ? atomic_load(&rs->blobs_fetched) : 0),
+		U(rs ? atomic_load(&rs->blobs_skipped) : 0),
+		U(rs ? atomic_load(&rs->discarded_blobs) : 0),
+		U(rs ? atomic_load(&rs->demand_promotions) : 0),
+		U(rs ? atomic_load(&rs->fail_mismatch) : 0),
+		rj[0] ? rj : "{}",
+		U(ras.reads), U(ras.sequential_reads), U(ras.random_reads),
+		U(ras.rereads), U(ras.windows_grown), U(ras.blobs_advised),
+		U(ras.hints), U(ras.cancels[RA_CANCEL_PATTERN]),
+		U(ras.cancels[RA_CANCEL_OVERWRITE]),
+		U(ras.cancels[RA_CANCEL_TRUNCATE]),
+		U(ras.cancels[RA_CANCEL_CLOSE]));
+#undef U
+}
