@@ -24,7 +24,7 @@
  *     waits: a page never reaches the store before the journal record that
  *     undoes it, and a journal header is never rewritten ahead of the pages
  *     it commits (docs/sqlite.md has the argument);
- *   - a chunk cache per store (vfs_rcache.h), written through, so SQLite's
+ *   - a chunk cache per store (vfs_cache.h), written through, so SQLite's
  *     page re-reads rarely cost a coil round trip.
  *
  * Temp databases and statement journals (and nameless files) go to the
@@ -47,7 +47,7 @@ SQLITE_EXTENSION_INIT1
 #include "coil.h"
 #include "coil_vfs.h"
 #include "coil_vfs_internal.h"
-#include "vfs_rcache.h"
+#include "vfs_cache.h"
 
 #define VFS_NAME "coil"
 #define VFS_PATHNAME_MAX 512
@@ -59,7 +59,7 @@ SQLITE_EXTENSION_INIT1
 #define STORE_SIZE_DEFAULT (1ull << 30)
 #define STATS_JSON_MAX (1u << 20)
 #define STORE_BUSY_WAIT_MS 1000
-#define RCACHE_BYTES_DEFAULT (16ull << 20)
+#define VCACHE_BYTES_DEFAULT (16ull << 20)
 /* Bound on the heap WAL index: 4096 regions of 32 KiB index 16 M frames,
  * a 64 GiB WAL of 4 KiB pages. */
 #define SHM_REGIONS_MAX 4096
@@ -112,7 +112,7 @@ struct vstore {
 	int inflight;         /* under cmu */
 	int64_t werr;         /* first failed write of a send; cmu */
 	struct vnode *werr_node; /* ... and its object; cmu */
-	struct rcache rc;     /* chunk cache, under wmu */
+	struct vcache rc;     /* chunk cache, under wmu */
 	/* Counters for PRAGMA coil_vfs_stats, under wmu. */
 	uint64_t n_reads, n_read_calls, n_writes, n_write_calls, n_syncs;
 };
@@ -237,8 +237,8 @@ static int store_io_init(struct vstore *st)
 	st->wb = malloc(WB_BYTES);
 	st->runs = calloc(WB_RUNS, sizeof(*st->runs));
 	if (!st->wb || !st->runs ||
-	    rcache_init(&st->rc, bytes_from_env("COIL_SQLITE_CACHE",
-						RCACHE_BYTES_DEFAULT))) {
+	    vcache_init(&st->rc, bytes_from_env("COIL_SQLITE_CACHE",
+						VCACHE_BYTES_DEFAULT))) {
 		free(st->wb);
 		free(st->runs);
 		return -ENOMEM;
@@ -254,7 +254,7 @@ static void store_io_fini(struct vstore *st)
 	pthread_cond_destroy(&st->ccv);
 	pthread_mutex_destroy(&st->cmu);
 	pthread_mutex_destroy(&st->wmu);
-	rcache_fini(&st->rc);
+	vcache_fini(&st->rc);
 	free(st->runs);
 	free(st->wb);
 }
@@ -378,7 +378,7 @@ static int wbuf_flush_locked(struct vstore *st)
 		/* On failure the cache may hold bytes coil never took (@bad,
 		 * or any object whose writes were then not sent). */
 		if (err < 0)
-			rcache_drop(&st->rc, n);
+			vcache_drop(&st->rc, n);
 		n->wb_runs = 0;
 	}
 	st->nruns = 0;
@@ -517,7 +517,7 @@ static void node_put(struct vstore *st, struct vnode *node)
 	/* The cache keys on the node's address, which a later node may
 	 * reuse. */
 	pthread_mutex_lock(&st->wmu);
-	rcache_drop(&st->rc, node);
+	vcache_drop(&st->rc, node);
 	pthread_mutex_unlock(&st->wmu);
 	for (pp = &st->nodes; *pp; pp = &(*pp)->next) {
 		if (*pp == node) {
@@ -632,34 +632,34 @@ static int64_t obj_read(struct vfile *f, unsigned char *p, size_t len,
 static int64_t cached_read(struct vfile *f, unsigned char *p, size_t len,
 			   uint64_t off)
 {
-	struct rcache *rc = &f->st->rc;
+	struct vcache *rc = &f->st->rc;
 	size_t done = 0;
 
 	while (done < len) {
 		uint64_t pos = off + done;
-		uint64_t chunk = pos - pos % RCACHE_CHUNK;
+		uint64_t chunk = pos - pos % VCACHE_CHUNK;
 		uint32_t a = (uint32_t)(pos - chunk), clen = 0;
 		size_t want = len - done;
 		unsigned char *data;
 		int32_t slot;
 		int64_t n;
 
-		if (want > RCACHE_CHUNK - a)
-			want = RCACHE_CHUNK - a;
-		data = rcache_lookup(rc, f->node, chunk, &clen);
+		if (want > VCACHE_CHUNK - a)
+			want = VCACHE_CHUNK - a;
+		data = vcache_lookup(rc, f->node, chunk, &clen);
 		/* A chunk cut short by the end of the object may since have
 		 * grown past it: past clen, ask coil again. */
 		if (!data || a + want > clen) {
-			slot = rcache_fill_begin(rc, f->node, chunk, &data);
+			slot = vcache_fill_begin(rc, f->node, chunk, &data);
 			if (slot < 0)
 				return -ENOMEM;
-			n = obj_read(f, data, RCACHE_CHUNK, chunk);
+			n = obj_read(f, data, VCACHE_CHUNK, chunk);
 			if (n < 0) {
-				rcache_fill_abort(rc, slot);
+				vcache_fill_abort(rc, slot);
 				return n;
 			}
 			clen = (uint32_t)n;
-			rcache_fill_done(rc, slot, clen);
+			vcache_fill_done(rc, slot, clen);
 		}
 		if (a >= clen)
 			break;
@@ -667,7 +667,7 @@ static int64_t cached_read(struct vfile *f, unsigned char *p, size_t len,
 			want = clen - a;
 		memcpy(p + done, data + a, want);
 		done += want;
-		if (a + want < RCACHE_CHUNK && a + want == clen)
+		if (a + want < VCACHE_CHUNK && a + want == clen)
 			break; /* the end of the object */
 	}
 	return (int64_t)done;
@@ -736,7 +736,7 @@ static int vfile_write(sqlite3_file *file, const void *buf, int amt,
 						(uint64_t)off + done);
 			st->n_write_calls++;
 			if (n <= 0) {
-				rcache_drop(&st->rc, f->node);
+				vcache_drop(&st->rc, f->node);
 				rc = err_to_sqlite(n ? n : -EIO,
 						   SQLITE_IOERR_WRITE);
 				goto out;
@@ -762,7 +762,7 @@ static int vfile_write(sqlite3_file *file, const void *buf, int amt,
 	}
 	if ((uint64_t)off + len > f->node->size)
 		f->node->size = (uint64_t)off + len;
-	rcache_write(&st->rc, f->node, (uint64_t)off, p, len);
+	vcache_write(&st->rc, f->node, (uint64_t)off, p, len);
 out:
 	pthread_mutex_unlock(&st->wmu);
 	return rc;
@@ -779,7 +779,7 @@ static int vfile_truncate(sqlite3_file *file, sqlite3_int64 size)
 	pthread_mutex_lock(&f->st->wmu);
 	rc = wbuf_flush_locked(f->st);
 	if (rc == SQLITE_OK) {
-		rcache_drop(&f->st->rc, f->node);
+		vcache_drop(&f->st->rc, f->node);
 		f->node->size = (uint64_t)size;
 		rc = coil_obj_truncate(f->obj, (uint64_t)size);
 		rc = rc < 0 ? err_to_sqlite(rc, SQLITE_IOERR_TRUNCATE) : SQLITE_OK;
@@ -923,7 +923,7 @@ static int vfile_pragma_vfs_stats(struct vfile *f, char **args)
 		(unsigned long long)st->n_writes,
 		(unsigned long long)st->n_write_calls,
 		(unsigned long long)__atomic_load_n(&st->n_syncs, __ATOMIC_RELAXED),
-		(unsigned long long)st->rc.n * RCACHE_CHUNK,
+		(unsigned long long)st->rc.n * VCACHE_CHUNK,
 		(unsigned long long)st->rc.hits,
 		(unsigned long long)st->rc.misses);
 	pthread_mutex_unlock(&st->wmu);
@@ -1264,7 +1264,7 @@ static int vfs_delete(sqlite3_vfs *vfs, const char *name, int sync_dir)
 	rc = wbuf_flush_locked(st);
 	for (node = st->nodes; node; node = node->next) {
 		if (!strcmp(node->name, name)) {
-			rcache_drop(&st->rc, node);
+			vcache_drop(&st->rc, node);
 			node->size = 0;
 		}
 	}

@@ -1,4 +1,4 @@
-/* vfs_rcache.h — the VFS's chunk cache (private to sqlite/).
+/* vfs_cache.h — the VFS's chunk cache (private to sqlite/).
  *
  * A bounded cache of 64 KiB chunks of objects, keyed by (node, offset),
  * CLOCK eviction, written through by every write the VFS accepts, so it
@@ -8,26 +8,26 @@
  * and re-reads pages that fall out of its own cache; one chunk read serves
  * the 16 pages around it.  Not thread-safe: the caller holds the store's
  * I/O mutex. */
-#ifndef VFS_RCACHE_H
-#define VFS_RCACHE_H
+#ifndef VFS_CACHE_H
+#define VFS_CACHE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define RCACHE_CHUNK 65536u
+#define VCACHE_CHUNK 65536u
 
-struct rc_slot {
+struct vc_slot {
 	const void *key;
-	uint64_t off;  /* chunk offset, a multiple of RCACHE_CHUNK */
-	uint32_t len;  /* valid bytes; < RCACHE_CHUNK when the object ended */
+	uint64_t off;  /* chunk offset, a multiple of VCACHE_CHUNK */
+	uint32_t len;  /* valid bytes; < VCACHE_CHUNK when the object ended */
 	uint8_t used;
 	uint8_t ref;   /* CLOCK bit */
 	int32_t next;  /* hash chain */
 };
 
-struct rcache {
-	struct rc_slot *slots;
-	unsigned char *data; /* n * RCACHE_CHUNK */
+struct vcache {
+	struct vc_slot *slots;
+	unsigned char *data; /* n * VCACHE_CHUNK */
 	int32_t *buckets;
 	uint32_t n, nb, hand;
 	uint64_t hits, misses;
@@ -35,27 +35,27 @@ struct rcache {
 
 /* Allocate @bytes of chunks (rounded down; 0 disables the cache).
  * @return 0 or -ENOMEM. */
-int rcache_init(struct rcache *c, uint64_t bytes);
-void rcache_fini(struct rcache *c);
+int vcache_init(struct vcache *c, uint64_t bytes);
+void vcache_fini(struct vcache *c);
 
 /* The cached chunk at @off (a chunk offset), or NULL; *@len its valid
  * bytes. */
-unsigned char *rcache_lookup(struct rcache *c, const void *key, uint64_t off,
+unsigned char *vcache_lookup(struct vcache *c, const void *key, uint64_t off,
 			     uint32_t *len);
 
 /* A slot for the chunk at @off, evicting another; the caller fills it and
- * calls rcache_fill_done(), or rcache_fill_abort() when the read failed.
+ * calls vcache_fill_done(), or vcache_fill_abort() when the read failed.
  * @return the slot index, or -1 when the cache is disabled. */
-int32_t rcache_fill_begin(struct rcache *c, const void *key, uint64_t off,
+int32_t vcache_fill_begin(struct vcache *c, const void *key, uint64_t off,
 			  unsigned char **data);
-void rcache_fill_done(struct rcache *c, int32_t slot, uint32_t len);
-void rcache_fill_abort(struct rcache *c, int32_t slot);
+void vcache_fill_done(struct vcache *c, int32_t slot, uint32_t len);
+void vcache_fill_abort(struct vcache *c, int32_t slot);
 
 /* Write through: update every cached chunk [@off, @off + @len) touches. */
-void rcache_write(struct rcache *c, const void *key, uint64_t off,
+void vcache_write(struct vcache *c, const void *key, uint64_t off,
 		  const unsigned char *buf, size_t len);
 
 /* Forget every chunk of @key (truncate, remove, node freed, write error). */
-void rcache_drop(struct rcache *c, const void *key);
+void vcache_drop(struct vcache *c, const void *key);
 
 #endif
