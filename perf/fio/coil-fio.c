@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -413,17 +414,38 @@ struct coil_td {
 	struct io_u **events;		/* the last getevents() batch */
 };
 
-static void io_done(void *arg, int64_t res)
-{
-	struct io_u *io_u = arg;
-	struct coil_td *ct = io_u->engine_data;
+/* Per-io_u state, allocated once per io_u at setup (->io_u_init).  A write
+ * larger than one coil_write may take is sent in parts; the io_u completes
+ * when the last part does. */
+struct io_state {
+	struct coil_td *ct;
+	struct io_u *io_u;
+	atomic_uint parts;		/* completions still to come */
+	atomic_int err;			/* first error (positive errno) */
+	atomic_ullong bytes;		/* bytes moved by the parts */
+};
 
-	if (res < 0) {
-		io_u->error = (int)-res;
-	} else if (ddir_rw(io_u->ddir) &&
-		   (unsigned long long)res < io_u->xfer_buflen) {
-		io_u->resid = io_u->xfer_buflen - (unsigned long long)res;
-	}
+/* coil_write takes at most 16 MiB: one write is one journal record. */
+#define COIL_FIO_PART_MAX (16u << 20)
+
+/* @n parts finished with @res (bytes or -errno). */
+static void parts_done(struct io_state *st, int64_t res, unsigned int n)
+{
+	struct io_u *io_u = st->io_u;
+	struct coil_td *ct = st->ct;
+	unsigned long long bytes;
+	int zero = 0;
+
+	if (res < 0)
+		atomic_compare_exchange_strong(&st->err, &zero, (int)-res);
+	else
+		atomic_fetch_add(&st->bytes, (unsigned long long)res);
+	if (atomic_fetch_sub(&st->parts, n) != n)
+		return;
+	bytes = atomic_load(&st->bytes);
+	io_u->error = atomic_load(&st->err);
+	if (!io_u->error && ddir_rw(io_u->ddir) && bytes < io_u->xfer_buflen)
+		io_u->resid = io_u->xfer_buflen - bytes;
 	pthread_mutex_lock(&ct->lock);
 	/* fio never has more than iodepth io_us in flight. */
 	ct->done[(ct->done_head + ct->done_count) % ct->depth] = io_u;
@@ -431,6 +453,11 @@ static void io_done(void *arg, int64_t res)
 	if (ct->want && ct->done_count >= ct->want)
 		pthread_cond_signal(&ct->cond);
 	pthread_mutex_unlock(&ct->lock);
+}
+
+static void io_done(void *arg, int64_t res)
+{
+	parts_done(arg, res, 1);
 }
 
 static struct io_u *fio_coil_event(struct thread_data *td, int event)
@@ -505,7 +532,6 @@ static enum fio_q_status fio_coil_queue(struct thread_data *td,
 	}
 	if (ct->npending == ct->depth)
 		return FIO_Q_BUSY;
-	io_u->engine_data = ct;
 	ct->pending[ct->npending++] = io_u;
 	return FIO_Q_QUEUED;
 }
@@ -529,33 +555,74 @@ static int fio_coil_commit(struct thread_data *td)
 	}
 	for (i = 0; i < ct->npending; i++) {
 		struct io_u *io_u = ct->pending[i];
+		struct io_state *st = io_u->engine_data;
 		coil_obj *obj = io_u->file->engine_data;
-		int ret;
+		unsigned int nparts = 1, k;
+		int ret = 0;
 
+		if (io_u->ddir == DDIR_WRITE)
+			nparts = (unsigned int)((io_u->xfer_buflen +
+				  COIL_FIO_PART_MAX - 1) / COIL_FIO_PART_MAX);
+		if (!nparts)
+			nparts = 1;	/* a zero-length write still completes */
+		atomic_store(&st->parts, nparts);
+		atomic_store(&st->err, 0);
+		atomic_store(&st->bytes, 0);
 		switch (io_u->ddir) {
 		case DDIR_READ:
 			ret = coil_read(obj, io_u->xfer_buf, io_u->xfer_buflen,
-					io_u->offset, io_done, io_u);
+					io_u->offset, io_done, st);
+			k = 1;
 			break;
 		case DDIR_WRITE:
-			ret = coil_write(obj, io_u->xfer_buf, io_u->xfer_buflen,
-					 io_u->offset, io_done, io_u);
+			for (k = 0; k < nparts && ret >= 0; k++) {
+				unsigned long long off = (unsigned long long)k *
+							 COIL_FIO_PART_MAX;
+				unsigned long long len = io_u->xfer_buflen - off;
+
+				if (len > COIL_FIO_PART_MAX)
+					len = COIL_FIO_PART_MAX;
+				ret = coil_write(obj, (char *)io_u->xfer_buf + off,
+						 len, io_u->offset + off, io_done, st);
+			}
 			break;
 		case DDIR_SYNC:
 		case DDIR_DATASYNC:
 		case DDIR_SYNC_FILE_RANGE:
-			ret = coil_flush(ct->ref->store, io_done, io_u);
+			ret = coil_flush(ct->ref->store, io_done, st);
+			k = 1;
 			break;
 		default:
 			ret = -EOPNOTSUPP;
+			k = 1;
 			break;
 		}
+		/* The refused part and those never sent complete here. */
 		if (ret < 0)
-			io_done(io_u, ret);
+			parts_done(st, ret, nparts - k + 1);
 	}
 	io_u_mark_submit(td, ct->npending);
 	ct->npending = 0;
 	return 0;
+}
+
+static int fio_coil_io_u_init(struct thread_data *td, struct io_u *io_u)
+{
+	struct io_state *st = calloc(1, sizeof(*st));
+
+	if (!st)
+		return 1;
+	st->ct = td->io_ops_data;
+	st->io_u = io_u;
+	io_u->engine_data = st;
+	return 0;
+}
+
+static void fio_coil_io_u_free(struct thread_data fio_unused *td,
+			       struct io_u *io_u)
+{
+	free(io_u->engine_data);
+	io_u->engine_data = NULL;
 }
 
 static int fio_coil_open_file(struct thread_data *td, struct fio_file *f)
@@ -714,6 +781,8 @@ __attribute__((visibility("default"))) struct ioengine_ops ioengine = {
 	.open_file = fio_coil_open_file,
 	.close_file = fio_coil_close_file,
 	.unlink_file = fio_coil_unlink_file,
+	.io_u_init = fio_coil_io_u_init,
+	.io_u_free = fio_coil_io_u_free,
 	.options = options,
 	.option_struct_size = sizeof(struct coil_fio_options),
 };

@@ -73,6 +73,16 @@ else
 	bad "4 threads share one store"
 fi
 
+# 7a. requests above coil_write's 16 MiB limit are sent in parts
+if run --name=big --coil_store="$W/big.coil" --coil_compression=zstd:1 --filename=obj \
+	--rw=write --bsrange=15m-41m --bs_unaligned=1 --size=96m --iodepth=2 \
+	--verify=crc32c --do_verify=1 --buffer_compress_percentage=50 &&
+	grep -q "err= 0" "$W/out"; then
+	ok "verify with 15..41 MiB requests"
+else
+	bad "verify with 15..41 MiB requests"
+fi
+
 # 7b. two spellings of one store path are one store, not -EBUSY
 if (cd "$W" && run --thread --name=a --coil_store=sp.coil --filename=a --rw=write \
 	--bs=64k --size=2m --name=b --coil_store=./sp.coil --filename=b --rw=write \
