@@ -22,6 +22,9 @@
  * batch with coil_read()/coil_write()/coil_flush(), completions arrive on a
  * coil thread and are pushed into a bounded per-job completion ring that
  * ->getevents() waits on (honouring its timeout) and ->event() drains.
+ * DDIR_SYNC/DATASYNC become coil_flush; trims are refused (EOPNOTSUPP).
+ * A write larger than coil_write's 16 MiB limit goes out in parts that
+ * complete the io_u together (fio-level atomicity is not needed there).
  *
  * Setting COIL_FIO_STATS=FILE makes coil_stats_json() of each store be
  * written into FILE as it closes (used by perf/demo.sh and perf/bench_*).
