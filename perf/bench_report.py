@@ -231,7 +231,7 @@ def main():
          '```\n',
          'Jobs run as processes (no `thread=1`) cannot share a store: coil opens a store from one '
          'process at a time, and the second gets a clear error. `fsync=`/`fdatasync=` map to '
-         '`coil_flush`; trims are refused; requests above coil_write's 16 MiB limit are sent in parts. `verify=` works at any block size, including '
+         '`coil_flush`; trims are refused; requests above coil_write\'s 16 MiB limit are sent in parts. `verify=` works at any block size, including '
          '`bs_unaligned`, and `verify_only` in a later process. `fio --enghelp=/path/coil-fio.so` '
          'lists the options (fio 3.33 does not accept the `external:` prefix there). '
          'The plugin\'s tests: `meson test -C build/release fio_plugin` (perf/fio/test_fio.sh).\n',
