@@ -210,6 +210,7 @@ unlock:
 	if (snap_lin > s->j_tail_lin)
 		s->j_tail_lin = snap_lin;
 	pthread_mutex_unlock(&s->jlock);
+	cleaner_discard_freed(s); /* issue 7: TRIM what is freed below */
 	pthread_mutex_lock(&s->mlock);
 	for (uint32_t i = 0; i < s->nseg; i++) {
 		struct seg *g = &s->segs[i];
@@ -553,7 +554,12 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r)
 		if (rc < 0)
 			return 1;
 		while ((rc = fmt_jrec_write_next(&w2, &rp->fe)) == 1) {
-			rc = insert_fmt_extent(s, o, &rp->fe);
+			/* issue 7: a relocation installs only where the map
+			 * still holds the same blob (as the live path did) */
+			if (w.flags & FMT_JREC_REMAP)
+				rc = cleaner_replay_remap(s, o, &rp->fe);
+			else
+				rc = insert_fmt_extent(s, o, &rp->fe);
 			if (rc < 0)
 				return rc;
 		}

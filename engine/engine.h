@@ -21,6 +21,7 @@
 #include "coil.h"
 #include "common/common.h"
 #include "engine/blob.h"
+#include "engine/cleaner.h"
 #include "engine/extmap.h"
 #include "format/format.h"
 #include "pool/pool.h"
@@ -151,6 +152,7 @@ struct wreq {
 	size_t batch_cap;
 	size_t batch_len;       /* sum of the slots: an upper bound of the runs */
 	bool space_pending;     /* -ENOSPC, but a checkpoint would free space */
+	bool use_reserve;       /* issue 7: a relocation may use the reserve */
 	struct wrun *runs;
 	uint32_t nruns, cap_runs;
 	_Atomic uint32_t runs_pending;
@@ -343,6 +345,9 @@ struct coil_store {
 
 	struct engine_stats st;
 	struct coil_store *reg_next; /* process-wide registry */
+
+	/* ---- issue 7: space management (engine/cleaner.c) ---- */
+	struct cleaner *cl;     /* NULL: read-only, or not started */
 
 	/* issue 8: decoded-blob cache (NULL: cache_bytes 0) and the
 	 * store-wide readahead state (live streams, closed reports) */

@@ -167,7 +167,8 @@ int seg_place_write(struct coil_store *s, struct wreq *w)
 	 * a write cannot be placed twice): a caller that sees -ENOSPC with
 	 * space_pending may wait for the checkpoint that frees the PENDING
 	 * segments and try again. */
-	if (w->batch_len > seg_capacity(s)) {
+	/* issue 7: the last free segments are the cleaner's reserve */
+	if (w->batch_len > cleaner_write_cap(s, w, seg_capacity(s))) {
 		for (uint32_t i = 0; i < s->nseg && !w->space_pending; i++)
 			w->space_pending = s->segs[i].state == SEG_PENDING;
 		pthread_mutex_unlock(&s->mlock);

@@ -141,6 +141,14 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  (unsigned long long)us.ops[URING_OP_FSYNC],
 		  (unsigned long long)us.ops[URING_OP_NOP],
 		  (unsigned long long)us.errors);
+	{
+		char cj[2048]; /* issue 7: cleaner, histogram, amplification */
+
+		if (cleaner_stats_fmt(s, cj, sizeof(cj)) < 0 ||
+		    strlen(cj) + 1 >= sizeof(cj))
+			strcpy(cj, "\"cleaner\":{}");
+		sb_printf(&b, "%s,", cj);
+	}
 	sb_printf(&b, "\"journal\":{\"bytes\":%llu,\"used\":%llu,"
 		  "\"chunks\":%llu,\"chunk_bytes\":%llu,\"records\":%llu,"
 		  "\"full_waits\":%llu,\"replayed_chunks\":%llu,"

@@ -86,6 +86,7 @@ static int validate_options(const struct coil_options *o, int *level)
 
 static void store_free(struct coil_store *s)
 {
+	cleaner_destroy(s); /* issue 7: joins the thread before the ring goes */
 	if (s->pool)
 		pool_destroy(s->pool);
 	s->pool = NULL;
@@ -470,6 +471,11 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 		rc = ckpt_thread_start(s);
 		if (rc < 0)
 			goto fail_reg;
+		rc = cleaner_start(s); /* issue 7 */
+		if (rc < 0) {
+			ckpt_thread_stop(s);
+			goto fail_reg;
+		}
 	}
 	*out = s;
 	return 0;
@@ -502,6 +508,7 @@ COIL_API int coil_close(coil_store *s)
 		return -EDEADLK;
 	/* Close is for one thread: from here the handle is dead to others. */
 	reg_remove(s);
+	cleaner_stop(s); /* issue 7: no relocation after this point */
 
 	pthread_mutex_lock(&s->rq_mu);
 	while (atomic_load(&s->ops_inflight))

@@ -434,6 +434,9 @@ int engine_write(struct coil_obj *h, const void *buf, size_t len, uint64_t off,
 		t->u.encode.out = &w->fb[k];
 		pos = bend;
 	}
+	/* issue 7: wait for the cleaner here, before the ticket: a
+	 * relocation's record applies in ticket order after ours. */
+	cleaner_throttle(s, total);
 	atomic_fetch_add(&s->ops_inflight, 1);
 	atomic_fetch_add(&h->inflight, 1);
 	w->je.ticket = journal_ticket(s);

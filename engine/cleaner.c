@@ -1,0 +1,1212 @@
+/* engine/cleaner.c — space management (issue 7): the segment cleaner, the
+ * free-segment reserve, throttling of foreground writers, TRIM of freed
+ * segments, the live-byte recount and the cleaner's stats.
+ *
+ * A pass (on the cleaner's own thread):
+ *   1. under mlock: pick victims among the SEALED segments by LFS
+ *      cost-benefit, (1 - u) * age / (1 + u), u = live / capacity; hold
+ *      their reader counts (so no checkpoint frees one under the pass);
+ *   2. under mlock: walk the extent maps once, collect every extent whose
+ *      blob lies in a victim (object and blob references taken);
+ *   3. per victim: one sequential read of the segment (up to its last live
+ *      byte), verify each live blob, copy its stored bytes VERBATIM into a
+ *      batch; per object and batch one relocation through the write path's
+ *      placement (seg_place_write, allowed into the reserve), its data runs
+ *      and one WRITE record with the REMAP flag in the journal;
+ *   4. at apply (ticket order, like every write), cleaner_remap_extent
+ *      installs the copy only where the map still maps the same blob
+ *      content at the same alignment (compare-and-swap); a copy that lost
+ *      the race is never live, i.e. dead space;
+ *   5. release the victims and wait for a checkpoint: the emptied victims
+ *      were PENDING and become FREE (ckpt_write discards them first,
+ *      cleaner_discard_range).
+ *
+ * Copies are verbatim, so a relocated blob has the same descriptor as the
+ * original except dev_off: the compare-and-swap compares content identity
+ * (codec, lengths, checksums) rather than a location, which replay can
+ * evaluate from the record alone and reaches the same decision as the live
+ * path (it applies the same records in the same order to the same state).
+ *
+ * The reserve: the last cleaner_reserve_segs() free segments are placed into
+ * only by relocations.  Checkpoints live in their own area and never need a
+ * data segment, so the reserve is the cleaner's alone.
+ *
+ * Throttling happens in engine_write before a write takes its ticket: a
+ * relocation's record is applied in ticket order, so a writer that waited
+ * for space while holding a ticket would wait for itself. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/cleaner.h"
+#include "engine/engine.h"
+
+/* Victims per pass: bounds the pass's memory and the checkpoint cost per
+ * segment freed (one checkpoint per pass). */
+#define CLEAN_VICTIMS_MAX 16u
+/* Relocated bytes per pass at most (keeps a pass short). */
+#define CLEAN_PASS_BYTES_MAX (64ull << 20)
+/* One relocation batch: stored bytes, blobs, extents. */
+#define CLEAN_BATCH_BYTES (1u << 20)
+#define CLEAN_BATCH_BLOBS 256u
+#define CLEAN_BATCH_EXTS 1024u
+/* A segment more than this full (per mille of its capacity) is not worth
+ * cleaning: copying 9 bytes to free 1 is a bad trade. */
+#define CLEAN_U_MAX_PERMILLE 900u
+/* Longest a foreground write is delayed in total, and the longest of the
+ * proportional delays while space is low but the write fits. */
+#define CLEANER_THROTTLE_MAX_NS (1000ull * 1000 * 1000)
+#define CLEANER_DELAY_MAX_NS (1000ull * 1000)
+/* The cleaner looks at free space this often even when nobody kicks it. */
+#define CLEANER_TICK_NS (100ull * 1000 * 1000)
+
+struct citem {
+	struct object *o;
+	struct blobd *b;
+	uint64_t off;
+	uint32_t len, skip;
+	uint32_t seg;
+	uint32_t k;             /* blob index in the batch */
+};
+
+struct cleaner {
+	struct coil_store *s;
+	pthread_t th;
+	bool started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;       /* wakes the cleaner */
+	pthread_cond_t space_cv; /* wakes throttled writers (every pass) */
+	pthread_cond_t reloc_cv; /* a relocation completed */
+	bool stop, want, running;
+	uint64_t force_victims;  /* cleaner_run_now: 0 = normal policy */
+	uint64_t rounds_done;    /* rounds finished (under mu) */
+	bool stuck;              /* last pass: nothing to clean or free */
+	bool reloc_fin;
+	int reloc_res;
+
+	/* thresholds (free segments, reserve included) */
+	uint32_t reserve;
+	uint32_t clean_lo;       /* start cleaning below */
+	uint32_t clean_hi;       /* stop cleaning at */
+	uint32_t throttle;       /* delay writers below */
+
+	/* per segment, for age: the gen last seen and when */
+	uint32_t *gen_seen;
+	uint64_t *born_ns;
+	uint8_t *victim;
+	struct { uint32_t first, n; } *drun; /* discard runs (ckpt thread) */
+
+	/* pass state (cleaner thread only) */
+	struct citem *items;
+	size_t nitems, cap_items;
+	uint32_t *vlist;
+	uint8_t *seg_buf;        /* one segment */
+	uint8_t *scratch;        /* blob decode (verification) */
+	ZSTD_DCtx *dctx;
+	struct wreq w;           /* the relocation context */
+	struct fmt_extent fe;
+	uint32_t rec_max;
+
+	/* stats */
+	_Atomic uint64_t passes, segs_cleaned, segs_freed, bytes_read;
+	_Atomic uint64_t bytes_relocated, logical_relocated, blobs_relocated;
+	_Atomic uint64_t cas_installed, cas_dropped, verify_failures;
+	_Atomic uint64_t reloc_failures, discards, discard_bytes;
+	_Atomic uint64_t discard_errors, throttled, throttle_ns;
+	_Atomic uint64_t throttle_ns_max, enospc_hints;
+	_Atomic bool discard_off;
+};
+
+/* ---- thresholds, capacity ----------------------------------------------- */
+
+uint32_t cleaner_reserve_segs(const struct coil_store *s)
+{
+	return s->cl ? s->cl->reserve : 0;
+}
+
+/* Bytes a free segment can surely take (as seg_place_write counts). */
+static uint64_t per_seg(const struct coil_store *s)
+{
+	return s->sb.segment_size - FMT_BLOCK - (s->max_blob + FMT_BLOCK);
+}
+
+uint64_t cleaner_write_cap(const struct coil_store *s, const struct wreq *w,
+			   uint64_t cap)
+{
+	uint64_t keep;
+
+	if (w->use_reserve || !s->cl)
+		return cap;
+	keep = (uint64_t)s->cl->reserve * per_seg(s);
+	return cap > keep ? cap - keep : 0;
+}
+
+/* Foreground capacity: what a write may take now.  mlock held. */
+static uint64_t fg_cap_locked(const struct coil_store *s)
+{
+	uint64_t cap = 0;
+	uint32_t r = cleaner_reserve_segs(s);
+
+	if (s->free_segs > r)
+		cap = (uint64_t)(s->free_segs - r) * per_seg(s);
+	if (s->active != UINT32_MAX &&
+	    s->active_head + s->max_blob + FMT_BLOCK < s->sb.segment_size)
+		cap += s->sb.segment_size - s->active_head - s->max_blob -
+		       FMT_BLOCK;
+	return cap;
+}
+
+static void thresholds(struct cleaner *cl, uint32_t nseg)
+{
+	uint32_t r = COIL_MAX(2u, COIL_MIN(16u, nseg / 64));
+	uint32_t band = COIL_MAX(2u, nseg / 32);
+
+	/* Start cleaning before the engine's own "a quarter free" rule would
+	 * checkpoint at every segment open: cleaning keeps free space above
+	 * it, so checkpoints stay driven by the journal. */
+	cl->reserve = r;
+	cl->clean_lo = r + COIL_MAX(nseg / 4, 2u) + band;
+	cl->clean_hi = cl->clean_lo + band;
+	cl->throttle = r + COIL_MAX(2u, (cl->clean_lo - r) / 3);
+	if (cl->clean_lo >= nseg) {
+		/* tiny stores: clean whenever anything is reclaimable */
+		cl->clean_lo = nseg;
+		cl->clean_hi = nseg;
+	}
+}
+
+/* ---- time ---------------------------------------------------------------- */
+
+static void abstime_in(struct timespec *ts, uint64_t ns)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += (time_t)(ns / 1000000000ull);
+	ts->tv_nsec += (long)(ns % 1000000000ull);
+	if (ts->tv_nsec >= 1000000000l) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000l;
+	}
+}
+
+static void kick_locked(struct cleaner *cl)
+{
+	cl->want = true;
+	pthread_cond_signal(&cl->cv);
+}
+
+/* ---- the compare-and-swap install ---------------------------------------- */
+
+static bool blob_same_content(const struct blobd *a, const struct blobd *b)
+{
+	return a->codec == b->codec && a->flags == b->flags &&
+	       a->n_csums == b->n_csums && a->stored_len == b->stored_len &&
+	       a->logical_len == b->logical_len && a->dict_id == b->dict_id &&
+	       !memcmp(a->csums, b->csums, (size_t)a->n_csums * 8u);
+}
+
+int64_t cleaner_remap_extent(struct coil_store *s, struct object *o,
+			     const struct ext *ex)
+{
+	uint64_t cur = ex->off, end = ex->off + ex->len;
+	int64_t done = 0;
+
+	while (cur < end) {
+		struct extmap_iter it;
+		const struct ext *e;
+		uint64_t a = 0, z = 0;
+		bool found = false;
+		struct ext ne;
+		int rc;
+
+		extmap_iter_init(&it, &o->map, cur);
+		while ((e = extmap_iter_next(&it)) && e->off < end) {
+			/* Same bytes at the same place: the object byte x maps
+			 * blob byte x - off + skip in both. */
+			if (e->b->dev_off != ex->b->dev_off &&
+			    e->off + ex->skip == ex->off + e->skip &&
+			    blob_same_content(e->b, ex->b)) {
+				a = COIL_MAX(e->off, cur);
+				z = COIL_MIN(e->off + e->len, end);
+				found = a < z;
+				if (found)
+					break;
+			}
+		}
+		if (!found)
+			break;
+		ne.off = a;
+		ne.len = (uint32_t)(z - a);
+		ne.skip = ex->skip + (uint32_t)(a - ex->off);
+		ne.b = ex->b;
+		blobd_ref(ex->b);
+		rc = extmap_insert(&o->map, &ne, seg_drop_live, s);
+		if (rc < 0) {
+			blobd_unref(ex->b);
+			return rc;
+		}
+		s->segs[seg_of(s, ex->b->dev_off)].live += ne.len;
+		done += ne.len;
+		cur = z;
+	}
+	return done;
+}
+
+int cleaner_replay_remap(struct coil_store *s, struct object *o,
+			 const struct fmt_extent *fe)
+{
+	struct ext e;
+	int64_t n;
+
+	e.off = fe->obj_off;
+	e.len = fe->len;
+	e.skip = fe->blob_skip;
+	e.b = blobd_new(&fe->blob);
+	if (!e.b)
+		return -ENOMEM;
+	n = cleaner_remap_extent(s, o, &e);
+	blobd_unref(e.b);
+	return n < 0 ? (int)n : 0;
+}
+
+/* ---- live-byte recount --------------------------------------------------- */
+
+int cleaner_check_live(struct coil_store *s)
+{
+	uint64_t *live = calloc(s->nseg, sizeof(*live));
+	uint32_t nfree = 0;
+	int rc = 0;
+
+	if (!live)
+		return -ENOMEM;
+	pthread_mutex_lock(&s->mlock);
+	for (uint32_t b = 0; b < s->tab_cap; b++) {
+		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
+			struct extmap_iter it;
+			const struct ext *e;
+
+			extmap_iter_init(&it, &o->map, 0);
+			while ((e = extmap_iter_next(&it)))
+				live[seg_of(s, e->b->dev_off)] += e->len;
+		}
+	}
+	for (uint32_t i = 0; i < s->nseg && rc == 0; i++) {
+		const struct seg *g = &s->segs[i];
+
+		if (g->state == SEG_FREE)
+			nfree++;
+		if (g->live != live[i] ||
+		    ((g->state == SEG_FREE || g->state == SEG_PENDING) &&
+		     live[i] != 0)) {
+			fprintf(stderr, "coil: segment %u: live %" PRIu64
+				" counted, %" PRIu64 " recounted, state %u\n",
+				i, g->live, live[i], g->state);
+			rc = -EUCLEAN;
+		}
+	}
+	if (rc == 0 && nfree != s->free_segs) {
+		fprintf(stderr, "coil: free_segs %u, %u segments FREE\n",
+			s->free_segs, nfree);
+		rc = -EUCLEAN;
+	}
+	pthread_mutex_unlock(&s->mlock);
+	free(live);
+	return rc;
+}
+
+/* ---- discard -------------------------------------------------------------- */
+
+void cleaner_discard_range(struct coil_store *s, uint32_t first, uint32_t n)
+{
+	struct cleaner *cl = s->cl;
+	uint64_t off = seg_base(s, first), len = (uint64_t)n * s->sb.segment_size;
+	int rc = 0;
+
+	if (!cl || n == 0 || atomic_load(&cl->discard_off))
+		return;
+	/* uring lengths are 32-bit: in pieces below 4 GiB. */
+	for (uint64_t done = 0; done < len && rc == 0;) {
+		uint32_t step = (uint32_t)COIL_MIN(len - done, 1ull << 30);
+		rc = store_io_sync(s, URING_OP_DISCARD, NULL, step, off + done);
+		done += step;
+	}
+	if (rc == -EOPNOTSUPP || rc == -ENOTTY || rc == -EINVAL) {
+		/* The file system or device cannot punch: stop asking. */
+		atomic_store(&cl->discard_off, true);
+	}
+	if (rc < 0) {
+		stat_add(&cl->discard_errors, 1);
+		return;
+	}
+	stat_add(&cl->discards, 1);
+	stat_add(&cl->discard_bytes, len);
+}
+
+void cleaner_discard_freed(struct coil_store *s)
+{
+	struct cleaner *cl = s->cl;
+	uint32_t nr = 0;
+
+	if (!cl || atomic_load(&cl->discard_off))
+		return;
+	pthread_mutex_lock(&s->mlock);
+	for (uint32_t i = 0; i < s->nseg; i++) {
+		const struct seg *g = &s->segs[i];
+		bool go = g->in_ckpt && g->state == SEG_PENDING &&
+			  atomic_load(&g->readers) == 0;
+
+		if (!go)
+			continue;
+		if (nr && cl->drun[nr - 1].first + cl->drun[nr - 1].n == i) {
+			cl->drun[nr - 1].n++;
+		} else {
+			cl->drun[nr].first = i;
+			cl->drun[nr].n = 1;
+			nr++;
+		}
+	}
+	pthread_mutex_unlock(&s->mlock);
+	for (uint32_t r = 0; r < nr; r++)
+		cleaner_discard_range(s, cl->drun[r].first, cl->drun[r].n);
+}
+
+/* ---- relocation ----------------------------------------------------------- */
+
+static void reloc_apply(struct coil_store *s, struct jent *e)
+{
+	struct wreq *w = (struct wreq *)e;
+	struct cleaner *cl = s->cl;
+	struct object *o = w->obj;
+	struct citem *it = (struct citem *)w->src;
+	uint32_t n = (uint32_t)w->len;
+
+	/* w->src/w->len carry the batch's items (see reloc_submit). */
+	if (e->status == 0 && !o->removed) {
+		for (uint32_t i = 0; i < n; i++) {
+			struct ext ex;
+			int64_t got;
+
+			if (it[i].k == UINT32_MAX)
+				continue;
+			ex = (struct ext){ .off = it[i].off, .len = it[i].len,
+					   .skip = it[i].skip,
+					   .b = w->bd[it[i].k] };
+			got = cleaner_remap_extent(s, o, &ex);
+
+			if (got < 0) {
+				int zero = 0;
+				atomic_compare_exchange_strong(&s->broken,
+							       &zero, (int)got);
+				e->status = (int)got;
+				break;
+			}
+			stat_add(&cl->cas_installed, (uint64_t)got);
+			stat_add(&cl->cas_dropped, it[i].len - (uint64_t)got);
+		}
+	}
+	for (uint32_t k = 0; k < w->nblobs; k++) {
+		blobd_unref(w->bd[k]);
+		w->bd[k] = NULL;
+	}
+	seg_inflight_done(s, w);
+	w->nruns = 0;
+}
+
+static void reloc_done(struct coil_store *s, struct jent *e, int res)
+{
+	struct cleaner *cl = s->cl;
+
+	(void)e;
+	journal_release_meta(s);
+	pthread_mutex_lock(&cl->mu);
+	cl->reloc_fin = true;
+	cl->reloc_res = res;
+	pthread_cond_broadcast(&cl->reloc_cv);
+	pthread_mutex_unlock(&cl->mu);
+}
+
+static void reloc_run_done(struct uring_io *io, int res)
+{
+	struct wrun *r = io->arg;
+	struct wreq *w = r->w;
+
+	if (res >= 0 && (uint32_t)res != io->len)
+		res = -EIO;
+	if (res < 0) {
+		int zero = 0;
+		atomic_compare_exchange_strong(&w->io_status, &zero, res);
+	}
+	if (atomic_fetch_sub(&w->runs_pending, 1) == 1)
+		journal_data_done(w->s, &w->je, atomic_load(&w->io_status));
+}
+
+/* Relocate the batch in cl->w (blobs copied into w->batch at w->slot[k],
+ * descriptors in w->fb[k]) for @n items of object @o; wait for it.
+ * @return 0 or -errno. */
+static int reloc_submit(struct cleaner *cl, struct object *o,
+			struct citem *items, uint32_t n)
+{
+	struct coil_store *s = cl->s;
+	struct wreq *w = &cl->w;
+	uint64_t lo = UINT64_MAX, hi = 0, stored = 0;
+	uint32_t nrec = 0;
+	struct fmt_cursor c;
+	size_t mark;
+	int rc;
+
+	w->je = (struct jent){ .apply = reloc_apply, .done = reloc_done };
+	w->s = s;
+	w->h = NULL;
+	w->obj = o;
+	w->src = (const uint8_t *)items;
+	w->len = n;
+	w->use_reserve = true;
+	rc = seg_place_write(s, w);
+	if (rc < 0)
+		return rc;
+	for (uint32_t k = 0; k < w->nblobs; k++) {
+		w->bd[k] = blobd_new(&w->fb[k]);
+		if (!w->bd[k])
+			rc = -ENOMEM;
+		stored += w->fb[k].stored_len;
+	}
+	fmt_cursor_init(&c, w->recbuf, w->rec_cap);
+	for (uint32_t i = 0; i < n; i++) {
+		if (items[i].k == UINT32_MAX)
+			continue;
+		lo = COIL_MIN(lo, items[i].off);
+		hi = COIL_MAX(hi, items[i].off + items[i].len);
+	}
+	if (rc == 0)
+		rc = fmt_jrec_write_begin(&c, &mark, FMT_JREC_REMAP, o->id, lo,
+					  hi - lo);
+	for (uint32_t i = 0; rc == 0 && i < n; i++) {
+		struct fmt_extent *fe = &cl->fe;
+		const struct fmt_blob *fb;
+
+		if (items[i].k == UINT32_MAX)
+			continue;
+		fb = &w->fb[items[i].k];
+		nrec++;
+
+		fe->obj_off = items[i].off;
+		fe->len = items[i].len;
+		fe->blob_skip = items[i].skip;
+		memcpy(&fe->blob, fb, offsetof(struct fmt_blob, csums) +
+					      8u * fb->n_csums);
+		rc = fmt_cursor_put_extent(&c, fe);
+	}
+	if (rc == 0)
+		rc = fmt_jrec_write_end(&c, mark, nrec);
+	if (rc < 0) {
+		/* Nothing was submitted: give the placed space back as dead
+		 * (the segments' in-flight counts drop, nothing is live). */
+		pthread_mutex_lock(&s->mlock);
+		for (uint32_t k = 0; k < w->nblobs; k++) {
+			if (w->bd[k])
+				blobd_unref(w->bd[k]);
+			w->bd[k] = NULL;
+		}
+		seg_inflight_done(s, w);
+		w->nruns = 0;
+		pthread_mutex_unlock(&s->mlock);
+		return rc;
+	}
+	rc = journal_reserve_meta(s, true);
+	if (rc < 0)
+		return rc; /* cannot happen when waiting */
+	w->je.rec = w->recbuf;
+	w->je.rec_len = (uint32_t)c.pos;
+	pthread_mutex_lock(&cl->mu);
+	cl->reloc_fin = false;
+	pthread_mutex_unlock(&cl->mu);
+	w->je.ticket = journal_ticket(s);
+	atomic_store(&w->io_status, 0);
+	if (w->nruns) {
+		atomic_store(&w->runs_pending, w->nruns);
+		w->je.data_pending = true;
+		for (uint32_t i = 0; i < w->nruns; i++) {
+			struct wrun *r = &w->runs[i];
+			r->io.cb = reloc_run_done;
+			r->io.arg = r;
+			stat_add(&s->st.dev_bytes_written, r->io.len);
+			rc = uring_submit(s->ring, &r->io);
+			if (rc < 0)
+				reloc_run_done(&r->io, rc);
+		}
+	}
+	journal_ready(s, &w->je);
+	pthread_mutex_lock(&cl->mu);
+	while (!cl->reloc_fin)
+		pthread_cond_wait(&cl->reloc_cv, &cl->mu);
+	rc = cl->reloc_res;
+	pthread_mutex_unlock(&cl->mu);
+	if (rc == 0) {
+		stat_add(&cl->bytes_relocated, stored);
+		stat_add(&cl->blobs_relocated, w->nblobs);
+	}
+	return rc < 0 ? rc : 0;
+}
+
+/* ---- a pass ---------------------------------------------------------------- */
+
+static int cmp_item(const void *pa, const void *pb)
+{
+	const struct citem *a = pa, *b = pb;
+
+	if (a->seg != b->seg)
+		return a->seg < b->seg ? -1 : 1;
+	if (a->o->id != b->o->id)
+		return a->o->id < b->o->id ? -1 : 1;
+	if (a->b->dev_off != b->b->dev_off)
+		return a->b->dev_off < b->b->dev_off ? -1 : 1;
+	if (a->off != b->off)
+		return a->off < b->off ? -1 : 1;
+	return 0;
+}
+
+struct cand {
+	double score;
+	uint32_t seg;
+};
+
+static int cmp_cand(const void *pa, const void *pb)
+{
+	const struct cand *a = pa, *b = pb;
+
+	if (a->score != b->score)
+		return a->score > b->score ? -1 : 1;
+	return a->seg < b->seg ? -1 : (a->seg > b->seg);
+}
+
+/* Pick victims (mlock held).  @return how many, in cl->vlist. */
+static uint32_t pick_victims(struct cleaner *cl, uint32_t max_v,
+			     struct cand *cand)
+{
+	struct coil_store *s = cl->s;
+	uint64_t cap = s->sb.segment_size - FMT_BLOCK, now = coil_now_ns();
+	uint64_t budget, taken = 0;
+	uint32_t nc = 0, nv = 0;
+
+	/* Relocations must fit the free space, reserve included, with one
+	 * segment to spare for the blob that does not fit a segment's end. */
+	budget = s->free_segs > 1 ? (uint64_t)(s->free_segs - 1) * per_seg(s) :
+				    0;
+	budget = COIL_MIN(budget, CLEAN_PASS_BYTES_MAX);
+	for (uint32_t i = 0; i < s->nseg; i++) {
+		struct seg *g = &s->segs[i];
+		double u, age;
+
+		if (g->gen != cl->gen_seen[i]) {
+			cl->gen_seen[i] = g->gen;
+			cl->born_ns[i] = now;
+		}
+		if (g->state != SEG_SEALED || g->inflight || g->live == 0 ||
+		    g->live * 1000 > cap * CLEAN_U_MAX_PERMILLE)
+			continue;
+		u = (double)g->live / (double)cap;
+		age = (double)(now - cl->born_ns[i]) / 1e9 + 1.0;
+		cand[nc].score = (1.0 - u) * age / (1.0 + u);
+		cand[nc].seg = i;
+		nc++;
+	}
+	qsort(cand, nc, sizeof(*cand), cmp_cand);
+	for (uint32_t j = 0; j < nc && nv < max_v; j++) {
+		struct seg *g = &s->segs[cand[j].seg];
+
+		/* live is logical; stored can only be smaller or equal up to
+		 * raw padding: count whole blocks to stay on the safe side. */
+		uint64_t need = COIL_MIN(g->live + g->live / 8, cap);
+		if (taken + need > budget)
+			continue;
+		taken += need;
+		cl->vlist[nv++] = cand[j].seg;
+		cl->victim[cand[j].seg] = 1;
+		atomic_fetch_add(&g->readers, 1);
+	}
+	return nv;
+}
+
+static int items_push(struct cleaner *cl, const struct citem *it)
+{
+	if (cl->nitems == cl->cap_items) {
+		size_t ncap = cl->cap_items ? cl->cap_items * 2 : 1024;
+		struct citem *n = realloc(cl->items, ncap * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		cl->items = n;
+		cl->cap_items = ncap;
+	}
+	cl->items[cl->nitems++] = *it;
+	return 0;
+}
+
+/* Collect the extents that reference the victims (mlock held). */
+static int collect(struct cleaner *cl)
+{
+	struct coil_store *s = cl->s;
+	int rc = 0;
+
+	cl->nitems = 0;
+	for (uint32_t b = 0; b < s->tab_cap && rc == 0; b++) {
+		for (struct object *o = s->by_id[b]; o && rc == 0;
+		     o = o->id_next) {
+			struct extmap_iter it;
+			const struct ext *e;
+
+			extmap_iter_init(&it, &o->map, 0);
+			while ((e = extmap_iter_next(&it))) {
+				uint32_t i = seg_of(s, e->b->dev_off);
+				struct citem ci;
+
+				if (!cl->victim[i])
+					continue;
+				ci = (struct citem){ .o = o, .b = e->b,
+						     .off = e->off,
+						     .len = e->len,
+						     .skip = e->skip,
+						     .seg = i };
+				rc = items_push(cl, &ci);
+				if (rc < 0)
+					break;
+				blobd_ref(e->b);
+				o->refs++;
+			}
+		}
+	}
+	return rc;
+}
+
+/* Copy, batch and relocate the items of one victim, [a, z) of cl->items
+ * (sorted by object, blob, offset).  Items of a blob that does not verify
+ * get k == UINT32_MAX and are left where they are. */
+static int clean_victim(struct cleaner *cl, size_t a, size_t z)
+{
+	struct coil_store *s = cl->s;
+	struct wreq *w = &cl->w;
+	uint32_t seg = cl->items[a].seg;
+	uint64_t base = seg_base(s, seg), end = 0, last_dev = UINT64_MAX;
+	uint32_t nb = 0, rec = 0, next = 0;
+	size_t first = a, slot = 0;
+	bool last_ok = false;
+	int rc;
+
+	for (size_t i = a; i < z; i++)
+		end = COIL_MAX(end, cl->items[i].b->dev_off +
+				cl->items[i].b->stored_len - base);
+	end = COIL_ALIGN_UP(end, FMT_BLOCK);
+	rc = store_io_sync(s, URING_OP_READ, cl->seg_buf, (uint32_t)end, base);
+	if (rc < 0)
+		return rc;
+	stat_add(&cl->bytes_read, end);
+
+	for (size_t i = a; i <= z; i++) {
+		struct citem *it = i < z ? &cl->items[i] : NULL;
+		bool new_blob = it && it->b->dev_off != last_dev;
+		uint32_t slot_len = 0, ext_len = 0;
+
+		if (it) {
+			slot_len = COIL_ALIGN_UP(it->b->stored_len, FMT_BLOCK);
+			ext_len = FMT_EXTENT_FIXED + 8u * it->b->n_csums;
+		}
+		/* Close the batch at the victim's end, at another object, or
+		 * at a bound (blobs, bytes, extents, record size). */
+		if (i > first && (!it || it->o != cl->items[first].o ||
+				  (new_blob && (nb == CLEAN_BATCH_BLOBS ||
+						slot + slot_len >
+							CLEAN_BATCH_BYTES)) ||
+				  next >= CLEAN_BATCH_EXTS ||
+				  rec + ext_len > cl->rec_max)) {
+			if (nb) {
+				w->nblobs = nb;
+				w->batch_len = slot;
+				rc = reloc_submit(cl, cl->items[first].o,
+						  &cl->items[first],
+						  (uint32_t)(i - first));
+				if (rc < 0) {
+					stat_add(&cl->reloc_failures, 1);
+					return rc;
+				}
+			}
+			nb = rec = next = 0;
+			slot = 0;
+			first = i;
+			/* a blob split across batches is copied into each */
+			last_dev = UINT64_MAX;
+			new_blob = it != NULL;
+		}
+		if (!it)
+			break;
+		if (new_blob) {
+			const struct blobd *b = it->b;
+			const uint8_t *src = cl->seg_buf + (b->dev_off - base);
+			struct fmt_blob *fb = &w->fb[nb];
+
+			last_dev = b->dev_off;
+			blobd_to_fmt(b, fb);
+			/* Verify before copying: a blob that does not read
+			 * back right stays where it is (its reads fail with
+			 * -EIO, as they would have anyway). */
+			last_ok = fmt_blob_decode(cl->dctx, NULL, fb, src,
+						  b->stored_len, cl->scratch,
+						  FMT_BLOB_MAX) >= 0;
+			if (!last_ok) {
+				stat_add(&cl->verify_failures, 1);
+			} else {
+				memcpy(w->batch + slot, src, b->stored_len);
+				w->slot[nb] = (uint32_t)slot;
+				slot += slot_len;
+				nb++;
+			}
+		}
+		it->k = last_ok ? nb - 1 : UINT32_MAX;
+		if (last_ok) {
+			rec += ext_len;
+			next++;
+			stat_add(&cl->logical_relocated, it->len);
+		}
+	}
+	return 0;
+}
+
+/* Drop the pass's references and reader counts (mlock taken). */
+static void release(struct cleaner *cl, uint32_t nv)
+{
+	struct coil_store *s = cl->s;
+
+	pthread_mutex_lock(&s->mlock);
+	for (size_t i = 0; i < cl->nitems; i++) {
+		blobd_unref(cl->items[i].b);
+		object_put(s, cl->items[i].o);
+	}
+	cl->nitems = 0;
+	for (uint32_t j = 0; j < nv; j++) {
+		uint32_t i = cl->vlist[j];
+		cl->victim[i] = 0;
+		atomic_fetch_sub(&s->segs[i].readers, 1);
+		seg_maybe_pending(s, i);
+	}
+	pthread_mutex_unlock(&s->mlock);
+}
+
+/* One pass.  @return segments it freed (>= 0) or -errno. */
+static int clean_pass(struct cleaner *cl, uint32_t max_v)
+{
+	struct coil_store *s = cl->s;
+	struct cand *cand = malloc(s->nseg * sizeof(*cand));
+	uint32_t nv, free0, free1, npending = 0;
+	int rc = 0;
+
+	if (!cand)
+		return -ENOMEM;
+	pthread_mutex_lock(&s->mlock);
+	free0 = s->free_segs;
+	nv = pick_victims(cl, max_v, cand);
+	for (uint32_t i = 0; i < s->nseg; i++)
+		npending += s->segs[i].state == SEG_PENDING;
+	if (nv)
+		rc = collect(cl);
+	pthread_mutex_unlock(&s->mlock);
+	free(cand);
+	stat_add(&cl->passes, 1);
+	if (nv == 0 && npending == 0)
+		return 0;
+	if (rc == 0 && cl->nitems) {
+		/* The items hold the objects and blobs; a stale pointer
+		 * comparison in cmp_item is fine (they cannot go away). */
+		qsort(cl->items, cl->nitems, sizeof(*cl->items), cmp_item);
+		for (size_t a = 0, z; a < cl->nitems && rc == 0; a = z) {
+			for (z = a; z < cl->nitems &&
+				    cl->items[z].seg == cl->items[a].seg; z++)
+				;
+			rc = clean_victim(cl, a, z);
+			if (atomic_load(&s->broken))
+				rc = rc < 0 ? rc : -EIO;
+		}
+	}
+	release(cl, nv);
+	if (rc == 0 || rc == -ENOSPC) {
+		/* The emptied victims are PENDING: a checkpoint frees them. */
+		if (ckpt_wait(s) < 0)
+			return -ESHUTDOWN;
+	}
+	pthread_mutex_lock(&s->mlock);
+	free1 = s->free_segs;
+	pthread_mutex_unlock(&s->mlock);
+	stat_add(&cl->segs_cleaned, nv);
+	if (free1 > free0)
+		stat_add(&cl->segs_freed, free1 - free0);
+	if (rc < 0)
+		return rc;
+	return free1 > free0 ? (int)(free1 - free0) : 0;
+}
+
+static uint32_t free_now(struct coil_store *s)
+{
+	uint32_t f;
+
+	pthread_mutex_lock(&s->mlock);
+	f = s->free_segs;
+	pthread_mutex_unlock(&s->mlock);
+	return f;
+}
+
+static void *cleaner_main(void *arg)
+{
+	struct cleaner *cl = arg;
+	struct coil_store *s = cl->s;
+
+	pthread_mutex_lock(&cl->mu);
+	for (;;) {
+		uint32_t force;
+		bool stuck = true;
+
+		while (!cl->want && !cl->stop) {
+			struct timespec ts;
+
+			abstime_in(&ts, CLEANER_TICK_NS);
+			if (pthread_cond_timedwait(&cl->cv, &cl->mu, &ts) ==
+			    ETIMEDOUT) {
+				pthread_mutex_unlock(&cl->mu);
+				if (free_now(s) < cl->clean_lo)
+					cl->want = true;
+				pthread_mutex_lock(&cl->mu);
+			}
+		}
+		if (cl->stop)
+			break;
+		cl->want = false;
+		cl->running = true;
+		force = (uint32_t)cl->force_victims;
+		cl->force_victims = 0;
+		pthread_mutex_unlock(&cl->mu);
+
+		/* A round: passes until free space is back above the high
+		 * mark (hysteresis), or nothing more can be gained. */
+		for (int pass = 0; pass < 64; pass++) {
+			int rc;
+
+			if (atomic_load(&s->broken))
+				break;
+			if (!force && free_now(s) >= cl->clean_hi)
+				break;
+			rc = clean_pass(cl, force ? force : CLEAN_VICTIMS_MAX);
+			pthread_mutex_lock(&cl->mu);
+			pthread_cond_broadcast(&cl->space_cv);
+			if (cl->stop) {
+				pthread_mutex_unlock(&cl->mu);
+				break;
+			}
+			pthread_mutex_unlock(&cl->mu);
+			if (rc <= 0)
+				break;
+			stuck = false;
+			if (force)
+				break;
+		}
+		pthread_mutex_lock(&cl->mu);
+		cl->stuck = stuck;
+		cl->running = false;
+		cl->rounds_done++;
+		pthread_cond_broadcast(&cl->space_cv);
+	}
+	cl->running = false;
+	pthread_cond_broadcast(&cl->space_cv);
+	pthread_mutex_unlock(&cl->mu);
+	return NULL;
+}
+
+/* Wait for a round that starts after now.  cl->mu held. */
+static int wait_round_locked(struct cleaner *cl, uint64_t deadline_ns)
+{
+	uint64_t target = cl->rounds_done + (cl->running ? 2 : 1);
+
+	kick_locked(cl);
+	while (cl->rounds_done < target && !cl->stop) {
+		struct timespec ts;
+		uint64_t now = coil_now_ns();
+
+		if (now >= deadline_ns)
+			return -ETIMEDOUT;
+		abstime_in(&ts, COIL_MIN(deadline_ns - now, 10ull * 1000 * 1000));
+		pthread_cond_timedwait(&cl->space_cv, &cl->mu, &ts);
+	}
+	return cl->stop ? -ESHUTDOWN : 0;
+}
+
+int cleaner_run_now(struct coil_store *s, uint32_t max_victims)
+{
+	struct cleaner *cl = s->cl;
+	uint32_t f0, f1;
+	int rc;
+
+	if (!cl)
+		return -EROFS;
+	if (engine_on_coil_thread(s))
+		return -EDEADLK;
+	f0 = free_now(s);
+	pthread_mutex_lock(&cl->mu);
+	cl->force_victims = max_victims ? max_victims : CLEAN_VICTIMS_MAX;
+	rc = wait_round_locked(cl, coil_now_ns() + 60ull * 1000000000ull);
+	pthread_mutex_unlock(&cl->mu);
+	f1 = free_now(s);
+	if (rc < 0)
+		return rc;
+	return f1 > f0 ? (int)(f1 - f0) : 0;
+}
+
+/* ---- throttling ------------------------------------------------------------ */
+
+void cleaner_throttle(struct coil_store *s, uint64_t need)
+{
+	struct cleaner *cl = s->cl;
+	uint64_t t0, deadline, delay, waited;
+	uint32_t f;
+	uint64_t cap;
+
+	if (!cl)
+		return;
+	pthread_mutex_lock(&s->mlock);
+	f = s->free_segs;
+	cap = fg_cap_locked(s);
+	pthread_mutex_unlock(&s->mlock);
+	if (f >= cl->clean_lo)
+		return;
+	pthread_mutex_lock(&cl->mu);
+	if (!cl->running)
+		kick_locked(cl);
+	pthread_mutex_unlock(&cl->mu);
+	if (f >= cl->throttle && cap >= need)
+		return;
+	if (engine_on_coil_thread(s))
+		return; /* callbacks never block */
+	/* Below the throttle mark: a delay that grows as free space shrinks
+	 * toward the reserve, so writers slow down smoothly instead of
+	 * running into a wall; longer only if the write does not fit. */
+	t0 = coil_now_ns();
+	deadline = t0 + CLEANER_THROTTLE_MAX_NS;
+	delay = CLEANER_DELAY_MAX_NS *
+		(cl->throttle - COIL_MIN(f, cl->throttle)) /
+		(cl->throttle - cl->reserve + 1);
+	pthread_mutex_lock(&cl->mu);
+	for (;;) {
+		struct timespec ts;
+		uint64_t now = coil_now_ns();
+
+		if (cl->stop)
+			break;
+		if (cap >= need) {
+			if (f >= cl->throttle || now - t0 >= delay)
+				break;
+			abstime_in(&ts, delay - (now - t0));
+			pthread_cond_timedwait(&cl->space_cv, &cl->mu, &ts);
+		} else {
+			/* Does not fit: wait for a round of cleaning; give up
+			 * (placement returns -ENOSPC) when a round gained
+			 * nothing or time is up. */
+			if (wait_round_locked(cl, deadline) < 0 || cl->stuck) {
+				stat_add(&cl->enospc_hints, 1);
+				break;
+			}
+		}
+		pthread_mutex_unlock(&cl->mu);
+		pthread_mutex_lock(&s->mlock);
+		f = s->free_segs;
+		cap = fg_cap_locked(s);
+		pthread_mutex_unlock(&s->mlock);
+		pthread_mutex_lock(&cl->mu);
+		if (cap < need && coil_now_ns() >= deadline)
+			break;
+	}
+	pthread_mutex_unlock(&cl->mu);
+	waited = coil_now_ns() - t0;
+	stat_add(&cl->throttled, 1);
+	stat_add(&cl->throttle_ns, waited);
+	for (uint64_t m = atomic_load(&cl->throttle_ns_max); waited > m &&
+	     !atomic_compare_exchange_weak(&cl->throttle_ns_max, &m, waited);)
+		;
+}
+
+/* ---- start / stop ---------------------------------------------------------- */
+
+static void cleaner_free(struct cleaner *cl)
+{
+	struct wreq *w = &cl->w;
+
+	free(cl->gen_seen);
+	free(cl->born_ns);
+	free(cl->victim);
+	free(cl->drun);
+	free(cl->vlist);
+	free(cl->items);
+	free(cl->seg_buf);
+	free(cl->scratch);
+	if (cl->dctx)
+		ZSTD_freeDCtx(cl->dctx);
+	free(w->fb);
+	free(w->bd);
+	free(w->slot);
+	free(w->runs);
+	free(w->batch);
+	free(w->recbuf);
+	pthread_mutex_destroy(&cl->mu);
+	pthread_cond_destroy(&cl->cv);
+	pthread_cond_destroy(&cl->space_cv);
+	pthread_cond_destroy(&cl->reloc_cv);
+	free(cl);
+}
+
+int cleaner_start(struct coil_store *s)
+{
+	struct cleaner *cl = calloc(1, sizeof(*cl));
+	pthread_condattr_t ca;
+	struct wreq *w;
+	size_t batch_cap;
+	int rc;
+
+	if (!cl)
+		return -ENOMEM;
+	cl->s = s;
+	pthread_mutex_init(&cl->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&cl->cv, &ca);
+	pthread_cond_init(&cl->space_cv, &ca);
+	pthread_cond_init(&cl->reloc_cv, &ca);
+	pthread_condattr_destroy(&ca);
+	thresholds(cl, s->nseg);
+	/* A record must fit a chunk with room for others. */
+	cl->rec_max = COIL_MIN(256u << 10, s->chunk_cap / 2);
+	w = &cl->w;
+	batch_cap = CLEAN_BATCH_BYTES + COIL_ALIGN_UP(FMT_BLOB_MAX, FMT_BLOCK) +
+		    FMT_BLOCK;
+	w->rec_cap = cl->rec_max + FMT_EXTENT_MAX + FMT_JREC_HDR +
+		     FMT_JREC_WRITE_FIXED;
+	cl->gen_seen = calloc(s->nseg, sizeof(*cl->gen_seen));
+	cl->born_ns = calloc(s->nseg, sizeof(*cl->born_ns));
+	cl->victim = calloc(s->nseg, 1);
+	cl->drun = calloc(s->nseg, sizeof(*cl->drun));
+	cl->vlist = calloc(CLEAN_VICTIMS_MAX + 1, sizeof(*cl->vlist));
+	cl->scratch = malloc(FMT_BLOB_MAX);
+	cl->dctx = ZSTD_createDCtx();
+	w->fb = calloc(CLEAN_BATCH_BLOBS + 1, sizeof(*w->fb));
+	w->bd = calloc(CLEAN_BATCH_BLOBS + 1, sizeof(*w->bd));
+	w->slot = calloc(CLEAN_BATCH_BLOBS + 1, sizeof(*w->slot));
+	w->recbuf = malloc(w->rec_cap);
+	w->cap_blobs = CLEAN_BATCH_BLOBS;
+	if (posix_memalign((void **)&cl->seg_buf, 4096, s->sb.segment_size))
+		cl->seg_buf = NULL;
+	if (posix_memalign((void **)&w->batch, 4096, batch_cap))
+		w->batch = NULL;
+	w->batch_cap = batch_cap;
+	if (!cl->gen_seen || !cl->born_ns || !cl->victim || !cl->vlist ||
+	    !cl->drun ||
+	    !cl->scratch || !cl->dctx || !w->fb || !w->bd || !w->slot ||
+	    !w->recbuf || !cl->seg_buf || !w->batch) {
+		cleaner_free(cl);
+		return -ENOMEM;
+	}
+	{
+		uint64_t now = coil_now_ns();
+		for (uint32_t i = 0; i < s->nseg; i++) {
+			cl->gen_seen[i] = s->segs[i].gen;
+			cl->born_ns[i] = now;
+		}
+	}
+	s->cl = cl;
+	rc = pthread_create(&cl->th, NULL, cleaner_main, cl);
+	if (rc) {
+		s->cl = NULL;
+		cleaner_free(cl);
+		return -rc;
+	}
+	cl->started = true;
+	return 0;
+}
+
+void cleaner_stop(struct coil_store *s)
+{
+	struct cleaner *cl = s->cl;
+
+	if (!cl)
+		return;
+	pthread_mutex_lock(&cl->mu);
+	cl->stop = true;
+	pthread_cond_broadcast(&cl->cv);
+	pthread_cond_broadcast(&cl->space_cv);
+	pthread_mutex_unlock(&cl->mu);
+	if (cl->started)
+		pthread_join(cl->th, NULL);
+	/* Checkpoints (and their discards) may still run until close: keep
+	 * the struct; cleaner_destroy frees it. */
+}
+
+void cleaner_destroy(struct coil_store *s)
+{
+	if (!s->cl)
+		return;
+	cleaner_stop(s);
+	cleaner_free(s->cl);
+	s->cl = NULL;
+}
+
+/* ---- stats ----------------------------------------------------------------- */
+
+#define LDA(x) ((unsigned long long)atomic_load(&(x)))
+
+int cleaner_stats_fmt(struct coil_store *s, char *buf, size_t len)
+{
+	struct cleaner *cl = s->cl;
+	uint64_t hist[10] = { 0 }, cap = s->sb.segment_size - FMT_BLOCK;
+	uint64_t dev = atomic_load(&s->st.dev_bytes_written);
+	uint64_t logical = atomic_load(&s->st.write_bytes);
+	static const struct cleaner zero_cl;
+	const struct cleaner *c = cl ? cl : &zero_cl;
+	int n;
+
+	pthread_mutex_lock(&s->mlock);
+	for (uint32_t i = 0; i < s->nseg; i++) {
+		const struct seg *g = &s->segs[i];
+		uint64_t b;
+
+		if (g->state != SEG_SEALED && g->state != SEG_ACTIVE)
+			continue;
+		b = g->live * 10 / cap;
+		hist[COIL_MIN(b, 9u)]++;
+	}
+	pthread_mutex_unlock(&s->mlock);
+	n = snprintf(buf, len,
+		"\"cleaner\":{\"running\":%s,\"reserve_segments\":%u,"
+		"\"clean_below_free_segments\":%u,\"throttle_below_free_segments\":%u,"
+		"\"live_fraction_histogram\":[%llu,%llu,%llu,%llu,%llu,%llu,%llu,"
+		"%llu,%llu,%llu],\"passes\":%llu,\"segments_cleaned\":%llu,"
+		"\"segments_freed\":%llu,\"bytes_read\":%llu,"
+		"\"bytes_cleaned\":%llu,\"logical_bytes_cleaned\":%llu,"
+		"\"blobs_relocated\":%llu,\"cas_installed_bytes\":%llu,"
+		"\"cas_dropped_bytes\":%llu,\"verify_failures\":%llu,"
+		"\"relocation_failures\":%llu,\"discards\":%llu,"
+		"\"discard_bytes\":%llu,\"discard_errors\":%llu,"
+		"\"throttled_writes\":%llu,\"throttle_wait_ns\":%llu,"
+		"\"throttle_wait_ns_max\":%llu,\"enospc_after_wait\":%llu,"
+		"\"write_amplification\":%.4f,\"device_bytes_written\":%llu,"
+		"\"logical_bytes_written\":%llu}",
+		cl ? "true" : "false", c->reserve, c->clean_lo, c->throttle,
+		(unsigned long long)hist[0], (unsigned long long)hist[1],
+		(unsigned long long)hist[2], (unsigned long long)hist[3],
+		(unsigned long long)hist[4], (unsigned long long)hist[5],
+		(unsigned long long)hist[6], (unsigned long long)hist[7],
+		(unsigned long long)hist[8], (unsigned long long)hist[9],
+		LDA(c->passes), LDA(c->segs_cleaned), LDA(c->segs_freed),
+		LDA(c->bytes_read), LDA(c->bytes_relocated),
+		LDA(c->logical_relocated), LDA(c->blobs_relocated),
+		LDA(c->cas_installed), LDA(c->cas_dropped),
+		LDA(c->verify_failures), LDA(c->reloc_failures),
+		LDA(c->discards), LDA(c->discard_bytes),
+		LDA(c->discard_errors), LDA(c->throttled), LDA(c->throttle_ns),
+		LDA(c->throttle_ns_max), LDA(c->enospc_hints),
+		logical ? (double)dev / (double)logical : 0.0,
+		(unsigned long long)dev, (unsigned long long)logical);
+	return n < 0 ? -EIO : n;
+}
