@@ -93,6 +93,15 @@ struct wrun {
 	uint32_t at;     /* offset in vstore.wb */
 };
 
+/* What a send writes: the union of touching runs of one object, assembled
+ * in vstore.wsend with later runs over earlier ones. */
+struct wext {
+	struct vfile *f;
+	uint64_t off;
+	uint64_t len;
+	uint64_t at;     /* offset in vstore.wsend */
+};
+
 struct vstore {
 	struct vstore *next;
 	char *key; /* realpath of the store file, else the path as given */
@@ -108,6 +117,9 @@ struct vstore {
 	pthread_cond_t ccv;
 	unsigned char *wb;    /* WB_BYTES */
 	struct wrun *runs;    /* WB_RUNS, in SQLite's order */
+	unsigned char *wsend; /* WB_BYTES: the extents of a send */
+	uint32_t *order;      /* WB_RUNS: runs sorted for a send */
+	struct wext *exts;    /* WB_RUNS */
 	uint32_t nruns, wb_used;
 	int inflight;         /* under cmu */
 	int64_t werr;         /* first failed write of a send; cmu */
@@ -235,12 +247,18 @@ static int store_open_coil(const char *path, int create, coil_store **out)
 static int store_io_init(struct vstore *st)
 {
 	st->wb = malloc(WB_BYTES);
+	st->wsend = malloc(WB_BYTES);
 	st->runs = calloc(WB_RUNS, sizeof(*st->runs));
-	if (!st->wb || !st->runs ||
+	st->order = calloc(WB_RUNS, sizeof(*st->order));
+	st->exts = calloc(WB_RUNS, sizeof(*st->exts));
+	if (!st->wb || !st->wsend || !st->runs || !st->order || !st->exts ||
 	    vcache_init(&st->rc, bytes_from_env("COIL_SQLITE_CACHE",
 						VCACHE_BYTES_DEFAULT))) {
 		free(st->wb);
+		free(st->wsend);
 		free(st->runs);
+		free(st->order);
+		free(st->exts);
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&st->wmu, NULL);
@@ -256,6 +274,9 @@ static void store_io_fini(struct vstore *st)
 	pthread_mutex_destroy(&st->wmu);
 	vcache_fini(&st->rc);
 	free(st->runs);
+	free(st->order);
+	free(st->exts);
+	free(st->wsend);
 	free(st->wb);
 }
 
@@ -309,43 +330,118 @@ static int store_get(const char *path, int create, struct vstore **out)
 	return SQLITE_OK;
 }
 
-/* Completion of a sent run, on a coil thread: only cmu. */
-static void wrun_done(void *arg, int64_t res)
+/* Completion of a sent extent, on a coil thread: only cmu. */
+static void wext_done(void *arg, int64_t res)
 {
-	struct wrun *r = arg;
-	struct vstore *st = r->f->st;
+	struct wext *e = arg;
+	struct vstore *st = e->f->st;
 
 	pthread_mutex_lock(&st->cmu);
 	if (res < 0 && !st->werr) {
 		st->werr = res;
-		st->werr_node = r->f->node;
+		st->werr_node = e->f->node;
 	}
 	st->inflight--;
 	pthread_cond_broadcast(&st->ccv);
 	pthread_mutex_unlock(&st->cmu);
 }
 
-/* Send the arena's runs of one kind (database or not), all in flight at
- * once, and wait for them (st->wmu held).  @return the first error. */
+/* Order runs by object, then offset, then arrival. */
+static int wrun_cmp(const void *a, const void *b, void *ctx)
+{
+	const struct wrun *runs = ctx;
+	uint32_t ia = *(const uint32_t *)a, ib = *(const uint32_t *)b;
+	const struct wrun *ra = &runs[ia], *rb = &runs[ib];
+	uintptr_t na = (uintptr_t)ra->f->node, nb = (uintptr_t)rb->f->node;
+
+	if (na != nb)
+		return na < nb ? -1 : 1;
+	if (ra->off != rb->off)
+		return ra->off < rb->off ? -1 : 1;
+	return ia < ib ? -1 : ia > ib;
+}
+
+/* The extent (sorted like the runs) holding @r. */
+static struct wext *wext_find(struct wext *exts, uint32_t n,
+			      const struct wrun *r)
+{
+	uint32_t lo = 0, hi = n;
+
+	while (hi - lo > 1) {
+		uint32_t mid = (lo + hi) / 2;
+		const struct wext *e = &exts[mid];
+
+		if ((uintptr_t)e->f->node < (uintptr_t)r->f->node ||
+		    (e->f->node == r->f->node && e->off <= r->off))
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return &exts[lo];
+}
+
+/* Send the arena's runs of one kind (database or not) and wait for them
+ * (st->wmu held).  Runs are merged first: sorted by object and offset,
+ * touching runs become one extent — scattered spilled pages that turn out
+ * adjacent, a page spilled twice (the later copy wins), journal records
+ * split by page writes between them — and every extent is one coil write,
+ * all in flight at once.  Within one kind the order of writes carries no
+ * meaning for SQLite between syncs (see wbuf_flush_locked).
+ * @return the first error. */
 static int64_t wb_send(struct vstore *st, int db)
 {
+	uint32_t i, n = 0, ne = 0;
+	uint64_t used = 0;
 	int64_t err;
-	uint32_t i;
 
+	for (i = 0; i < st->nruns; i++)
+		if (!!(st->runs[i].f->flags & SQLITE_OPEN_MAIN_DB) == db)
+			st->order[n++] = i;
+	if (n == 0)
+		return 0;
+	qsort_r(st->order, n, sizeof(*st->order), wrun_cmp, st->runs);
+	for (i = 0; i < n; i++) {
+		const struct wrun *r = &st->runs[st->order[i]];
+		struct wext *e = ne ? &st->exts[ne - 1] : NULL;
+
+		if (e && e->f->node == r->f->node && r->off <= e->off + e->len) {
+			if (r->off + r->len > e->off + e->len)
+				e->len = r->off + r->len - e->off;
+			continue;
+		}
+		e = &st->exts[ne++];
+		e->f = r->f;
+		e->off = r->off;
+		e->len = r->len;
+	}
+	for (i = 0; i < ne; i++) {
+		st->exts[i].at = used;
+		used += st->exts[i].len;
+	}
+	/* The union is never larger than the runs: it fits in wsend.
+	 * Copy in arrival order, so a later write wins an overlap. */
 	for (i = 0; i < st->nruns; i++) {
-		struct wrun *r = &st->runs[i];
-		int rc;
+		const struct wrun *r = &st->runs[i];
+		const struct wext *e;
 
 		if (!!(r->f->flags & SQLITE_OPEN_MAIN_DB) != db)
 			continue;
+		e = wext_find(st->exts, ne, r);
+		memcpy(st->wsend + e->at + (r->off - e->off), st->wb + r->at,
+		       r->len);
+	}
+	for (i = 0; i < ne; i++) {
+		struct wext *e = &st->exts[i];
+		int rc;
+
 		pthread_mutex_lock(&st->cmu);
 		st->inflight++;
 		pthread_mutex_unlock(&st->cmu);
 		st->n_write_calls++;
-		rc = coil_write(r->f->obj, st->wb + r->at, r->len, r->off,
-				wrun_done, r);
+		rc = coil_write(e->f->obj, st->wsend + e->at, e->len, e->off,
+				wext_done, e);
 		if (rc < 0)
-			wrun_done(r, rc); /* not submitted: no callback */
+			wext_done(e, rc); /* not submitted: no callback */
 	}
 	pthread_mutex_lock(&st->cmu);
 	while (st->inflight > 0)
