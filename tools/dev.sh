@@ -150,6 +150,20 @@ for path in sys.argv[1:]:
     for m in re.finditer(r'Synthesis: Tested: *(\d+) \| Passing: *(\d+) \| Failing: *(\d+) \| Crashing: *(\d+)', text):
         passed += int(m.group(2))
         failed += int(m.group(3)) + int(m.group(4))
+# A suite that died before criterion's synthesis (a signal, a sanitizer
+# abort, a timeout) counts as a failure too: read meson's JSON log.
+import json, os
+for path in sys.argv[1:]:
+    jpath = path.replace('.txt', '.json')
+    if not os.path.exists(jpath):
+        continue
+    for line in open(jpath):
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if r.get('result') not in ('OK', 'SKIP', 'EXPECTEDFAIL'):
+            failed += 1
 print(passed, failed)
 EOF
 }
@@ -162,6 +176,7 @@ run_suites() {
 		${COIL_TEST_ARGS:-} || rc=$?
 	# meson's own log carries every suite's output.
 	cp "$dir/meson-logs/testlog.txt" "$ROOT/build/testlog-$label.txt" 2>/dev/null || true
+	cp "$dir/meson-logs/testlog.json" "$ROOT/build/testlog-$label.json" 2>/dev/null || true
 	return $rc
 }
 
@@ -169,7 +184,7 @@ run_fuzzers() {
 	local secs=${FUZZ_SECONDS:-15} rc=0 n=0
 	log "fuzz targets (${secs}s each, on their checked-in corpus)"
 	for exe in build/fuzz/tests/fuzz_*; do
-		[ -x "$exe" ] || continue
+		[ -f "$exe" ] && [ -x "$exe" ] || continue
 		local name=${exe##*/fuzz_}
 		local corpus="tests/fuzz/corpus/$name"
 		local work="build/fuzz/corpus-$name"
@@ -199,6 +214,7 @@ cmd_test() {
 	# scaled down there (their full counts run in the release pass above).
 	COIL_REL_SCALE=${COIL_ASAN_SCALE:-0.25} \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	LSAN_OPTIONS=suppressions="$ROOT/tests/lsan.supp":print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		run_suites build/asan asan || rc=1
 	log "fuzz build (clang libFuzzer)"
