@@ -116,6 +116,10 @@ struct ra_store {
 	struct ra_stats ra_closed;
 	_Atomic uint64_t jobs_started, blobs_fetched, blobs_skipped;
 	_Atomic uint64_t discarded_blobs, demand_promotions, fail_mismatch;
+	/* first demands of a unit whose prefetch had published and whose
+	 * blob was in the cache: ready before demand without any wait (the
+	 * report's ready_before_demand also counts demands that waited) */
+	_Atomic uint64_t ready_no_wait;
 };
 
 static void ra_stats_add(struct ra_stats *a, const struct ra_stats *b)
@@ -668,8 +672,10 @@ int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb)
 	if (rb->ce) {
 		/* served by the cache; consume a published prefetch of the
 		 * unit so the report counts it ready before demand */
-		if (obs == PF_OBS_READY)
-			pf_resolve_demand(&st->m, u, PF_NOT_WAITED, &e);
+		if (obs == PF_OBS_READY &&
+		    pf_resolve_demand(&st->m, u, PF_NOT_WAITED, &e) ==
+			    PF_RES_READY)
+			atomic_fetch_add(&s->ras->ready_no_wait, 1);
 		ret = 2;
 		goto out;
 	}
@@ -829,7 +835,8 @@ int readahead_stats_json(struct coil_store *s, char *buf, size_t len)
 		"\"streams_total\":%llu,\"jobs_started\":%llu,"
 		"\"blobs_fetched\":%llu,\"blobs_skipped_nomem\":%llu,"
 		"\"blobs_discarded\":%llu,\"demand_promotions\":%llu,"
-		"\"failures_not_matching\":%llu,\"report\":%s,"
+		"\"failures_not_matching\":%llu,\"ready_no_wait\":%llu,"
+		"\"report\":%s,"
 		"\"readahead\":{\"reads\":%llu,\"sequential_reads\":%llu,"
 		"\"random_reads\":%llu,\"rereads\":%llu,\"windows_grown\":%llu,"
 		"\"blobs_advised\":%llu,\"hints\":%llu,\"cancel_pattern\":%llu,"
@@ -844,6 +851,7 @@ int readahead_stats_json(struct coil_store *s, char *buf, size_t len)
 		U(rs ? atomic_load(&rs->discarded_blobs) : 0),
 		U(rs ? atomic_load(&rs->demand_promotions) : 0),
 		U(rs ? atomic_load(&rs->fail_mismatch) : 0),
+		U(rs ? atomic_load(&rs->ready_no_wait) : 0),
 		rj[0] ? rj : "{}",
 		U(ras.reads), U(ras.sequential_reads), U(ras.random_reads),
 		U(ras.rereads), U(ras.windows_grown), U(ras.blobs_advised),
