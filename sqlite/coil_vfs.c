@@ -59,7 +59,7 @@ SQLITE_EXTENSION_INIT1
 #define STORE_SIZE_DEFAULT (1ull << 30)
 #define STATS_JSON_MAX (1u << 20)
 #define STORE_BUSY_WAIT_MS 1000
-#define VCACHE_BYTES_DEFAULT (16ull << 20)
+#define VCACHE_BYTES_DEFAULT (64ull << 20)
 /* Bound on the heap WAL index: 4096 regions of 32 KiB index 16 M frames,
  * a 64 GiB WAL of 4 KiB pages. */
 #define SHM_REGIONS_MAX 4096
@@ -698,13 +698,13 @@ static int vfile_close(sqlite3_file *file)
 /* Read @len bytes at @off straight from coil (st->wmu held); the count
  * read, short only at the end of the object, or -errno. */
 static int64_t obj_read(struct vfile *f, unsigned char *p, size_t len,
-			uint64_t off)
+			uint64_t off, int flush)
 {
 	struct vstore *st = f->st;
 	size_t got = 0;
 	int rc;
 
-	if (f->node->wb_runs > 0) {
+	if (flush && f->node->wb_runs > 0) {
 		rc = wbuf_flush_locked(st);
 		if (rc != SQLITE_OK)
 			return -EIO;
@@ -720,6 +720,32 @@ static int64_t obj_read(struct vfile *f, unsigned char *p, size_t len,
 		got += (size_t)n;
 	}
 	return (int64_t)got;
+}
+
+/* Lay the arena's pending writes to @node over the chunk at @chunk just
+ * read from coil (@clen bytes; past them the object was a hole or ended),
+ * in arrival order.  @return the chunk's new valid length. */
+static uint32_t wb_overlay(struct vstore *st, const struct vnode *node,
+			   uint64_t chunk, unsigned char *data, uint32_t clen)
+{
+	uint32_t i;
+
+	memset(data + clen, 0, VCACHE_CHUNK - clen);
+	for (i = 0; i < st->nruns; i++) {
+		const struct wrun *r = &st->runs[i];
+		uint64_t a, b;
+
+		if (r->f->node != node || r->off >= chunk + VCACHE_CHUNK ||
+		    r->off + r->len <= chunk)
+			continue;
+		a = r->off > chunk ? r->off : chunk;
+		b = r->off + r->len < chunk + VCACHE_CHUNK ? r->off + r->len
+							   : chunk + VCACHE_CHUNK;
+		memcpy(data + (a - chunk), st->wb + r->at + (a - r->off), b - a);
+		if (b - chunk > clen)
+			clen = (uint32_t)(b - chunk);
+	}
+	return clen;
 }
 
 /* Serve [@off, @off + @len) chunk by chunk from the cache, reading a whole
@@ -749,12 +775,17 @@ static int64_t cached_read(struct vfile *f, unsigned char *p, size_t len,
 			slot = vcache_fill_begin(rc, f->node, chunk, &data);
 			if (slot < 0)
 				return -ENOMEM;
-			n = obj_read(f, data, VCACHE_CHUNK, chunk);
+			/* coil's bytes, then the writes still in the arena
+			 * on top: no send needed to read. */
+			n = obj_read(f, data, VCACHE_CHUNK, chunk, 0);
 			if (n < 0) {
 				vcache_fill_abort(rc, slot);
 				return n;
 			}
 			clen = (uint32_t)n;
+			if (f->node->wb_runs > 0)
+				clen = wb_overlay(f->st, f->node, chunk, data,
+						  clen);
 			vcache_fill_done(rc, slot, clen);
 		}
 		if (a >= clen)
@@ -783,7 +814,7 @@ static int vfile_read(sqlite3_file *file, void *buf, int amt, sqlite3_int64 off)
 	if (st->rc.n)
 		got = cached_read(f, p, (size_t)amt, (uint64_t)off);
 	else
-		got = obj_read(f, p, (size_t)amt, (uint64_t)off);
+		got = obj_read(f, p, (size_t)amt, (uint64_t)off, 1);
 	pthread_mutex_unlock(&st->wmu);
 	if (got < 0)
 		return err_to_sqlite(got, SQLITE_IOERR_READ);

@@ -366,9 +366,10 @@ static void kill_mid_transaction(const char *mode)
 	snprintf(marker, sizeof(marker), "%s/in-transaction", s.dir);
 
 	/* A committed state, then a transaction that rewrites it and grows
-	 * the table through a tiny page cache (so pages spill into the
-	 * database or WAL before commit), then — still inside it — a marker
-	 * file and a query that never ends.  The kill lands there. */
+	 * the table by ~16 MiB through a tiny page cache — more than the
+	 * VFS's 8 MiB write-back arena, so journal records and pages (or WAL
+	 * frames) reach the store before commit — then, still inside it, a
+	 * marker file and a query that never ends.  The kill lands there. */
 	m = open_memstream(&script, &len);
 	coil_preamble(m, &s, mode);
 	fprintf(m, "PRAGMA journal_mode=%s;\nPRAGMA cache_size=20;\n", mode);
@@ -379,7 +380,7 @@ static void kill_mid_transaction(const char *mode)
 	fprintf(m, "BEGIN;\n"
 		   "UPDATE t SET v = 'uncommitted ' || v;\n"
 		   "WITH RECURSIVE c(x) AS (VALUES(1) UNION ALL SELECT x + 1 FROM c"
-		   " WHERE x < 20000) INSERT INTO t(v) SELECT printf('new %%08d %%.200c', x, 'n') FROM c;\n"
+		   " WHERE x < 80000) INSERT INTO t(v) SELECT printf('new %%08d %%.200c', x, 'n') FROM c;\n"
 		   ".shell touch %s\n"
 		   "WITH RECURSIVE c(x) AS (VALUES(1) UNION ALL SELECT x + 1 FROM c"
 		   " WHERE x < 100000000000) SELECT count(*) FROM c;\n"
