@@ -1,0 +1,434 @@
+/* tests/test_engine_space.c — issue 7: space accounting, the cleaner, the
+ * reserve and -ENOSPC.
+ *
+ *   fill_enospc        fill a 64 MiB store until -ENOSPC; every completed
+ *                      write reads back; it reopens full; removing half the
+ *                      objects makes room again
+ *   sustained_overwrite rewrite a 24 MiB object 40 times (random order of
+ *                      64 KiB pieces) in a 64 MiB store: no -ENOSPC, content
+ *                      right, the cleaner ran, write amplification reported
+ *   cas_race           forced cleaning passes while the same blocks are
+ *                      overwritten: the newest data always wins
+ *   small_blobs_zstd   4 KiB compressed blobs overwritten at random,
+ *                      cleaned, reopened: content and accounting exact
+ * Every test recounts live bytes from the extent maps (cleaner_check_live).
+ * COIL_REL_SCALE (e.g. 0.3 under ASan) scales the overwrite counts. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coil.h"
+#include "engine/engine.h"
+#include "tests/engine_test_util.h"
+
+static double scale(void)
+{
+	const char *e = getenv("COIL_REL_SCALE");
+	double v = e ? atof(e) : 1.0;
+
+	return v > 0 ? v : 1.0;
+}
+
+static uint64_t rng(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* A 64 KiB block's content for (block, version): cheap to regenerate. */
+static void block_fill(uint8_t *p, size_t n, uint64_t blk, uint64_t ver)
+{
+	et_fill(p, n, blk * 1000003u + ver, 0);
+	memcpy(p, &blk, 8);
+	memcpy(p + 8, &ver, 8);
+}
+
+static uint64_t stat_u64(coil_store *s, const char *key)
+{
+	char *buf = malloc(1 << 16), *p;
+	uint64_t v = UINT64_MAX;
+
+	cr_assert(coil_stats_json(s, buf, 1 << 16) > 0);
+	p = strstr(buf, key);
+	if (p)
+		v = strtoull(p + strlen(key), NULL, 10);
+	free(buf);
+	return v;
+}
+
+static double stat_dbl(coil_store *s, const char *key)
+{
+	char *buf = malloc(1 << 16), *p;
+	double v = -1;
+
+	cr_assert(coil_stats_json(s, buf, 1 << 16) > 0);
+	p = strstr(buf, key);
+	if (p)
+		v = strtod(p + strlen(key), NULL);
+	free(buf);
+	return v;
+}
+
+#define OBJ_BYTES (1u << 20)
+#define MAX_OBJS 128
+
+Test(engine_space, fill_enospc, .timeout = 120)
+{
+	char path[256], name[32];
+	struct coil_options o;
+	coil_store *s;
+	coil_obj *h;
+	uint8_t *buf = malloc(OBJ_BYTES), *rd = malloc(OBJ_BYTES);
+	int n = 0, extra = 0, tail;
+	int64_t r = 0;
+
+	et_path(path, sizeof(path), "space-fill");
+	et_opts(&o, path);
+	o.compression = "none";
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	/* Fill with 1 MiB objects until a write fails. */
+	for (n = 0; n < MAX_OBJS; n++) {
+		snprintf(name, sizeof(name), "o%03d", n);
+		cr_assert_eq(coil_obj_open(s, name, COIL_CREATE, &h), 0);
+		block_fill(buf, OBJ_BYTES, (uint64_t)n, 1);
+		r = coil_pwrite(h, buf, OBJ_BYTES, 0);
+		coil_obj_close(h);
+		if (r < 0)
+			break;
+		cr_assert_eq(r, OBJ_BYTES);
+	}
+	cr_assert_eq(r, -ENOSPC, "fill ended with %s after %d objects",
+		     coil_strerror((int)r), n);
+	cr_assert_gt(n, 40, "only %d MiB fit a 64 MiB store", n);
+	cr_log_info("fill: %d x 1 MiB fit before -ENOSPC", n);
+	/* The failed object exists but holds nothing. */
+	snprintf(name, sizeof(name), "o%03d", n);
+	cr_assert_eq(coil_obj_remove(s, name), 0);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	/* Top up with 64 KiB writes until those fail too: the store is
+	 * really full then, and reads still work. */
+	cr_assert_eq(coil_obj_open(s, "tail", COIL_CREATE, &h), 0);
+	for (tail = 0; tail < 64; tail++) {
+		block_fill(buf, 65536, 5000u + (uint64_t)tail, 1);
+		r = coil_pwrite(h, buf, 65536, (uint64_t)tail * 65536);
+		if (r < 0)
+			break;
+	}
+	cr_assert_eq(r, -ENOSPC);
+	cr_assert_lt(tail, 64);
+	coil_obj_close(h);
+	cr_assert_eq(coil_obj_open(s, "o000", 0, &h), 0);
+	cr_assert_eq(coil_pread(h, rd, OBJ_BYTES, 0), OBJ_BYTES);
+	block_fill(buf, OBJ_BYTES, 0, 1);
+	cr_assert_eq(memcmp(buf, rd, OBJ_BYTES), 0);
+	coil_obj_close(h);
+	cr_assert_eq(coil_close(s), 0);
+
+	/* Reopen full: every completed write reads back. */
+	o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, &o, &s), 0, "reopen of a full store");
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_obj_open(s, "tail", 0, &h), 0);
+	for (int i = 0; i < tail; i++) {
+		cr_assert_eq(coil_pread(h, rd, 65536, (uint64_t)i * 65536),
+			     65536);
+		block_fill(buf, 65536, 5000u + (uint64_t)i, 1);
+		cr_assert_eq(memcmp(buf, rd, 65536), 0, "tail block %d", i);
+	}
+	coil_obj_close(h);
+	for (int i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "o%03d", i);
+		cr_assert_eq(coil_obj_open(s, name, 0, &h), 0);
+		cr_assert_eq(coil_pread(h, rd, OBJ_BYTES, 0), OBJ_BYTES);
+		block_fill(buf, OBJ_BYTES, (uint64_t)i, 1);
+		cr_assert_eq(memcmp(buf, rd, OBJ_BYTES), 0, "object %d", i);
+		coil_obj_close(h);
+	}
+	/* Remove every other object: room again (their blobs share
+	 * segments with the survivors, so this needs the cleaner). */
+	for (int i = 0; i < n; i += 2) {
+		snprintf(name, sizeof(name), "o%03d", i);
+		cr_assert_eq(coil_obj_remove(s, name), 0);
+	}
+	for (extra = 0; extra < n / 2 - 4; extra++) {
+		snprintf(name, sizeof(name), "n%03d", extra);
+		cr_assert_eq(coil_obj_open(s, name, COIL_CREATE, &h), 0);
+		block_fill(buf, OBJ_BYTES, 1000u + (uint64_t)extra, 1);
+		r = coil_pwrite(h, buf, OBJ_BYTES, 0);
+		coil_obj_close(h);
+		cr_assert_eq(r, OBJ_BYTES, "write %d after removals: %s", extra,
+			     coil_strerror((int)r));
+	}
+	cr_assert_eq(cleaner_check_live(s), 0);
+	for (int i = 1; i < n; i += 2) {
+		snprintf(name, sizeof(name), "o%03d", i);
+		cr_assert_eq(coil_obj_open(s, name, 0, &h), 0);
+		cr_assert_eq(coil_pread(h, rd, OBJ_BYTES, 0), OBJ_BYTES);
+		block_fill(buf, OBJ_BYTES, (uint64_t)i, 1);
+		cr_assert_eq(memcmp(buf, rd, OBJ_BYTES), 0, "survivor %d", i);
+		coil_obj_close(h);
+	}
+	cr_log_info("after removing %d objects: %d new ones written, "
+		    "segments cleaned %lu", (n + 1) / 2, extra,
+		    (unsigned long)stat_u64(s, "\"segments_cleaned\":"));
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+	free(buf);
+	free(rd);
+}
+
+#define BLK (64u << 10)
+
+static void check_object(coil_obj *h, const uint64_t *ver, uint32_t nblk)
+{
+	uint8_t *want = malloc(BLK), *rd = malloc(BLK);
+
+	for (uint32_t b = 0; b < nblk; b++) {
+		cr_assert_eq(coil_pread(h, rd, BLK, (uint64_t)b * BLK), BLK);
+		block_fill(want, BLK, b, ver[b]);
+		cr_assert_eq(memcmp(want, rd, BLK), 0,
+			     "block %u: version %lu expected", b,
+			     (unsigned long)ver[b]);
+	}
+	free(want);
+	free(rd);
+}
+
+Test(engine_space, sustained_overwrite, .timeout = 300)
+{
+	const uint32_t nblk = (24u << 20) / BLK;
+	int rounds = (int)(40 * scale());
+	char path[256];
+	struct coil_options o;
+	coil_store *s;
+	coil_obj *h;
+	uint64_t *ver = calloc(nblk, sizeof(*ver)), x = 0x5ace;
+	uint32_t *perm = malloc(nblk * sizeof(*perm));
+	uint8_t *buf = malloc(BLK);
+	uint64_t t0 = coil_now_ns(), worst = 0;
+	double wa;
+
+	if (rounds < 4)
+		rounds = 4;
+	et_path(path, sizeof(path), "space-overwrite");
+	et_opts(&o, path);
+	o.compression = "none";
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(coil_obj_open(s, "big", COIL_CREATE, &h), 0);
+	for (uint32_t b = 0; b < nblk; b++)
+		perm[b] = b;
+	for (int r = 0; r < rounds; r++) {
+		/* a new random order each round scatters the dead blobs */
+		for (uint32_t b = nblk - 1; b > 0; b--) {
+			uint32_t j = (uint32_t)(rng(&x) % (b + 1)), t = perm[b];
+			perm[b] = perm[j];
+			perm[j] = t;
+		}
+		for (uint32_t k = 0; k < nblk; k++) {
+			uint32_t b = perm[k];
+			uint64_t w0 = coil_now_ns(), dt;
+			int64_t rc;
+
+			block_fill(buf, BLK, b, (uint64_t)r + 1);
+			rc = coil_pwrite(h, buf, BLK, (uint64_t)b * BLK);
+			dt = coil_now_ns() - w0;
+			worst = dt > worst ? dt : worst;
+			cr_assert_eq(rc, BLK, "round %d block %u: %s", r, b,
+				     coil_strerror((int)rc));
+			ver[b] = (uint64_t)r + 1;
+		}
+		if (r % 8 == 7) {
+			check_object(h, ver, nblk);
+			cr_assert_eq(cleaner_check_live(s), 0);
+		}
+	}
+	check_object(h, ver, nblk);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	wa = stat_dbl(s, "\"write_amplification\":");
+	cr_log_info("overwrite: %d x 24 MiB in %.1f s, write amplification "
+		    "%.3f, segments cleaned %lu, bytes cleaned %lu, throttled "
+		    "%lu, slowest write %.1f ms", rounds,
+		    (double)(coil_now_ns() - t0) / 1e9, wa,
+		    (unsigned long)stat_u64(s, "\"segments_cleaned\":"),
+		    (unsigned long)stat_u64(s, "\"bytes_cleaned\":"),
+		    (unsigned long)stat_u64(s, "\"throttled_writes\":"),
+		    (double)worst / 1e6);
+	cr_assert_gt(wa, 1.0);
+	cr_assert_gt(stat_u64(s, "\"segments_cleaned\":"), 0);
+	coil_obj_close(h);
+	cr_assert_eq(coil_close(s), 0);
+	/* and after a reopen (replay of whatever the last checkpoint did not
+	 * cover, live bytes recomputed) */
+	o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_obj_open(s, "big", 0, &h), 0);
+	check_object(h, ver, nblk);
+	coil_obj_close(h);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+	free(ver);
+	free(perm);
+	free(buf);
+}
+
+struct racer {
+	coil_store *s;
+	volatile int stop;
+	int passes;
+};
+
+static void *race_cleaner(void *arg)
+{
+	struct racer *r = arg;
+
+	while (!r->stop) {
+		cr_assert_geq(cleaner_run_now(r->s, 4), 0);
+		r->passes++;
+	}
+	return NULL;
+}
+
+#define HALF (BLK / 2)
+
+static void check_units(coil_obj *h, const uint64_t *ver, uint32_t nunit)
+{
+	uint8_t *want = malloc(HALF), *rd = malloc(HALF);
+
+	for (uint32_t u = 0; u < nunit; u++) {
+		cr_assert_eq(coil_pread(h, rd, HALF, (uint64_t)u * HALF), HALF);
+		block_fill(want, HALF, u, ver[u]);
+		cr_assert_eq(memcmp(want, rd, HALF), 0,
+			     "unit %u: version %lu expected", u,
+			     (unsigned long)ver[u]);
+	}
+	free(want);
+	free(rd);
+}
+
+/* Forced passes clean the very segments being overwritten: a relocation
+ * that read a block before an overwrite must not resurrect it.  Half-block
+ * writes split the 64 KiB extents, so relocations carry partial extents. */
+Test(engine_space, cas_race, .timeout = 120)
+{
+	const uint32_t nunit = 128;
+	int rounds = (int)(30 * scale());
+	char path[256];
+	struct coil_options o;
+	struct racer rc = { 0 };
+	pthread_t th;
+	coil_store *s;
+	coil_obj *h;
+	uint64_t ver[128] = { 0 }, x = 77;
+	uint8_t *buf = malloc(BLK);
+
+	if (rounds < 5)
+		rounds = 5;
+	et_path(path, sizeof(path), "space-race");
+	et_opts(&o, path);
+	o.compression = "none";
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(coil_obj_open(s, "hot", COIL_CREATE, &h), 0);
+	for (uint32_t u = 0; u < nunit; u++) {
+		block_fill(buf, HALF, u, 1);
+		cr_assert_eq(coil_pwrite(h, buf, HALF, (uint64_t)u * HALF),
+			     HALF);
+		ver[u] = 1;
+	}
+	rc.s = s;
+	cr_assert_eq(pthread_create(&th, NULL, race_cleaner, &rc), 0);
+	for (int r = 0; r < rounds; r++) {
+		for (uint32_t k = 0; k < nunit / 4; k++) {
+			uint32_t u = (uint32_t)(rng(&x) % nunit);
+
+			if ((rng(&x) & 1) && u + 1 < nunit && u % 2 == 0) {
+				/* a whole 64 KiB block: two units */
+				block_fill(buf, HALF, u, ver[u] + 1);
+				block_fill(buf + HALF, HALF, u + 1,
+					   ver[u + 1] + 1);
+				cr_assert_eq(coil_pwrite(h, buf, BLK,
+							 (uint64_t)u * HALF),
+					     BLK);
+				ver[u]++;
+				ver[u + 1]++;
+			} else {
+				block_fill(buf, HALF, u, ver[u] + 1);
+				cr_assert_eq(coil_pwrite(h, buf, HALF,
+							 (uint64_t)u * HALF),
+					     HALF);
+				ver[u]++;
+			}
+		}
+		check_units(h, ver, nunit);
+	}
+	rc.stop = 1;
+	pthread_join(th, NULL);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_log_info("cas_race: %d forced passes, %lu bytes installed, %lu "
+		    "dropped by the compare-and-swap", rc.passes,
+		    (unsigned long)stat_u64(s, "\"cas_installed_bytes\":"),
+		    (unsigned long)stat_u64(s, "\"cas_dropped_bytes\":"));
+	cr_assert_gt(stat_u64(s, "\"cas_installed_bytes\":"), 0);
+	coil_obj_close(h);
+	cr_assert_eq(coil_close(s), 0);
+	o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_obj_open(s, "hot", 0, &h), 0);
+	check_units(h, ver, nunit);
+	coil_obj_close(h);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+	free(buf);
+}
+
+/* 4 KiB zstd blobs (byte-packed, several per 4 KiB block), partial
+ * overwrites, forced cleaning, reopen: byte-exact against a model. */
+Test(engine_space, small_blobs_zstd, .timeout = 120)
+{
+	const size_t size = 4u << 20;
+	int ops = (int)(3000 * scale());
+	char path[256];
+	struct coil_options o;
+	coil_store *s;
+	coil_obj *h;
+	uint8_t *model = calloc(1, size), *rd = malloc(size), *buf = malloc(16384);
+	uint64_t x = 4242, end = 0;
+
+	et_path(path, sizeof(path), "space-zstd");
+	et_opts(&o, path);
+	o.max_blob = 4096;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(coil_obj_open(s, "p", COIL_CREATE, &h), 0);
+	for (int i = 0; i < ops; i++) {
+		size_t len = 1 + rng(&x) % 12000;
+		uint64_t off = rng(&x) % (size - len);
+
+		et_fill(buf, len, rng(&x), 1);
+		cr_assert_eq(coil_pwrite(h, buf, len, off), (int64_t)len);
+		memcpy(model + off, buf, len);
+		end = off + len > end ? off + len : end;
+		if (i % 1000 == 999)
+			cr_assert_geq(cleaner_run_now(s, 8), 0);
+	}
+	cr_assert_geq(cleaner_run_now(s, 16), 0);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_gt(stat_u64(s, "\"blobs_relocated\":"), 0);
+	coil_obj_close(h);
+	cr_assert_eq(coil_close(s), 0);
+	o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_obj_open(s, "p", 0, &h), 0);
+	cr_assert_eq(coil_pread(h, rd, size, 0), (int64_t)end);
+	cr_assert_eq(memcmp(rd, model, end), 0);
+	coil_obj_close(h);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+	free(model);
+	free(rd);
+	free(buf);
+}
