@@ -704,9 +704,11 @@ int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb)
 			if (!j->busy || !pf_unit_eq(j->w.id, u))
 				continue;
 			for (uint32_t k = 0; k < j->nb; k++) {
+				/* b and gen are set under st->mu; res is
+				 * not (the I/O may be ending): a blob that
+				 * failed hands its error to the waiter */
 				if (j->bl[k].b == rb->b &&
-				    j->bl[k].gen == rb->gen &&
-				    j->bl[k].res == 0) {
+				    j->bl[k].gen == rb->gen) {
 					rb->pf_wait_ns = coil_now_ns();
 					rb->pf_next = j->waiters;
 					j->waiters = rb;
