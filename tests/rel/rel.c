@@ -176,6 +176,9 @@ void rel_opts(struct coil_options *o, uint64_t size)
 	o->size = size;
 	o->workers = 2;
 	o->cache_bytes = 4u << 20;
+	/* COIL_REL_PREFETCH=0 turns readahead off: narrows a failure down */
+	if (getenv("COIL_REL_PREFETCH"))
+		o->prefetch = (unsigned)atoi(getenv("COIL_REL_PREFETCH"));
 	mkdir("rel-stores", 0755);
 	if (statfs("rel-stores", &sf) == 0 && sf.f_type == TMPFS_MAGIC)
 		o->flags |= COIL_NO_DIRECT;
