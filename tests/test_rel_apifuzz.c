@@ -11,7 +11,11 @@
  * sequence (the op in flight fails).  After a cut the store must open (I4)
  * and each object must be in a state it passed through since the last
  * successful sync (I1 + I2: the per-object prefix), whole. */
+#ifdef REL_STANDALONE
+#include "tests/rel/standalone.h"
+#else
 #include <criterion/criterion.h>
+#endif
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>

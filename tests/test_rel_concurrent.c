@@ -18,7 +18,11 @@
  *
  * COIL_REL_SCALE scales the operations per thread; COIL_REL_SECONDS, when
  * set, runs for that long instead (perf/soak.sh). */
+#ifdef REL_STANDALONE
+#include "tests/rel/standalone.h"
+#else
 #include <criterion/criterion.h>
+#endif
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
