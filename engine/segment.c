@@ -57,8 +57,11 @@ static void seg_write_header(struct coil_store *s, uint32_t idx)
 {
 	struct uring_io *io = malloc(sizeof(*io));
 	uint8_t *buf = bufpool_get(&s->bp, FMT_BLOCK);
-	struct fmt_seghdr h = { .store_id = s->store_id, .index = idx,
-				.open_seq = s->j_next_seq };
+	struct fmt_seghdr h = { .store_id = s->store_id, .index = idx };
+
+	pthread_mutex_lock(&s->jlock); /* mlock -> jlock: the lock order */
+	h.open_seq = s->j_next_seq;
+	pthread_mutex_unlock(&s->jlock);
 
 	if (!io || !buf || fmt_seghdr_encode(&h, buf, FMT_BLOCK) < 0) {
 		free(io);
