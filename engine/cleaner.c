@@ -92,6 +92,7 @@ struct cleaner {
 	uint32_t clean_lo;       /* start cleaning below */
 	uint32_t clean_hi;       /* stop cleaning at */
 	uint32_t throttle;       /* delay writers below */
+	uint32_t victims_max;    /* per pass (normal policy) */
 
 	/* per segment, for age: the gen last seen and when */
 	uint32_t *gen_seen;
@@ -171,6 +172,9 @@ static void thresholds(struct cleaner *cl, uint32_t nseg)
 	cl->clean_lo = r + COIL_MAX(nseg / 4, 2u) + band;
 	cl->clean_hi = cl->clean_lo + band;
 	cl->throttle = r + COIL_MAX(2u, (cl->clean_lo - r) / 3);
+	/* a pass holds its victims' space until its checkpoint: in a small
+	 * store, a few at a time */
+	cl->victims_max = COIL_MAX(2u, COIL_MIN(CLEAN_VICTIMS_MAX, nseg / 8));
 	if (cl->clean_lo >= nseg) {
 		/* tiny stores: clean whenever anything is reclaimable */
 		cl->clean_lo = nseg;
@@ -552,6 +556,8 @@ static int reloc_submit(struct cleaner *cl, struct object *o,
 
 /* ---- a pass ---------------------------------------------------------------- */
 
+static uint32_t free_now(struct coil_store *s);
+
 static int cmp_item(const void *pa, const void *pb)
 {
 	const struct citem *a = pa, *b = pb;
@@ -771,22 +777,21 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 	return 0;
 }
 
-/* Drop the pass's references and reader counts (mlock taken). */
-static void release(struct cleaner *cl, uint32_t nv)
+/* Drop the references of items [a, z) and, when @seg is a victim, its
+ * reader count, so a checkpoint may free it (mlock taken). */
+static void release(struct cleaner *cl, size_t a, size_t z, uint32_t seg)
 {
 	struct coil_store *s = cl->s;
 
 	pthread_mutex_lock(&s->mlock);
-	for (size_t i = 0; i < cl->nitems; i++) {
+	for (size_t i = a; i < z; i++) {
 		blobd_unref(cl->items[i].b);
 		object_put(s, cl->items[i].o);
 	}
-	cl->nitems = 0;
-	for (uint32_t j = 0; j < nv; j++) {
-		uint32_t i = cl->vlist[j];
-		cl->victim[i] = 0;
-		atomic_fetch_sub(&s->segs[i].readers, 1);
-		seg_maybe_pending(s, i);
+	if (seg != UINT32_MAX && cl->victim[seg]) {
+		cl->victim[seg] = 0;
+		atomic_fetch_sub(&s->segs[seg].readers, 1);
+		seg_maybe_pending(s, seg);
 	}
 	pthread_mutex_unlock(&s->mlock);
 }
@@ -813,28 +818,34 @@ static int clean_pass(struct cleaner *cl, uint32_t max_v)
 	stat_add(&cl->passes, 1);
 	if (nv == 0 && npending == 0)
 		return 0;
-	if (rc == 0 && cl->nitems) {
-		/* The items hold the objects and blobs; a stale pointer
-		 * comparison in cmp_item is fine (they cannot go away). */
-		qsort(cl->items, cl->nitems, sizeof(*cl->items), cmp_item);
-		for (size_t a = 0, z; a < cl->nitems && rc == 0; a = z) {
-			for (z = a; z < cl->nitems &&
-				    cl->items[z].seg == cl->items[a].seg; z++)
-				;
+	/* The items hold their objects and blobs until released. */
+	qsort(cl->items, cl->nitems, sizeof(*cl->items), cmp_item);
+	for (size_t a = 0, z; a < cl->nitems; a = z) {
+		uint32_t seg = cl->items[a].seg;
+
+		for (z = a; z < cl->nitems && cl->items[z].seg == seg; z++)
+			;
+		if (rc == 0) {
 			rc = clean_victim(cl, a, z);
-			if (atomic_load(&s->broken))
-				rc = rc < 0 ? rc : -EIO;
+			if (rc == 0 && atomic_load(&s->broken))
+				rc = -EIO;
 		}
+		/* Each victim is let go as soon as it is relocated: a
+		 * checkpoint (ours below, or one writers wait for) can free
+		 * it while the pass goes on. */
+		release(cl, a, z, seg);
+		if (rc == 0 && free_now(s) <= cl->throttle)
+			ckpt_trigger(s);
 	}
-	release(cl, nv);
+	cl->nitems = 0;
+	for (uint32_t j = 0; j < nv; j++)
+		release(cl, 0, 0, cl->vlist[j]);
 	if (rc == 0 || rc == -ENOSPC) {
 		/* The emptied victims are PENDING: a checkpoint frees them. */
 		if (ckpt_wait(s) < 0)
 			return -ESHUTDOWN;
 	}
-	pthread_mutex_lock(&s->mlock);
-	free1 = s->free_segs;
-	pthread_mutex_unlock(&s->mlock);
+	free1 = free_now(s);
 	stat_add(&cl->segs_cleaned, nv);
 	if (free1 > free0)
 		stat_add(&cl->segs_freed, free1 - free0);
@@ -892,7 +903,7 @@ static void *cleaner_main(void *arg)
 				break;
 			if (!force && free_now(s) >= cl->clean_hi)
 				break;
-			rc = clean_pass(cl, force ? force : CLEAN_VICTIMS_MAX);
+			rc = clean_pass(cl, force ? force : cl->victims_max);
 			pthread_mutex_lock(&cl->mu);
 			pthread_cond_broadcast(&cl->space_cv);
 			if (cl->stop) {
@@ -948,7 +959,9 @@ int cleaner_run_now(struct coil_store *s, uint32_t max_victims)
 		return -EDEADLK;
 	f0 = free_now(s);
 	pthread_mutex_lock(&cl->mu);
-	cl->force_victims = max_victims ? max_victims : CLEAN_VICTIMS_MAX;
+	cl->force_victims = max_victims ? COIL_MIN(max_victims,
+						   CLEAN_VICTIMS_MAX) :
+					  CLEAN_VICTIMS_MAX;
 	rc = wait_round_locked(cl, coil_now_ns() + 60ull * 1000000000ull);
 	pthread_mutex_unlock(&cl->mu);
 	f1 = free_now(s);
@@ -962,7 +975,7 @@ int cleaner_run_now(struct coil_store *s, uint32_t max_victims)
 void cleaner_throttle(struct coil_store *s, uint64_t need)
 {
 	struct cleaner *cl = s->cl;
-	uint64_t t0, deadline, delay, waited;
+	uint64_t t0, deadline, delay, waited, target;
 	uint32_t f;
 	uint64_t cap;
 
@@ -984,41 +997,45 @@ void cleaner_throttle(struct coil_store *s, uint64_t need)
 		return; /* callbacks never block */
 	/* Below the throttle mark: a delay that grows as free space shrinks
 	 * toward the reserve, so writers slow down smoothly instead of
-	 * running into a wall; longer only if the write does not fit. */
+	 * running into a wall.  A hard wait (for space, up to
+	 * CLEANER_THROTTLE_MAX_NS) only when the write does not fit or only
+	 * the reserve is left; it ends early when a whole round of cleaning
+	 * that began after we came gained nothing (then the store is full:
+	 * placement fails with -ENOSPC). */
 	t0 = coil_now_ns();
 	deadline = t0 + CLEANER_THROTTLE_MAX_NS;
 	delay = CLEANER_DELAY_MAX_NS *
 		(cl->throttle - COIL_MIN(f, cl->throttle)) /
 		(cl->throttle - cl->reserve + 1);
 	pthread_mutex_lock(&cl->mu);
+	target = cl->rounds_done + (cl->running ? 2 : 1);
+	kick_locked(cl);
 	for (;;) {
 		struct timespec ts;
 		uint64_t now = coil_now_ns();
+		bool hard = cap < need || f <= cl->reserve;
 
-		if (cl->stop)
+		if (!hard && (f >= cl->throttle || now - t0 >= delay))
 			break;
-		if (cap >= need) {
-			if (f >= cl->throttle || now - t0 >= delay)
-				break;
-			abstime_in(&ts, delay - (now - t0));
-			pthread_cond_timedwait(&cl->space_cv, &cl->mu, &ts);
-		} else {
-			/* Does not fit: wait for a round of cleaning; give up
-			 * (placement returns -ENOSPC) when a round gained
-			 * nothing or time is up. */
-			if (wait_round_locked(cl, deadline) < 0 || cl->stuck) {
-				stat_add(&cl->enospc_hints, 1);
-				break;
-			}
+		if (hard && cl->rounds_done >= target && cl->stuck) {
+			stat_add(&cl->enospc_hints, 1);
+			break;
 		}
+		if (cl->stop || now >= deadline)
+			break;
+		if (cl->rounds_done >= target) {
+			target = cl->rounds_done + (cl->running ? 2 : 1);
+			kick_locked(cl);
+		}
+		/* Checkpoints free segments without telling us: poll. */
+		abstime_in(&ts, 1000ull * 1000);
+		pthread_cond_timedwait(&cl->space_cv, &cl->mu, &ts);
 		pthread_mutex_unlock(&cl->mu);
 		pthread_mutex_lock(&s->mlock);
 		f = s->free_segs;
 		cap = fg_cap_locked(s);
 		pthread_mutex_unlock(&s->mlock);
 		pthread_mutex_lock(&cl->mu);
-		if (cap < need && coil_now_ns() >= deadline)
-			break;
 	}
 	pthread_mutex_unlock(&cl->mu);
 	waited = coil_now_ns() - t0;

@@ -5,7 +5,7 @@
  *                      write reads back; it reopens full; removing half the
  *                      objects makes room again
  *   sustained_overwrite rewrite a 24 MiB object 40 times (random order of
- *                      64 KiB pieces) in a 64 MiB store: no -ENOSPC, content
+ *                      256 KiB pieces) in a 64 MiB store: no -ENOSPC, content
  *                      right, the cleaner ran, write amplification reported
  *   cas_race           forced cleaning passes while the same blocks are
  *                      overwritten: the newest data always wins
@@ -197,17 +197,21 @@ static void check_object(coil_obj *h, const uint64_t *ver, uint32_t nblk)
 	free(rd);
 }
 
+/* Pieces of 4 blocks (256 KiB) in a new random order each round: the dead
+ * blobs of a round are scattered over every segment. */
+#define PIECE_BLKS 4u
+
 Test(engine_space, sustained_overwrite, .timeout = 300)
 {
-	const uint32_t nblk = (24u << 20) / BLK;
+	const uint32_t nblk = (24u << 20) / BLK, npiece = nblk / PIECE_BLKS;
 	int rounds = (int)(40 * scale());
 	char path[256];
 	struct coil_options o;
 	coil_store *s;
 	coil_obj *h;
 	uint64_t *ver = calloc(nblk, sizeof(*ver)), x = 0x5ace;
-	uint32_t *perm = malloc(nblk * sizeof(*perm));
-	uint8_t *buf = malloc(BLK);
+	uint32_t *perm = malloc(npiece * sizeof(*perm));
+	uint8_t *buf = malloc(BLK * PIECE_BLKS);
 	uint64_t t0 = coil_now_ns(), worst = 0;
 	double wa;
 
@@ -218,27 +222,30 @@ Test(engine_space, sustained_overwrite, .timeout = 300)
 	o.compression = "none";
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	cr_assert_eq(coil_obj_open(s, "big", COIL_CREATE, &h), 0);
-	for (uint32_t b = 0; b < nblk; b++)
-		perm[b] = b;
+	for (uint32_t p = 0; p < npiece; p++)
+		perm[p] = p;
 	for (int r = 0; r < rounds; r++) {
-		/* a new random order each round scatters the dead blobs */
-		for (uint32_t b = nblk - 1; b > 0; b--) {
-			uint32_t j = (uint32_t)(rng(&x) % (b + 1)), t = perm[b];
-			perm[b] = perm[j];
+		for (uint32_t p = npiece - 1; p > 0; p--) {
+			uint32_t j = (uint32_t)(rng(&x) % (p + 1)), t = perm[p];
+			perm[p] = perm[j];
 			perm[j] = t;
 		}
-		for (uint32_t k = 0; k < nblk; k++) {
-			uint32_t b = perm[k];
+		for (uint32_t k = 0; k < npiece; k++) {
+			uint32_t b0 = perm[k] * PIECE_BLKS;
 			uint64_t w0 = coil_now_ns(), dt;
 			int64_t rc;
 
-			block_fill(buf, BLK, b, (uint64_t)r + 1);
-			rc = coil_pwrite(h, buf, BLK, (uint64_t)b * BLK);
+			for (uint32_t i = 0; i < PIECE_BLKS; i++)
+				block_fill(buf + i * BLK, BLK, b0 + i,
+					   (uint64_t)r + 1);
+			rc = coil_pwrite(h, buf, BLK * PIECE_BLKS,
+					 (uint64_t)b0 * BLK);
 			dt = coil_now_ns() - w0;
 			worst = dt > worst ? dt : worst;
-			cr_assert_eq(rc, BLK, "round %d block %u: %s", r, b,
-				     coil_strerror((int)rc));
-			ver[b] = (uint64_t)r + 1;
+			cr_assert_eq(rc, BLK * PIECE_BLKS, "round %d piece %u: %s",
+				     r, perm[k], coil_strerror((int)rc));
+			for (uint32_t i = 0; i < PIECE_BLKS; i++)
+				ver[b0 + i] = (uint64_t)r + 1;
 		}
 		if (r % 8 == 7) {
 			check_object(h, ver, nblk);
