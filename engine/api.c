@@ -351,7 +351,11 @@ COIL_API int64_t coil_pread(coil_obj *h, void *buf, size_t len, uint64_t off)
 	if (engine_on_coil_thread(h->s))
 		return -EDEADLK;
 	waiter_init(&w);
-	rc = coil_read(h, buf, len, off, waiter_cb, &w);
+	/* as coil_read, but a read served wholly by the cache (or holes)
+	 * completes in this call: no ring round trip for our own waiter */
+	if (len > (size_t)ENGINE_OBJ_SIZE_MAX)
+		len = (size_t)ENGINE_OBJ_SIZE_MAX;
+	rc = engine_read_inline(h, buf, len, off, waiter_cb, &w);
 	if (rc < 0) {
 		pthread_mutex_destroy(&w.mu);
 		pthread_cond_destroy(&w.cv);

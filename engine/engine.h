@@ -484,6 +484,10 @@ void readahead_on_write(struct coil_obj *h, uint64_t off, uint64_t len);
 void readahead_on_truncate(struct coil_obj *h, uint64_t size);
 int readahead_hint(struct coil_obj *h, uint64_t off, uint64_t len);
 int readahead_stats_json(struct coil_store *s, char *buf, size_t len);
+/* read.c: engine_read for the synchronous wrapper: a read with nothing
+ * left to wait for (cache hits, holes) completes inside the call. */
+int engine_read_inline(struct coil_obj *h, void *buf, size_t len,
+		       uint64_t off, coil_cb cb, void *arg);
 /* read.c: a blob that waited for a prefetch continues (rb->ce or rb->res
  * set, or neither: its own ring read is issued now). */
 void read_blob_resume(struct rblob *rb);

@@ -359,8 +359,8 @@ static int add_piece(struct coil_store *s, struct rreq *r, struct blobd *b,
 	return 0;
 }
 
-int engine_read(struct coil_obj *h, void *buf, size_t len, uint64_t off,
-		coil_cb cb, void *arg)
+static int read_submit(struct coil_obj *h, void *buf, size_t len,
+		       uint64_t off, coil_cb cb, void *arg, bool inline_ok)
 {
 	struct coil_store *s = h->s;
 	struct extmap_iter it;
@@ -462,6 +462,13 @@ int engine_read(struct coil_obj *h, void *buf, size_t len, uint64_t off,
 	}
 	readahead_on_read(h, off, r->len ? r->len : len);
 	if (atomic_fetch_sub(&r->pending, 1) == 1) {
+		if (inline_ok) {
+			/* The synchronous wrapper's own waiter: finishing
+			 * here is safe, and a read served by the cache then
+			 * costs no ring round trip (two thread switches). */
+			read_all_done(r);
+			return 0;
+		}
 		/* Nothing left in flight (holes, EOF, cache hits): complete
 		 * on the ring thread anyway, so callbacks never run inside
 		 * the submitting call. */
@@ -480,4 +487,16 @@ int engine_read(struct coil_obj *h, void *buf, size_t len, uint64_t off,
 		}
 	}
 	return 0;
+}
+
+int engine_read(struct coil_obj *h, void *buf, size_t len, uint64_t off,
+		coil_cb cb, void *arg)
+{
+	return read_submit(h, buf, len, off, cb, arg, false);
+}
+
+int engine_read_inline(struct coil_obj *h, void *buf, size_t len,
+		       uint64_t off, coil_cb cb, void *arg)
+{
+	return read_submit(h, buf, len, off, cb, arg, true);
 }

@@ -151,7 +151,7 @@ static int fill(const struct cfg *c, const char *name, uint64_t mib)
 struct seq_res {
 	double mb_s;
 	double ready_pct;    /* blobs ready in the cache at first demand */
-	uint64_t ready, waits, wait_ns, blobs, completed, cancelled;
+	uint64_t ready, waits, wait_ns, blobs, completed, cancelled, inline_dec;
 };
 
 static int run_seq(const struct cfg *c, unsigned prefetch, struct seq_res *r)
@@ -196,6 +196,7 @@ static int run_seq(const struct cfg *c, unsigned prefetch, struct seq_res *r)
 	r->wait_ns = json_u64(js, "\"report\"", "demand_wait_ns");
 	r->completed = json_u64(js, "\"report\"", "completed");
 	r->cancelled = json_u64(js, "\"report\"", "cancelled");
+	r->inline_dec = json_u64(js, "\"io\"", "inline_decodes");
 	r->ready_pct = 100.0 * (double)r->ready / (double)r->blobs;
 	free(buf);
 	free(want);
@@ -338,9 +339,11 @@ int main(int argc, char **argv)
 			}
 			printf("rep %u prefetch %-3s %8.1f MB/s  ready-before-demand "
 			       "%5.1f %% (%" PRIu64 "/%" PRIu64 ")  waits %" PRIu64
-			       " (avg %.0f us)\n", r + 1, on ? "on" : "off",
-			       x->mb_s, x->ready_pct, x->ready, x->blobs, x->waits,
-			       x->waits ? (double)x->wait_ns / (double)x->waits / 1e3 : 0.0);
+			       " (avg %.0f us)  inline decodes %" PRIu64 "\n", r + 1,
+			       on ? "on" : "off", x->mb_s, x->ready_pct, x->ready,
+			       x->blobs, x->waits,
+			       x->waits ? (double)x->wait_ns / (double)x->waits / 1e3 : 0.0,
+			       x->inline_dec);
 			fflush(stdout);
 		}
 		ratio_seq[r] = seq[1][r].mb_s / seq[0][r].mb_s;
