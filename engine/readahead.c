@@ -55,7 +55,7 @@
 /* Stored blobs fetched per unit.  A unit is one max_blob chunk of the
  * object; writes cut blobs at those boundaries, so it is one blob unless
  * small overwrites split it.  More than this: the rest is read on demand. */
-#define RA_JOB_BLOBS 4u
+#define RA_JOB_BLOBS 2u
 /* Retained failures remembered with the key of the blob that failed, so a
  * failure surfaces only to a demand for the same stored blob (an overwrite
  * after the failure gives the range a new blob, which reads normally). */
@@ -110,7 +110,10 @@ struct ra_stream {
 	uint32_t nfails;
 	struct ra_fail fails[RA_FAILS];
 	struct ra_stream *next, *prev;
-	struct ra_job jobs[RA_JOBS];
+	/* RA_JOBS slots, made the first time the stream prefetches (a job
+	 * carries full blob descriptors, ~4.5 KiB: handles that never read
+	 * sequentially or hint do not pay ~160 KiB each) */
+	struct ra_job *jobs;
 };
 
 /* Store-wide: the live streams and what closed ones reported. */
@@ -223,6 +226,13 @@ static bool unit_resident(void *arg, struct pf_unit id)
 
 static struct ra_job *job_take(struct ra_stream *st)
 {
+	if (!st->jobs) {
+		st->jobs = calloc(RA_JOBS, sizeof(*st->jobs));
+		if (!st->jobs)
+			return NULL; /* no readahead now; demand reads */
+		for (uint32_t i = 0; i < RA_JOBS; i++)
+			st->jobs[i].st = st;
+	}
 	for (uint32_t i = 0; i < RA_JOBS; i++) {
 		if (!st->jobs[i].busy) {
 			st->jobs[i].busy = true;
@@ -586,8 +596,6 @@ int readahead_open(struct coil_obj *h)
 		free(st);
 		return rc;
 	}
-	for (uint32_t i = 0; i < RA_JOBS; i++)
-		st->jobs[i].st = st;
 	pthread_mutex_init(&st->mu, NULL);
 	pthread_cond_init(&st->idle, NULL);
 	pthread_mutex_lock(&s->ras->mu);
@@ -646,6 +654,7 @@ void readahead_close(struct coil_obj *h)
 	pthread_mutex_unlock(&rs->mu);
 
 	pf_destroy(&st->m);
+	free(st->jobs);
 	pthread_mutex_destroy(&st->mu);
 	pthread_cond_destroy(&st->idle);
 	free(st);
@@ -706,7 +715,7 @@ int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb)
 		}
 	}
 	if (obs == PF_OBS_IN_FLIGHT) {
-		for (uint32_t i = 0; i < RA_JOBS && !ret; i++) {
+		for (uint32_t i = 0; st->jobs && i < RA_JOBS && !ret; i++) {
 			j = &st->jobs[i];
 			if (!j->busy || !pf_unit_eq(j->w.id, u))
 				continue;
