@@ -34,6 +34,7 @@ struct extmap_leaf {
 
 struct extmap {
 	struct extmap_leaf **leaf;
+	uint64_t *key;    /* key[i] = leaf[i]->e[0].off, dense for search */
 	uint32_t nleaf;
 	uint32_t cap;
 	uint64_t n;       /* extents in the map */
