@@ -105,23 +105,28 @@ def cache_line(st):
         return 'not reported'
     if not h and not m:
         return 'no cache lookups recorded (reads went straight to the device)'
-    return '%s (%d hits, %d misses)' % (rate(h, m), h, m)
+    return '%s of blob lookups hit the decoded-blob cache (%d hits, %d misses)' % (rate(h, m), h, m)
 
 
 def prefetch_line(st):
     p = section(st, 'prefetch')
-    ready = find(p, 'ready_before_demand') or 0
-    inflight = find(p, 'in_flight_at_demand') or 0
-    waits = find(p, 'demand_waits') or 0
-    done = find(p, 'completed') or 0
-    wasted = find(p, 'evicted_before_use') or 0
     if not p:
         return 'not reported'
-    if not done and not ready and not waits:
+    rep = p.get('report') if isinstance(p.get('report'), dict) else p
+    fetched = p.get('blobs_fetched', rep.get('completed', 0)) or 0
+    ready = p.get('ready_no_wait', rep.get('ready_before_demand', 0)) or 0
+    inflight = rep.get('in_flight_at_demand', rep.get('demand_waits', 0)) or 0
+    wasted = rep.get('evicted_before_use', 0) or 0
+    ra = p.get('readahead') if isinstance(p.get('readahead'), dict) else {}
+    if not fetched:
         return 'no readahead was issued'
-    return ('%d readaheads completed; %d reads found their data already prefetched, '
-            '%d found it in flight, %d waited; %d prefetched units evicted unused'
-            % (done, ready, inflight, waits, wasted))
+    used = min(fetched, ready + inflight)
+    line = ('%d blobs read ahead, %.0f %% of them used by a read (%d ready when it came, '
+            '%d still in flight); %d evicted unused'
+            % (fetched, 100.0 * used / fetched, ready, inflight, wasted))
+    if ra.get('reads'):
+        line += '; %d of %d reads looked sequential' % (ra.get('sequential_reads', 0), ra['reads'])
+    return line
 
 
 st = load['stats_after_load']
@@ -148,8 +153,8 @@ print('  read   %7.1f MiB/s   p50 %8.0f us   p99 %8.0f us   (cold: store reopene
       % (r['bytes'] / 1048576.0 / r['seconds'], r['latency']['p50_us'], r['latency']['p99_us'],
          'matched the source' if r['verified'] else 'DID NOT MATCH'))
 sr = load['stats_after_read']
-print('  cache hit rate during read-back   %s' % cache_line(sr))
-print('  prefetch                          %s' % prefetch_line(sr))
+print('  cache      %s' % cache_line(sr))
+print('  readahead  %s' % prefetch_line(sr))
 
 if fio_ok:
     fj = json.load(open(os.path.join(d, 'fio.json')))
@@ -171,8 +176,8 @@ if fio_ok:
     p = os.path.join(d, 'fio-stats.json')
     if os.path.exists(p):
         fs = json.load(open(p))
-        print('  cache hit rate over the fio run   %s' % cache_line(fs))
-        print('  prefetch                          %s' % prefetch_line(fs))
+        print('  cache      %s' % cache_line(fs))
+        print('  readahead  %s' % prefetch_line(fs))
 print()
 print('Everything is under %s; the full statistics are in %s/*.json.' % (d, d))
 print('Look around: %s/tools/coil ls %s | head; %s/tools/coil stats %s'
