@@ -350,6 +350,8 @@ Test(sqlite, workload_wal_exclusive) { workload_compare("wal"); }
 
 static void kill_mid_transaction(const char *mode)
 {
+	static char arena_env[] = "COIL_SQLITE_WRITEBACK=1M";
+	char *small_arena[] = { arena_env, NULL };
 	struct scratch s;
 	char in[PATH_MAX + 32], out_path[PATH_MAX + 32], marker[PATH_MAX + 32];
 	char want[128], *script, *out;
@@ -366,13 +368,18 @@ static void kill_mid_transaction(const char *mode)
 	snprintf(marker, sizeof(marker), "%s/in-transaction", s.dir);
 
 	/* A committed state, then a transaction that rewrites it and grows
-	 * the table by ~16 MiB through a tiny page cache — more than the
-	 * VFS's 8 MiB write-back arena, so journal records and pages (or WAL
-	 * frames) reach the store before commit — then, still inside it, a
-	 * marker file and a query that never ends.  The kill lands there. */
+	 * the table by ~16 MiB through a tiny page cache — far more than the
+	 * VFS's write-back arena, shrunk to 1 MiB here, so journal records
+	 * and pages (or WAL frames) reach the store before commit — then,
+	 * still inside it, a marker file and a query that never ends.  The
+	 * kill lands there. */
 	m = open_memstream(&script, &len);
 	coil_preamble(m, &s, mode);
-	fprintf(m, "PRAGMA journal_mode=%s;\nPRAGMA cache_size=20;\n", mode);
+	/* synchronous=OFF: no xSync at all, so the committed state is in
+	 * the store only because the VFS sends a transaction's writes when
+	 * SQLite reports it committed (SQLITE_FCNTL_COMMIT_PHASETWO). */
+	fprintf(m, "PRAGMA journal_mode=%s;\nPRAGMA cache_size=20;\n"
+		   "PRAGMA synchronous=OFF;\n", mode);
 	fprintf(m, "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);\n"
 		   "WITH RECURSIVE c(x) AS (VALUES(1) UNION ALL SELECT x + 1 FROM c"
 		   " WHERE x < %d) INSERT INTO t(v) SELECT printf('committed %%08d %%.100c', x, 'c') FROM c;\n",
@@ -389,7 +396,7 @@ static void kill_mid_transaction(const char *mode)
 	file_write(in, script);
 	free(script);
 
-	pid = shell_spawn(in, out_path, NULL, NULL);
+	pid = shell_spawn(in, out_path, small_arena, NULL);
 	t0 = now_ns();
 	while (!file_exists(marker) && now_ns() - t0 < KILL_WAIT_NS) {
 		if (waitpid(pid, &wst, WNOHANG) == pid) {
