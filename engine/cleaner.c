@@ -44,9 +44,12 @@
 #include "engine/cleaner.h"
 #include "engine/engine.h"
 
-/* Victims per pass: bounds the pass's memory and the checkpoint cost per
- * segment freed (one checkpoint per pass). */
-#define CLEAN_VICTIMS_MAX 16u
+/* Victims per pass at most: bounds the pass's memory; the normal policy
+ * takes about CLEAN_PASS_SPAN bytes of segments per pass, so the one
+ * checkpoint a pass costs (it writes all metadata) is spread over tens of
+ * MiB freed. */
+#define CLEAN_VICTIMS_MAX 64u
+#define CLEAN_PASS_SPAN (64ull << 20)
 /* Relocated bytes per pass at most (keeps a pass short). */
 #define CLEAN_PASS_BYTES_MAX (64ull << 20)
 /* One relocation batch: stored bytes, blobs, extents. */
@@ -70,6 +73,16 @@ struct citem {
 	uint32_t len, skip;
 	uint32_t seg;
 	uint32_t k;             /* blob index in the batch */
+	uint32_t nskip;         /* skip into the relocated blob */
+};
+
+/* A run: items [i0, i1) whose bytes one relocated blob carries: a whole
+ * compressed blob, or the live sectors [lo, hi) of a raw one (a raw blob
+ * half overwritten keeps only what is still referenced, so relocation
+ * never copies dead sectors twice). */
+struct crun {
+	size_t i0, i1;
+	uint32_t lo, hi;
 };
 
 struct cleaner {
@@ -103,6 +116,8 @@ struct cleaner {
 	/* pass state (cleaner thread only) */
 	struct citem *items;
 	size_t nitems, cap_items;
+	struct crun *runs;
+	size_t cap_runs;
 	uint32_t *vlist;
 	uint8_t *seg_buf;        /* one segment */
 	uint8_t *scratch;        /* blob decode (verification) */
@@ -160,7 +175,7 @@ static uint64_t fg_cap_locked(const struct coil_store *s)
 	return cap;
 }
 
-static void thresholds(struct cleaner *cl, uint32_t nseg)
+static void thresholds(struct cleaner *cl, uint32_t nseg, uint64_t seg_size)
 {
 	uint32_t r = COIL_MAX(2u, COIL_MIN(16u, nseg / 64));
 	uint32_t band = COIL_MAX(2u, nseg / 32);
@@ -174,7 +189,9 @@ static void thresholds(struct cleaner *cl, uint32_t nseg)
 	cl->throttle = r + COIL_MAX(2u, (cl->clean_lo - r) / 3);
 	/* a pass holds its victims' space until its checkpoint: in a small
 	 * store, a few at a time */
-	cl->victims_max = COIL_MAX(2u, COIL_MIN(CLEAN_VICTIMS_MAX, nseg / 8));
+	cl->victims_max = (uint32_t)COIL_MIN((uint64_t)CLEAN_VICTIMS_MAX,
+					     CLEAN_PASS_SPAN / seg_size);
+	cl->victims_max = COIL_MAX(2u, COIL_MIN(cl->victims_max, nseg / 8));
 	if (cl->clean_lo >= nseg) {
 		/* tiny stores: clean whenever anything is reclaimable */
 		cl->clean_lo = nseg;
@@ -211,6 +228,47 @@ static bool blob_same_content(const struct blobd *a, const struct blobd *b)
 	       !memcmp(a->csums, b->csums, (size_t)a->n_csums * 8u);
 }
 
+static uint32_t sector_len(const struct blobd *b, uint32_t i)
+{
+	return (uint32_t)COIL_MIN((uint64_t)FMT_BLOCK,
+				  b->logical_len - (uint64_t)i * FMT_BLOCK);
+}
+
+/* Does the relocated blob @n (mapped by @ex) hold the same bytes as the
+ * map's extent @e over object bytes [a, z)?  Compressed: the same blob
+ * content at the same alignment.  Raw: @n may be a sector range of the
+ * old blob; every sector both map in [a, z) must sit at the same place
+ * with the same length and checksum. */
+static bool extent_same_bytes(const struct ext *e, const struct ext *ex,
+			      uint64_t a, uint64_t z)
+{
+	const struct blobd *o = e->b, *n = ex->b;
+	int64_t delta;
+	uint32_t j0, j1, d;
+
+	if (o->dev_off == n->dev_off || o->codec != n->codec ||
+	    o->dict_id != n->dict_id || o->flags != n->flags)
+		return false;
+	if (o->codec != FMT_CODEC_RAW)
+		return e->off + ex->skip == ex->off + e->skip &&
+		       blob_same_content(o, n);
+	/* old byte = new byte + delta, for every object byte */
+	delta = ((int64_t)e->skip - (int64_t)e->off) -
+		((int64_t)ex->skip - (int64_t)ex->off);
+	if (delta < 0 || delta % FMT_BLOCK)
+		return false;
+	d = (uint32_t)(delta / FMT_BLOCK);
+	j0 = (uint32_t)((a - ex->off + ex->skip) / FMT_BLOCK);
+	j1 = (uint32_t)((z - 1 - ex->off + ex->skip) / FMT_BLOCK);
+	if (j1 >= n->n_csums || j1 + d >= o->n_csums)
+		return false;
+	for (uint32_t j = j0; j <= j1; j++)
+		if (n->csums[j] != o->csums[j + d] ||
+		    sector_len(n, j) != sector_len(o, j + d))
+			return false;
+	return true;
+}
+
 int64_t cleaner_remap_extent(struct coil_store *s, struct object *o,
 			     const struct ext *ex)
 {
@@ -227,16 +285,11 @@ int64_t cleaner_remap_extent(struct coil_store *s, struct object *o,
 
 		extmap_iter_init(&it, &o->map, cur);
 		while ((e = extmap_iter_next(&it)) && e->off < end) {
-			/* Same bytes at the same place: the object byte x maps
-			 * blob byte x - off + skip in both. */
-			if (e->b->dev_off != ex->b->dev_off &&
-			    e->off + ex->skip == ex->off + e->skip &&
-			    blob_same_content(e->b, ex->b)) {
-				a = COIL_MAX(e->off, cur);
-				z = COIL_MIN(e->off + e->len, end);
-				found = a < z;
-				if (found)
-					break;
+			a = COIL_MAX(e->off, cur);
+			z = COIL_MIN(e->off + e->len, end);
+			if (a < z && extent_same_bytes(e, ex, a, z)) {
+				found = true;
+				break;
 			}
 		}
 		if (!found)
@@ -395,7 +448,7 @@ static void reloc_apply(struct coil_store *s, struct jent *e)
 			if (it[i].k == UINT32_MAX)
 				continue;
 			ex = (struct ext){ .off = it[i].off, .len = it[i].len,
-					   .skip = it[i].skip,
+					   .skip = it[i].nskip,
 					   .b = w->bd[it[i].k] };
 			got = cleaner_remap_extent(s, o, &ex);
 
@@ -497,7 +550,7 @@ static int reloc_submit(struct cleaner *cl, struct object *o,
 
 		fe->obj_off = items[i].off;
 		fe->len = items[i].len;
-		fe->blob_skip = items[i].skip;
+		fe->blob_skip = items[i].nskip;
 		memcpy(&fe->blob, fb, offsetof(struct fmt_blob, csums) +
 					      8u * fb->n_csums);
 		rc = fmt_cursor_put_extent(&c, fe);
@@ -685,20 +738,79 @@ static int collect(struct cleaner *cl)
 	return rc;
 }
 
-/* Copy, batch and relocate the items of one victim, [a, z) of cl->items
- * (sorted by object, blob, offset).  Items of a blob that does not verify
- * get k == UINT32_MAX and are left where they are. */
+/* Runs of items [a, z) (sorted by object, blob, offset: within a blob,
+ * offset order is skip order).  @return how many, in cl->runs. */
+static int make_runs(struct cleaner *cl, size_t a, size_t z, size_t *nrun)
+{
+	size_t n = 0;
+
+	if (z - a > cl->cap_runs) {
+		struct crun *r = realloc(cl->runs, (z - a) * sizeof(*r));
+		if (!r)
+			return -ENOMEM;
+		cl->runs = r;
+		cl->cap_runs = z - a;
+	}
+	for (size_t i = a; i < z; i++) {
+		const struct citem *it = &cl->items[i];
+		const struct blobd *b = it->b;
+		uint32_t lo = 0, hi = b->logical_len;
+		struct crun *r = n ? &cl->runs[n - 1] : NULL;
+
+		if (b->codec == FMT_CODEC_RAW) {
+			lo = COIL_ALIGN_DOWN(it->skip, FMT_BLOCK);
+			hi = (uint32_t)COIL_MIN((uint64_t)COIL_ALIGN_UP(
+				(uint64_t)it->skip + it->len, FMT_BLOCK),
+				(uint64_t)b->logical_len);
+		}
+		if (r && cl->items[r->i0].b->dev_off == b->dev_off &&
+		    cl->items[r->i0].o == it->o && lo <= r->hi) {
+			r->hi = COIL_MAX(r->hi, hi);
+			r->lo = COIL_MIN(r->lo, lo);
+			r->i1 = i + 1;
+			continue;
+		}
+		cl->runs[n++] = (struct crun){ .i0 = i, .i1 = i + 1, .lo = lo,
+					      .hi = hi };
+	}
+	*nrun = n;
+	return 0;
+}
+
+/* Relocate runs [r0, r1) (one object) that are in w's batch. */
+static int batch_flush(struct cleaner *cl, size_t r0, size_t r1, uint32_t nb,
+		       size_t slot)
+{
+	struct wreq *w = &cl->w;
+	size_t i0 = cl->runs[r0].i0, i1 = cl->runs[r1 - 1].i1;
+	int rc;
+
+	if (nb == 0)
+		return 0;
+	w->nblobs = nb;
+	w->batch_len = slot;
+	rc = reloc_submit(cl, cl->items[i0].o, &cl->items[i0],
+			  (uint32_t)(i1 - i0));
+	if (rc < 0)
+		stat_add(&cl->reloc_failures, 1);
+	return rc;
+}
+
+/* Copy, batch and relocate the items of one victim, [a, z) of cl->items.
+ * Items of a blob that does not verify get k == UINT32_MAX and stay. */
 static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 {
 	struct coil_store *s = cl->s;
 	struct wreq *w = &cl->w;
 	uint32_t seg = cl->items[a].seg;
-	uint64_t base = seg_base(s, seg), end = 0, last_dev = UINT64_MAX;
+	uint64_t base = seg_base(s, seg), end = 0;
+	size_t nrun, r0 = 0, slot = 0;
 	uint32_t nb = 0, rec = 0, next = 0;
-	size_t first = a, slot = 0;
-	bool last_ok = false;
 	int rc;
 
+	rc = make_runs(cl, a, z, &nrun);
+	if (rc < 0)
+		return rc;
 	for (size_t i = a; i < z; i++)
 		end = COIL_MAX(end, cl->items[i].b->dev_off +
 				cl->items[i].b->stored_len - base);
@@ -708,73 +820,71 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 		return rc;
 	stat_add(&cl->bytes_read, end);
 
-	for (size_t i = a; i <= z; i++) {
-		struct citem *it = i < z ? &cl->items[i] : NULL;
-		bool new_blob = it && it->b->dev_off != last_dev;
-		uint32_t slot_len = 0, ext_len = 0;
+	for (size_t r = 0; r < nrun; r++) {
+		const struct crun *run = &cl->runs[r];
+		const struct citem *it = &cl->items[run->i0];
+		const struct blobd *b = it->b;
+		bool raw = b->codec == FMT_CODEC_RAW;
+		uint32_t stored = raw ? run->hi - run->lo : b->stored_len;
+		uint32_t slot_len = COIL_ALIGN_UP(stored, FMT_BLOCK);
+		uint32_t ncs = raw ? (run->hi - run->lo + FMT_BLOCK - 1) /
+					     FMT_BLOCK : b->n_csums;
+		uint32_t ext_len = (uint32_t)(run->i1 - run->i0) *
+				   (FMT_EXTENT_FIXED + 8u * ncs);
+		const uint8_t *src = cl->seg_buf + (b->dev_off - base) +
+				     (raw ? run->lo : 0);
+		struct fmt_blob *fb;
+		bool ok;
 
-		if (it) {
-			slot_len = COIL_ALIGN_UP(it->b->stored_len, FMT_BLOCK);
-			ext_len = FMT_EXTENT_FIXED + 8u * it->b->n_csums;
-		}
-		/* Close the batch at the victim's end, at another object, or
-		 * at a bound (blobs, bytes, extents, record size). */
-		if (i > first && (!it || it->o != cl->items[first].o ||
-				  (new_blob && (nb == CLEAN_BATCH_BLOBS ||
-						slot + slot_len >
-							CLEAN_BATCH_BYTES)) ||
-				  next >= CLEAN_BATCH_EXTS ||
-				  rec + ext_len > cl->rec_max)) {
-			if (nb) {
-				w->nblobs = nb;
-				w->batch_len = slot;
-				rc = reloc_submit(cl, cl->items[first].o,
-						  &cl->items[first],
-						  (uint32_t)(i - first));
-				if (rc < 0) {
-					stat_add(&cl->reloc_failures, 1);
-					return rc;
-				}
-			}
+		/* Close the batch at another object or at a bound. */
+		if (nb && (it->o != cl->items[cl->runs[r0].i0].o ||
+			   nb == CLEAN_BATCH_BLOBS ||
+			   slot + slot_len > CLEAN_BATCH_BYTES ||
+			   next + (run->i1 - run->i0) > CLEAN_BATCH_EXTS ||
+			   rec + ext_len > cl->rec_max)) {
+			rc = batch_flush(cl, r0, r, nb, slot);
+			if (rc < 0)
+				return rc;
 			nb = rec = next = 0;
 			slot = 0;
-			first = i;
-			/* a blob split across batches is copied into each */
-			last_dev = UINT64_MAX;
-			new_blob = it != NULL;
+			r0 = r;
 		}
-		if (!it)
-			break;
-		if (new_blob) {
-			const struct blobd *b = it->b;
-			const uint8_t *src = cl->seg_buf + (b->dev_off - base);
-			struct fmt_blob *fb = &w->fb[nb];
+		if (nb == 0)
+			r0 = r;
+		fb = &w->fb[nb];
+		blobd_to_fmt(b, fb);
+		if (raw) {
+			/* the live sectors only: their checksums carry over */
+			memmove(fb->csums, fb->csums + run->lo / FMT_BLOCK,
+				(size_t)ncs * 8u);
+			fb->n_csums = (uint16_t)ncs;
+			fb->logical_len = fb->stored_len = stored;
+		}
+		/* Verify before copying: bytes that do not read back right
+		 * stay where they are (reads of them fail with -EIO, as they
+		 * would have anyway). */
+		ok = fmt_blob_decode(cl->dctx, NULL, fb, src, stored,
+				     cl->scratch, FMT_BLOB_MAX) >= 0;
+		for (size_t i = run->i0; i < run->i1; i++) {
+			struct citem *ci = &cl->items[i];
 
-			last_dev = b->dev_off;
-			blobd_to_fmt(b, fb);
-			/* Verify before copying: a blob that does not read
-			 * back right stays where it is (its reads fail with
-			 * -EIO, as they would have anyway). */
-			last_ok = fmt_blob_decode(cl->dctx, NULL, fb, src,
-						  b->stored_len, cl->scratch,
-						  FMT_BLOB_MAX) >= 0;
-			if (!last_ok) {
-				stat_add(&cl->verify_failures, 1);
-			} else {
-				memcpy(w->batch + slot, src, b->stored_len);
-				w->slot[nb] = (uint32_t)slot;
-				slot += slot_len;
-				nb++;
-			}
+			ci->k = ok ? nb : UINT32_MAX;
+			ci->nskip = ci->skip - (raw ? run->lo : 0);
+			if (ok)
+				stat_add(&cl->logical_relocated, ci->len);
 		}
-		it->k = last_ok ? nb - 1 : UINT32_MAX;
-		if (last_ok) {
-			rec += ext_len;
-			next++;
-			stat_add(&cl->logical_relocated, it->len);
+		if (!ok) {
+			stat_add(&cl->verify_failures, 1);
+			continue;
 		}
+		memcpy(w->batch + slot, src, stored);
+		w->slot[nb] = (uint32_t)slot;
+		slot += slot_len;
+		nb++;
+		rec += ext_len;
+		next += (uint32_t)(run->i1 - run->i0);
 	}
-	return 0;
+	return batch_flush(cl, r0, nrun, nb, slot);
 }
 
 /* Drop the references of items [a, z) and, when @seg is a victim, its
@@ -1058,6 +1168,7 @@ static void cleaner_free(struct cleaner *cl)
 	free(cl->drun);
 	free(cl->vlist);
 	free(cl->items);
+	free(cl->runs);
 	free(cl->seg_buf);
 	free(cl->scratch);
 	if (cl->dctx)
@@ -1093,7 +1204,7 @@ int cleaner_start(struct coil_store *s)
 	pthread_cond_init(&cl->space_cv, &ca);
 	pthread_cond_init(&cl->reloc_cv, &ca);
 	pthread_condattr_destroy(&ca);
-	thresholds(cl, s->nseg);
+	thresholds(cl, s->nseg, s->sb.segment_size);
 	/* A record must fit a chunk with room for others. */
 	cl->rec_max = COIL_MIN(256u << 10, s->chunk_cap / 2);
 	w = &cl->w;
