@@ -13,6 +13,9 @@ BUILD=${BUILD:-build/release}
 if [ ! -d "$BUILD" ]; then
 	meson setup "$BUILD" --buildtype=release >/dev/null
 fi
-ninja -C "$BUILD" sqlite/libcoil_sqlite.so >/dev/null
+if ! out=$(ninja -C "$BUILD" sqlite/libcoil_sqlite.so 2>&1); then
+	printf '%s\n' "$out" >&2
+	exit 1
+fi
 export BUILD
 exec python3 perf/sqlite/bench_sqlite.py "$@"

@@ -43,6 +43,8 @@ def log(msg):
 
 
 def fresh(path):
+    # Other benchmarks share var/bench/: recreate our folder before each run.
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     for p in (path, path + '-journal', path + '-wal', path + '-shm'):
         if os.path.isdir(p):
             shutil.rmtree(p)
@@ -69,7 +71,7 @@ def shell(script):
                        capture_output=True)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if p.returncode != 0:
+    if p.returncode != 0 or 'Error' in p.stderr or 'Error' in p.stdout:
         sys.exit('bench_sqlite: sqlite3 failed (%d):\n%s%s' %
                  (p.returncode, p.stdout[-2000:], p.stderr[-2000:]))
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -106,10 +108,14 @@ def run_plain(mode, wl):
     db = os.path.join(VAR, 'plain.db')
     fresh(db)
     wall, cpu, out = shell('.open %s\n%s%s' % (db, mode_lines(mode), wl))
-    st = os.stat(db)
+    try:
+        st = os.stat(db)
+        size, disk = st.st_size, st.st_blocks * 512
+    except FileNotFoundError:
+        size = disk = None  # perf/bench.sh may clear var/bench/ under us
     return {'side': 'default', 'wall_s': wall, 'cpu_s': cpu,
-            'summary': summary(out), 'file_bytes': st.st_size,
-            'disk_bytes': st.st_blocks * 512}
+            'summary': summary(out), 'file_bytes': size,
+            'disk_bytes': disk}
 
 
 def run_coil(mode, wl):
@@ -126,13 +132,16 @@ def run_coil(mode, wl):
         space = find_space(json.loads(stats))
     except ValueError:
         space = None
-    st = os.stat(store)
+    try:
+        disk = os.stat(store).st_blocks * 512
+    except FileNotFoundError:
+        disk = None  # perf/bench.sh may clear var/bench/ under us
     return {'side': 'coil', 'wall_s': wall, 'cpu_s': cpu,
             'summary': summary(out),
             'logical_bytes': space_field(space, 'logical'),
             'stored_bytes': space_field(space, 'stored'),
             'allocated_bytes': space_field(space, 'allocated'),
-            'disk_bytes': st.st_blocks * 512, 'stats': stats[:4000]}
+            'disk_bytes': disk, 'stats': stats[:4000]}
 
 
 def med(runs, key):
@@ -184,26 +193,26 @@ def main():
             c['stored_over_file'] = c['coil']['stored_bytes'] / c['default']['file_bytes']
         if c['coil']['allocated_bytes']:
             c['allocated_over_file'] = c['coil']['allocated_bytes'] / c['default']['file_bytes']
-        c['disk_over_disk'] = c['coil']['disk_bytes'] / max(1, c['default']['disk_bytes'])
+        c['cpu_ratio'] = c['coil']['cpu_s'] / c['default']['cpu_s']
         cases.append(c)
 
     log('')
     log('| mode | default s | coil s | speed (default/coil) | paired median | '
-        'default file | coil stored | coil allocated | store file on disk |')
-    log('|---|---|---|---|---|---|---|---|---|')
+        'CPU default s | CPU coil s | default file | coil stored | coil allocated |')
+    log('|---|---|---|---|---|---|---|---|---|---|')
     for c in cases:
         d, k = c['default'], c['coil']
 
         def b(n):
             return '-' if n is None else '%.2f MiB' % (n / 1048576)
-        log('| %s | %.3f | %.3f | %.2fx | %.2fx | %s | %s%s | %s%s | %s |' % (
+        log('| %s | %.3f | %.3f | %.2fx | %.2fx | %.2f | %.2f | %s | %s%s | %s%s |' % (
             c['mode'], d['wall_s'], k['wall_s'], c['speed_ratio'],
-            c['speed_ratio_paired_median'], b(d['file_bytes']),
+            c['speed_ratio_paired_median'], d['cpu_s'], k['cpu_s'],
+            b(d['file_bytes']),
             b(k['stored_bytes']),
             ' (%.2fx)' % c['stored_over_file'] if 'stored_over_file' in c else '',
             b(k['allocated_bytes']),
-            ' (%.2fx)' % c['allocated_over_file'] if 'allocated_over_file' in c else '',
-            b(k['disk_bytes'])))
+            ' (%.2fx)' % c['allocated_over_file'] if 'allocated_over_file' in c else ''))
     res = {'bench': 'sqlite', 'rows': ROWS, 'repeats': REPEATS,
            'sqlite': subprocess.run([SHELL, '--version'], capture_output=True,
                                     text=True).stdout.split()[0],
