@@ -21,8 +21,8 @@ if [ ! -f "$BUILD/build.ninja" ]; then
 fi
 ninja -C "$BUILD" perf/bench_readahead >/dev/null
 
-mkdir -p "$ROOT/var/bench" "$ROOT/perf/results"
+mkdir -p "$ROOT/var/bench/readahead" "$ROOT/perf/results"
 OUT="$ROOT/perf/results/readahead.json"
-"$BUILD/perf/bench_readahead" "$ROOT/var/bench" --json "$OUT" "$@" \
-	| tee "$ROOT/var/bench/readahead.log"
+"$BUILD/perf/bench_readahead" "$ROOT/var/bench/readahead" --json "$OUT" "$@" \
+	| tee "$ROOT/var/bench/readahead/run.log"
 echo "wrote $OUT"
