@@ -48,9 +48,9 @@
  * takes about CLEAN_PASS_SPAN bytes of segments per pass, so the one
  * checkpoint a pass costs (it writes all metadata) is spread over tens of
  * MiB freed. */
-#define CLEAN_VICTIMS_MAX 64u
-#define CLEAN_PASS_SPAN (64ull << 20)
-/* Relocated bytes per pass at most (keeps a pass short). */
+#define CLEAN_VICTIMS_MAX 256u
+#define CLEAN_PASS_SPAN (256ull << 20)
+/* Relocated bytes per pass at most (keeps a pass bounded). */
 #define CLEAN_PASS_BYTES_MAX (64ull << 20)
 /* One relocation batch: stored bytes, blobs, extents. */
 #define CLEAN_BATCH_BYTES (1u << 20)
@@ -134,6 +134,7 @@ struct cleaner {
 	_Atomic uint64_t discard_errors, throttled, throttle_ns;
 	_Atomic uint64_t throttle_ns_max, enospc_hints;
 	_Atomic bool discard_off;
+	_Atomic bool stopping;   /* close: finish the batch in flight only */
 };
 
 /* ---- thresholds, capacity ----------------------------------------------- */
@@ -935,6 +936,8 @@ static int clean_pass(struct cleaner *cl, uint32_t max_v)
 
 		for (z = a; z < cl->nitems && cl->items[z].seg == seg; z++)
 			;
+		if (rc == 0 && atomic_load(&cl->stopping))
+			rc = -ESHUTDOWN;
 		if (rc == 0) {
 			rc = clean_victim(cl, a, z);
 			if (rc == 0 && atomic_load(&s->broken))
@@ -1260,6 +1263,7 @@ void cleaner_stop(struct coil_store *s)
 
 	if (!cl)
 		return;
+	atomic_store(&cl->stopping, true);
 	pthread_mutex_lock(&cl->mu);
 	cl->stop = true;
 	pthread_cond_broadcast(&cl->cv);
