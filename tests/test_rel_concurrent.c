@@ -426,6 +426,7 @@ Test(rel, concurrent, .timeout = 900)
 	 * operation over a soak would) — 64 MiB of slack for caches that
 	 * fill lazily (decoded-blob cache budget is 4 MiB here).  Not under
 	 * ASan: its quarantine holds freed memory on purpose. */
+	(void)timed;
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 	if (timed && sm.at_quarter_kib)
 		cr_assert_leq(sm.max_kib, sm.at_quarter_kib + 64 * 1024,
