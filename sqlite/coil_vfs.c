@@ -108,8 +108,8 @@ struct vstore {
 	coil_store *s;
 	int refs; /* vfiles plus transient users (xAccess, xDelete) */
 	struct vnode *nodes;
-	/* wmu: the I/O state (current slot, chunk cache, counters); held
-	 * across coil calls.  cmu: slot completion state only, never held
+	/* wmu: the I/O state (write-back window, chunk cache, counters);
+	 * held across coil calls.  cmu: completion state only, never held
 	 * across a coil call, so completions (coil threads) never wait on a
 	 * thread that is inside coil. */
 	pthread_mutex_t wmu;
