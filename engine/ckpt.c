@@ -81,11 +81,6 @@ int super_write(struct coil_store *s, bool clean)
 
 /* ---- checkpoint --------------------------------------------------------- */
 
-static size_t ext_size(const struct ext *e)
-{
-	return FMT_EXTENT_FIXED + 8u * e->b->n_csums;
-}
-
 static void ext_to_fmt(const struct ext *e, struct fmt_extent *fe)
 {
 	fe->obj_off = e->off;
@@ -94,11 +89,103 @@ static void ext_to_fmt(const struct ext *e, struct fmt_extent *fe)
 	blobd_to_fmt(e->b, &fe->blob);
 }
 
+/* A copy of the metadata at one applied point (ckpt_write phase 1). */
+struct snap_obj {
+	uint64_t id, size;
+	uint64_t first_ext, n_ext;
+	size_t name_off;
+	uint16_t name_len;
+};
+
+struct snap {
+	struct snap_obj *obj;
+	struct ext *ext;          /* each holds a blob reference */
+	char *names;
+	uint64_t *seg_live;
+	uint8_t *seg_state;
+	uint64_t nobj, next;
+	uint64_t lin, next_seq, next_obj_id;
+};
+
+static void snap_release(struct snap *sn)
+{
+	for (uint64_t i = 0; i < sn->next; i++)
+		blobd_unref(sn->ext[i].b);
+	free(sn->obj);
+	free(sn->ext);
+	free(sn->names);
+	free(sn->seg_live);
+	free(sn->seg_state);
+	memset(sn, 0, sizeof(*sn));
+}
+
+static int snap_take(struct coil_store *s, struct snap *sn)
+{
+	uint64_t nobj = 0, next = 0;
+	size_t names = 0, name_pos = 0;
+
+	pthread_mutex_lock(&s->mlock);
+	for (uint32_t b = 0; b < s->tab_cap; b++) {
+		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
+			nobj++;
+			next += o->map.n;
+			names += o->name_len;
+		}
+	}
+	sn->obj = malloc(COIL_MAX(nobj, 1) * sizeof(*sn->obj));
+	sn->ext = malloc(COIL_MAX(next, 1) * sizeof(*sn->ext));
+	sn->names = malloc(COIL_MAX(names, 1));
+	sn->seg_live = malloc(COIL_MAX(s->nseg, 1) * sizeof(*sn->seg_live));
+	sn->seg_state = malloc(COIL_MAX(s->nseg, 1));
+	if (!sn->obj || !sn->ext || !sn->names || !sn->seg_live ||
+	    !sn->seg_state) {
+		pthread_mutex_unlock(&s->mlock);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < s->nseg; i++) {
+		struct seg *g = &s->segs[i];
+		/* A pending segment holds nothing any record after the
+		 * snapshot can reference: it is free in the checkpoint. */
+		sn->seg_state[i] = (g->state == SEG_FREE ||
+				    g->state == SEG_PENDING) ? SEG_FREE : SEG_SEALED;
+		sn->seg_live[i] = g->live;
+		g->in_ckpt = g->state == SEG_PENDING;
+	}
+	for (uint32_t b = 0; b < s->tab_cap; b++) {
+		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
+			struct snap_obj *so = &sn->obj[sn->nobj++];
+			struct extmap_iter it;
+			const struct ext *e;
+
+			so->id = o->id;
+			so->size = o->size;
+			so->name_len = o->name_len;
+			so->name_off = name_pos;
+			memcpy(sn->names + name_pos, o->name, o->name_len);
+			name_pos += o->name_len;
+			so->first_ext = sn->next;
+			extmap_iter_init(&it, &o->map, 0);
+			while ((e = extmap_iter_next(&it))) {
+				blobd_ref(e->b);
+				sn->ext[sn->next++] = *e;
+			}
+			so->n_ext = sn->next - so->first_ext;
+		}
+	}
+	sn->lin = s->applied_end_lin;
+	sn->next_seq = s->applied_next_seq;
+	sn->next_obj_id = s->next_obj_id;
+	pthread_mutex_unlock(&s->mlock);
+	COIL_ASSERT(sn->nobj == nobj && sn->next == next);
+	return 0;
+}
+
 int ckpt_write(struct coil_store *s, bool clean)
 {
 	uint64_t t0 = coil_now_ns(), payload = 0, nobj = 0, snap_lin, snap_seq;
 	uint64_t next_obj_id, jlen = s->sb.journal_len;
 	struct fmt_extent *fe = NULL;
+	struct snap sn = { 0 };
 	struct fmt_cursor c;
 	struct fmt_ckpt h;
 	uint8_t *buf = NULL;
@@ -111,20 +198,24 @@ int ckpt_write(struct coil_store *s, bool clean)
 	if (!fe)
 		return -ENOMEM;
 	pthread_mutex_lock(&s->ckpt_mu);
-	pthread_mutex_lock(&s->mlock);
-	payload = (uint64_t)s->nseg * FMT_CKPT_SEG_SIZE;
-	for (uint32_t b = 0; b < s->tab_cap; b++) {
-		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
-			struct extmap_iter it;
-			const struct ext *e;
+	/* Phase 1, under mlock: copy the metadata (extents as {off, len,
+	 * skip, blob ref}, 32 bytes each) at the applied point.  Encoding
+	 * happens after the lock is released, so writers' apply steps stall
+	 * only for the copy, not for building the payload. */
+	rc = snap_take(s, &sn);
+	snap_lin = sn.lin;
+	snap_seq = sn.next_seq;
+	next_obj_id = sn.next_obj_id;
+	nobj = sn.nobj;
+	if (rc < 0)
+		goto unlock;
 
-			payload += FMT_CKPT_OBJ_MIN - 1 + o->name_len;
-			extmap_iter_init(&it, &o->map, 0);
-			while ((e = extmap_iter_next(&it)))
-				payload += ext_size(e);
-			nobj++;
-		}
-	}
+	/* Phase 2: size, encode. */
+	payload = (uint64_t)s->nseg * FMT_CKPT_SEG_SIZE;
+	for (uint64_t i = 0; i < sn.nobj; i++)
+		payload += FMT_CKPT_OBJ_MIN - 1 + sn.obj[i].name_len;
+	for (uint64_t i = 0; i < sn.next; i++)
+		payload += FMT_EXTENT_FIXED + 8u * sn.ext[i].b->n_csums;
 	if (FMT_BLOCK + payload > s->sb.ckpt_len) {
 		rc = -ENOSPC;
 		goto unlock;
@@ -138,38 +229,23 @@ int ckpt_write(struct coil_store *s, bool clean)
 	memset(buf + FMT_BLOCK + payload, 0,
 	       COIL_ALIGN_UP(payload, FMT_BLOCK) - payload);
 	fmt_cursor_init(&c, buf + FMT_BLOCK, payload);
-	for (uint32_t i = 0; i < s->nseg; i++) {
-		struct seg *g = &s->segs[i];
-		/* A pending segment holds nothing any record after the
-		 * snapshot can reference: it is free in the checkpoint. */
-		uint8_t st = (g->state == SEG_FREE || g->state == SEG_PENDING) ?
-				     SEG_FREE : SEG_SEALED;
-		fmt_ckpt_put_seg(&c, g->live, st);
-		g->in_ckpt = g->state == SEG_PENDING;
-	}
-	for (uint32_t b = 0; b < s->tab_cap && rc == 0; b++) {
-		for (struct object *o = s->by_id[b]; o && rc == 0;
-		     o = o->id_next) {
-			struct extmap_iter it;
-			const struct ext *e;
+	for (uint32_t i = 0; i < s->nseg; i++)
+		fmt_ckpt_put_seg(&c, sn.seg_live[i], sn.seg_state[i]);
+	for (uint64_t i = 0; i < sn.nobj && rc == 0; i++) {
+		const struct snap_obj *so = &sn.obj[i];
 
-			fmt_ckpt_put_obj(&c, o->id, o->size, o->name,
-					 o->name_len, (uint32_t)o->map.n);
-			extmap_iter_init(&it, &o->map, 0);
-			while ((e = extmap_iter_next(&it))) {
-				ext_to_fmt(e, fe);
-				fmt_cursor_put_extent(&c, fe);
-			}
-			rc = c.err;
+		fmt_ckpt_put_obj(&c, so->id, so->size, sn.names + so->name_off,
+				 so->name_len, (uint32_t)so->n_ext);
+		for (uint64_t k = 0; k < so->n_ext; k++) {
+			ext_to_fmt(&sn.ext[so->first_ext + k], fe);
+			fmt_cursor_put_extent(&c, fe);
 		}
+		rc = c.err;
 	}
 	if (rc == 0 && c.pos != payload)
 		rc = -EIO;
-	snap_lin = s->applied_end_lin;
-	snap_seq = s->applied_next_seq;
-	next_obj_id = s->next_obj_id;
 unlock:
-	pthread_mutex_unlock(&s->mlock);
+	snap_release(&sn);
 	free(fe);
 	if (rc < 0)
 		goto out;
