@@ -10,22 +10,26 @@
  *   - one node per object name open in a store, holding the SQLite lock
  *     state every connection to that object shares (like os_unix.c's inode
  *     info);
- *   - write-back per store: SQLite writes a journal record as three small
- *     writes (page number, page, checksum), a commit as ascending page
- *     runs, a cache spill as a journal record then one page; a synchronous
- *     coil write is a round trip through coil's threads (~0.3 ms on the
- *     shared 2-core box), and a spill would pay two (journal, then page).
- *     Writes are instead collected in order (contiguous ones merged) in an
- *     arena and sent when something needs them in coil: xSync, the end of
- *     a transaction (SQLITE_FCNTL_COMMIT_PHASETWO), truncate, delete, a
- *     read that misses the cache, a full arena — or a journal/WAL write
- *     that rewrites bytes while other objects have writes pending.  A send
- *     issues the journal/WAL writes, waits, then the database writes, and
- *     waits: a page never reaches the store before the journal record that
- *     undoes it, and a journal header is never rewritten ahead of the pages
- *     it commits (docs/sqlite.md has the argument);
- *   - a chunk cache per store (vfs_cache.h), written through, so SQLite's
- *     page re-reads rarely cost a coil round trip.
+ *   - write-back per store (vfs_writeback.c): SQLite writes a journal
+ *     record as three small writes (page number, page, checksum), a commit
+ *     as ascending page runs, a cache spill as a journal record then one
+ *     page; a synchronous coil write is a round trip through coil's threads
+ *     (~0.3 ms on the shared 2-core box), and a spill would pay two.
+ *     Writes are instead collected in order in an arena and sent when
+ *     something needs them in coil: xSync, the end of a transaction
+ *     (SQLITE_FCNTL_COMMIT_PHASETWO), truncate, delete, access, close, a
+ *     full arena — or a journal/WAL write that rewrites bytes while other
+ *     objects have writes pending.  A send issues the journal/WAL writes,
+ *     waits, then the database writes, and waits: a page never reaches the
+ *     store before the journal record that undoes it, and a journal header
+ *     is never rewritten ahead of the pages it commits (docs/sqlite.md has
+ *     the argument);
+ *   - a chunk cache per store (vfs_cache.h), written through; a miss reads
+ *     the chunk from coil and lays the arena's pending writes on top, so
+ *     SQLite's page re-reads rarely cost a coil round trip and never force
+ *     a send;
+ *   - the WAL index on the heap (vfs_shm.c): one process owns the store,
+ *     so WAL also works in normal locking mode between its connections.
  *
  * Temp databases and statement journals (and nameless files) go to the
  * default VFS: they never outlive the process, so keeping them in the store
@@ -47,106 +51,19 @@ SQLITE_EXTENSION_INIT1
 #include "coil.h"
 #include "coil_vfs.h"
 #include "coil_vfs_internal.h"
+#include "vfs.h"
 #include "vfs_cache.h"
 
 #define VFS_NAME "coil"
 #define VFS_PATHNAME_MAX 512
-/* The write-back arena (COIL_SQLITE_WRITEBACK bytes, allocated when the
- * store opens).  32 MiB by default: on the 200k-row workload a page is
- * spilled ~40 times on average (1.6 GB of page writes for a 37 MiB
- * database) and a longer window folds more of the rewrites — 8 MiB sent
- * 1.1 GB to coil, 32 MiB 0.66 GB. */
-#define WB_BYTES_DEFAULT (32ull << 20)
-#define WB_BYTES_MIN (256u << 10)
-#define WB_BYTES_MAX (1ull << 30)
-#define WB_RUNS 16384
-/* Largest coil write the VFS issues: coil caps one write (one journal
- * record) at 16 MiB; 1 MiB is 16 blobs its pool encodes in parallel. */
-#define SEND_MAX (1u << 20)
-/* Pieces of a send in flight together: 8 MiB, then wait and reuse. */
-#define WSEND_BYTES (8u << 20)
 #define STORE_SIZE_DEFAULT (1ull << 30)
 #define STATS_JSON_MAX (1u << 20)
 #define STORE_BUSY_WAIT_MS 1000
 #define VCACHE_BYTES_DEFAULT (64ull << 20)
-/* Bound on the heap WAL index: 4096 regions of 32 KiB index 16 M frames,
- * a 64 GiB WAL of 4 KiB pages. */
-#define SHM_REGIONS_MAX 4096
-
-struct vnode {
-	struct vnode *next;
-	char *name;
-	int refs;   /* vfiles naming this object */
-	int shared; /* vfiles holding SHARED or stronger */
-	int lock;   /* the strongest lock any vfile holds */
-	/* The WAL index (xShm*) lives on the heap: coil's store lock makes
-	 * this process the only one that can open the database, so process
-	 * memory is all the sharing there is. */
-	void **shm;                          /* shm_n regions of shm_size */
-	int shm_n;
-	int shm_size;
-	int shm_maps;                        /* vfiles that mapped it */
-	int shm_readers[SQLITE_SHM_NLOCK];   /* holders of each shared slot */
-	unsigned char shm_writer[SQLITE_SHM_NLOCK]; /* slot held exclusive */
-	int wb_runs;     /* runs of this object in the arena; under wmu */
-	uint64_t size;   /* size as SQLite's writes left it; under wmu */
-};
-
-struct vfile;
-struct vstore;
-
-struct wrun {
-	struct vfile *f; /* whose handle sends it */
-	uint64_t off;
-	uint32_t len;
-	uint32_t at;     /* offset in vstore.wb */
-};
-
-struct vstore {
-	struct vstore *next;
-	char *key; /* realpath of the store file, else the path as given */
-	coil_store *s;
-	int refs; /* vfiles plus transient users (xAccess, xDelete) */
-	struct vnode *nodes;
-	/* wmu: the I/O state (write-back window, chunk cache, counters);
-	 * held across coil calls.  cmu: completion state only, never held
-	 * across a coil call, so completions (coil threads) never wait on a
-	 * thread that is inside coil. */
-	pthread_mutex_t wmu;
-	pthread_mutex_t cmu;
-	pthread_cond_t ccv;
-	unsigned char *wb;    /* wb_cap bytes */
-	uint64_t wb_cap;
-	struct wrun *runs;    /* WB_RUNS, in SQLite's order */
-	unsigned char *wsend; /* WSEND_BYTES: pieces of a send in flight */
-	uint32_t *order;      /* WB_RUNS: runs sorted for a send */
-	uint32_t nruns;
-	uint64_t wb_used;
-	int inflight;         /* under cmu */
-	int64_t werr;         /* first failed write of a send; cmu */
-	struct vnode *werr_node; /* ... and its object; cmu */
-	struct vcache rc;     /* chunk cache, under wmu */
-	/* Counters for PRAGMA coil_vfs_stats, under wmu. */
-	uint64_t n_reads, n_read_calls, n_writes, n_write_calls, n_syncs;
-	uint64_t b_write_db, b_write_other, b_sent;
-};
-
-struct vfile {
-	sqlite3_file base;
-	struct vstore *st;
-	struct vnode *node;
-	coil_obj *obj;
-	int lock;  /* this handle's SQLite lock level */
-	int flags; /* SQLITE_OPEN_* it was opened with */
-	int shm_mapped;
-	unsigned shm_shared_mask; /* WAL-index slots held shared */
-	unsigned shm_excl_mask;   /* ... and exclusive */
-};
-
-/* g_mu guards the store list, every store's node list and every lock state.
+/* vfs_mu guards the store list, every store's node list and every lock state.
  * It is held across coil_open/coil_close so two connections never race to
  * open one store (the loser would see -EBUSY from coil's own lock). */
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t vfs_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct vstore *g_stores;
 static char *g_store_default; /* from coil_sqlite_register(), or NULL */
 static sqlite3_vfs *g_root;   /* the VFS temp files and utilities go to */
@@ -156,7 +73,7 @@ static const sqlite3_io_methods vfile_methods;
 
 /* --- errors ------------------------------------------------------------ */
 
-static int err_to_sqlite(int64_t err, int ioerr)
+int vfs_err_to_sqlite(int64_t err, int ioerr)
 {
 	switch (err) {
 	case -ENOSPC:
@@ -214,7 +131,7 @@ bad:
 	return dflt;
 }
 
-/* Open the coil store at @path (g_mu held).  @return 0 or -errno. */
+/* Open the coil store at @path (vfs_mu held).  @return 0 or -errno. */
 static int store_open_coil(const char *path, int create, coil_store **out)
 {
 	struct coil_options o;
@@ -284,7 +201,7 @@ static void store_io_fini(struct vstore *st)
 	free(st->wb);
 }
 
-/* Find or open the store at @path and take a reference (g_mu held).
+/* Find or open the store at @path and take a reference (vfs_mu held).
  * @return SQLITE_OK, SQLITE_BUSY (another process holds it),
  *   SQLITE_CANTOPEN or SQLITE_NOMEM. */
 static int store_get(const char *path, int create, struct vstore **out)
@@ -334,185 +251,7 @@ static int store_get(const char *path, int create, struct vstore **out)
 	return SQLITE_OK;
 }
 
-/* Completion of a sent piece, on a coil thread: only cmu. */
-static void wpiece_done(void *arg, int64_t res)
-{
-	struct vfile *f = arg;
-	struct vstore *st = f->st;
-
-	pthread_mutex_lock(&st->cmu);
-	if (res < 0 && !st->werr) {
-		st->werr = res;
-		st->werr_node = f->node;
-	}
-	st->inflight--;
-	pthread_cond_broadcast(&st->ccv);
-	pthread_mutex_unlock(&st->cmu);
-}
-
-static void wb_wait_inflight(struct vstore *st)
-{
-	pthread_mutex_lock(&st->cmu);
-	while (st->inflight > 0)
-		pthread_cond_wait(&st->ccv, &st->cmu);
-	pthread_mutex_unlock(&st->cmu);
-}
-
-/* Order runs by object, then offset, then arrival. */
-static int wrun_cmp(const void *a, const void *b, void *ctx)
-{
-	const struct wrun *runs = ctx;
-	uint32_t ia = *(const uint32_t *)a, ib = *(const uint32_t *)b;
-	const struct wrun *ra = &runs[ia], *rb = &runs[ib];
-	uintptr_t na = (uintptr_t)ra->f->node, nb = (uintptr_t)rb->f->node;
-
-	if (na != nb)
-		return na < nb ? -1 : 1;
-	if (ra->off != rb->off)
-		return ra->off < rb->off ? -1 : 1;
-	return ia < ib ? -1 : ia > ib;
-}
-
-static int u32_cmp(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* Send the arena's runs of one kind (database or not) and wait for them
- * (st->wmu held).  Runs are merged first: sorted by object and offset,
- * touching runs form one extent — scattered spilled pages that turn out
- * adjacent, a page spilled twice (the later copy wins), journal records
- * split by page writes between them.  An extent goes out in pieces cut at
- * SEND_MAX-aligned offsets (never inside a page: pages are at most 64 KiB
- * and aligned), each one coil write, assembled in wsend and all in flight
- * until wsend is full.  Within one kind the order of writes carries no
- * meaning for SQLite between syncs (see wbuf_flush_locked), and a torn
- * journal record can only exist while no page of this send is written.
- * @return the first error. */
-static int64_t wb_send(struct vstore *st, int db)
-{
-	uint32_t i, j, k, n = 0;
-	uint64_t used = 0;
-	int64_t err;
-
-	for (i = 0; i < st->nruns; i++)
-		if (!!(st->runs[i].f->flags & SQLITE_OPEN_MAIN_DB) == db)
-			st->order[n++] = i;
-	if (n == 0)
-		return 0;
-	qsort_r(st->order, n, sizeof(*st->order), wrun_cmp, st->runs);
-	for (i = 0; i < n; i = j) {
-		const struct wrun *r0 = &st->runs[st->order[i]];
-		struct vfile *f = r0->f;
-		uint64_t p0, p1, end = r0->off + r0->len;
-
-		for (j = i + 1; j < n; j++) {
-			const struct wrun *r = &st->runs[st->order[j]];
-
-			if (r->f->node != f->node || r->off > end)
-				break;
-			if (r->off + r->len > end)
-				end = r->off + r->len;
-		}
-		/* The extent is order[i, j): copy its runs in arrival order,
-		 * so a later write wins an overlap. */
-		qsort(st->order + i, j - i, sizeof(*st->order), u32_cmp);
-		for (p0 = r0->off; p0 < end; p0 = p1) {
-			unsigned char *dst;
-			int rc;
-
-			p1 = (p0 / SEND_MAX + 1) * SEND_MAX;
-			if (p1 > end)
-				p1 = end;
-			if (used + (p1 - p0) > WSEND_BYTES) {
-				wb_wait_inflight(st);
-				used = 0;
-			}
-			dst = st->wsend + used;
-			for (k = i; k < j; k++) {
-				const struct wrun *r = &st->runs[st->order[k]];
-				uint64_t a = r->off > p0 ? r->off : p0;
-				uint64_t b = r->off + r->len < p1 ? r->off + r->len : p1;
-
-				if (a < b)
-					memcpy(dst + (a - p0),
-					       st->wb + r->at + (a - r->off), b - a);
-			}
-			pthread_mutex_lock(&st->cmu);
-			st->inflight++;
-			pthread_mutex_unlock(&st->cmu);
-			st->n_write_calls++;
-			st->b_sent += p1 - p0;
-			rc = coil_write(f->obj, dst, p1 - p0, p0, wpiece_done, f);
-			if (rc < 0)
-				wpiece_done(f, rc); /* not submitted: no callback */
-			used += p1 - p0;
-		}
-	}
-	wb_wait_inflight(st);
-	pthread_mutex_lock(&st->cmu);
-	err = st->werr;
-	pthread_mutex_unlock(&st->cmu);
-	return err;
-}
-
-/* Every write the VFS accepted is completed in coil (st->wmu held):
- * journal and WAL writes first, then — only if they all succeeded — the
- * database writes.  @return SQLITE_OK or the error of the first failure. */
-static int wbuf_flush_locked(struct vstore *st)
-{
-	int64_t err = 0;
-	uint32_t i;
-
-	if (st->nruns == 0)
-		return SQLITE_OK;
-	err = wb_send(st, 0);
-	if (err == 0)
-		err = wb_send(st, 1);
-	pthread_mutex_lock(&st->cmu);
-	st->werr = 0;
-	st->werr_node = NULL;
-	pthread_mutex_unlock(&st->cmu);
-	for (i = 0; i < st->nruns; i++) {
-		struct vnode *n = st->runs[i].f->node;
-
-		/* On failure the cache may hold bytes coil never took (@bad,
-		 * or any object whose writes were then not sent). */
-		if (err < 0)
-			vcache_drop(&st->rc, n);
-		n->wb_runs = 0;
-	}
-	st->nruns = 0;
-	st->wb_used = 0;
-	return err < 0 ? err_to_sqlite(err, SQLITE_IOERR_WRITE) : SQLITE_OK;
-}
-
-static int wbuf_flush(struct vstore *st)
-{
-	int rc;
-
-	pthread_mutex_lock(&st->wmu);
-	rc = wbuf_flush_locked(st);
-	pthread_mutex_unlock(&st->wmu);
-	return rc;
-}
-
-/* Flush only when @node has writes pending: reads and sizes of other
- * objects need not wait. */
-static int wbuf_flush_node(struct vstore *st, struct vnode *node)
-{
-	int rc = SQLITE_OK;
-
-	pthread_mutex_lock(&st->wmu);
-	if (node->wb_runs > 0)
-		rc = wbuf_flush_locked(st);
-	pthread_mutex_unlock(&st->wmu);
-	return rc;
-}
-
-/* Drop a reference (g_mu held); the last one closes the store. */
+/* Drop a reference (vfs_mu held); the last one closes the store. */
 static void store_put(struct vstore *st)
 {
 	struct vstore **pp;
@@ -538,7 +277,7 @@ static void store_put(struct vstore *st)
 /* The store holding @name when no URI says: the store of an open object
  * whose name is the longest prefix of @name (a journal, WAL or super
  * journal follows its database), else the only open store.  Takes a
- * reference.  g_mu held. */
+ * reference.  vfs_mu held. */
 static struct vstore *store_by_sibling(const char *name)
 {
 	struct vstore *st, *best = NULL;
@@ -598,25 +337,13 @@ static struct vnode *node_get(struct vstore *st, const char *name)
 	return n;
 }
 
-static void shm_free(struct vnode *node)
-{
-	int i;
-
-	for (i = 0; i < node->shm_n; i++)
-		free(node->shm[i]);
-	free(node->shm);
-	node->shm = NULL;
-	node->shm_n = 0;
-	node->shm_size = 0;
-}
-
 static void node_put(struct vstore *st, struct vnode *node)
 {
 	struct vnode **pp;
 
 	if (--node->refs > 0)
 		return;
-	shm_free(node);
+	vfs_shm_free(node);
 	/* The cache keys on the node's address, which a later node may
 	 * reuse. */
 	pthread_mutex_lock(&st->wmu);
@@ -651,29 +378,6 @@ static int vfile_unlock_locked(struct vfile *f, int level)
 	return SQLITE_OK;
 }
 
-/* Release @f's WAL-index locks and mapping (g_mu held); the last mapping
- * frees the regions: no connection then has the WAL open, and the next one
- * rebuilds the index from the WAL. */
-static void shm_unmap_locked(struct vfile *f)
-{
-	struct vnode *n = f->node;
-	int i;
-
-	if (!f->shm_mapped)
-		return;
-	for (i = 0; i < SQLITE_SHM_NLOCK; i++) {
-		if (f->shm_excl_mask & (1u << i))
-			n->shm_writer[i] = 0;
-		if (f->shm_shared_mask & (1u << i))
-			n->shm_readers[i]--;
-	}
-	f->shm_excl_mask = 0;
-	f->shm_shared_mask = 0;
-	f->shm_mapped = 0;
-	if (--n->shm_maps == 0)
-		shm_free(n);
-}
-
 static int vfile_close(sqlite3_file *file)
 {
 	struct vfile *f = (struct vfile *)file;
@@ -681,7 +385,7 @@ static int vfile_close(sqlite3_file *file)
 	int rc = SQLITE_OK, crc;
 
 	/* Slots in flight may be this handle's. */
-	rc = wbuf_flush(st);
+	rc = vfs_wb_flush(st);
 
 	crc = coil_obj_close(f->obj);
 	if (crc < 0 && rc == SQLITE_OK)
@@ -692,12 +396,12 @@ static int vfile_close(sqlite3_file *file)
 			rc = SQLITE_IOERR_DELETE;
 	}
 
-	pthread_mutex_lock(&g_mu);
-	shm_unmap_locked(f);
+	pthread_mutex_lock(&vfs_mu);
+	vfs_shm_unmap_locked(f);
 	vfile_unlock_locked(f, SQLITE_LOCK_NONE);
 	node_put(st, f->node);
 	store_put(st);
-	pthread_mutex_unlock(&g_mu);
+	pthread_mutex_unlock(&vfs_mu);
 	f->base.pMethods = NULL;
 	return rc;
 }
@@ -712,7 +416,7 @@ static int64_t obj_read(struct vfile *f, unsigned char *p, size_t len,
 	int rc;
 
 	if (flush && f->node->wb_runs > 0) {
-		rc = wbuf_flush_locked(st);
+		rc = vfs_wb_flush_locked(st);
 		if (rc != SQLITE_OK)
 			return -EIO;
 	}
@@ -727,32 +431,6 @@ static int64_t obj_read(struct vfile *f, unsigned char *p, size_t len,
 		got += (size_t)n;
 	}
 	return (int64_t)got;
-}
-
-/* Lay the arena's pending writes to @node over the chunk at @chunk just
- * read from coil (@clen bytes; past them the object was a hole or ended),
- * in arrival order.  @return the chunk's new valid length. */
-static uint32_t wb_overlay(struct vstore *st, const struct vnode *node,
-			   uint64_t chunk, unsigned char *data, uint32_t clen)
-{
-	uint32_t i;
-
-	memset(data + clen, 0, VCACHE_CHUNK - clen);
-	for (i = 0; i < st->nruns; i++) {
-		const struct wrun *r = &st->runs[i];
-		uint64_t a, b;
-
-		if (r->f->node != node || r->off >= chunk + VCACHE_CHUNK ||
-		    r->off + r->len <= chunk)
-			continue;
-		a = r->off > chunk ? r->off : chunk;
-		b = r->off + r->len < chunk + VCACHE_CHUNK ? r->off + r->len
-							   : chunk + VCACHE_CHUNK;
-		memcpy(data + (a - chunk), st->wb + r->at + (a - r->off), b - a);
-		if (b - chunk > clen)
-			clen = (uint32_t)(b - chunk);
-	}
-	return clen;
 }
 
 /* Serve [@off, @off + @len) chunk by chunk from the cache, reading a whole
@@ -791,7 +469,7 @@ static int64_t cached_read(struct vfile *f, unsigned char *p, size_t len,
 			}
 			clen = (uint32_t)n;
 			if (f->node->wb_runs > 0)
-				clen = wb_overlay(f->st, f->node, chunk, data,
+				clen = vfs_wb_overlay(f->st, f->node, chunk, data,
 						  clen);
 			vcache_fill_done(rc, slot, clen);
 		}
@@ -824,7 +502,7 @@ static int vfile_read(sqlite3_file *file, void *buf, int amt, sqlite3_int64 off)
 		got = obj_read(f, p, (size_t)amt, (uint64_t)off, 1);
 	pthread_mutex_unlock(&st->wmu);
 	if (got < 0)
-		return err_to_sqlite(got, SQLITE_IOERR_READ);
+		return vfs_err_to_sqlite(got, SQLITE_IOERR_READ);
 	if (got < amt) {
 		/* SQLite relies on the unread tail being zeroed. */
 		memset(p + got, 0, (size_t)(amt - got));
@@ -857,12 +535,12 @@ static int vfile_write(sqlite3_file *file, const void *buf, int amt,
 	 * of an earlier spill only restores a page not yet changed. */
 	if (!(f->flags & SQLITE_OPEN_MAIN_DB) && (uint64_t)off < f->node->size &&
 	    st->nruns > (uint32_t)f->node->wb_runs) {
-		rc = wbuf_flush_locked(st);
+		rc = vfs_wb_flush_locked(st);
 		if (rc != SQLITE_OK)
 			goto out;
 	}
 	if (st->wb_used + len > st->wb_cap || st->nruns == WB_RUNS) {
-		rc = wbuf_flush_locked(st);
+		rc = vfs_wb_flush_locked(st);
 		if (rc != SQLITE_OK)
 			goto out;
 	}
@@ -878,7 +556,7 @@ static int vfile_write(sqlite3_file *file, const void *buf, int amt,
 			st->n_write_calls++;
 			if (n <= 0) {
 				vcache_drop(&st->rc, f->node);
-				rc = err_to_sqlite(n ? n : -EIO,
+				rc = vfs_err_to_sqlite(n ? n : -EIO,
 						   SQLITE_IOERR_WRITE);
 				goto out;
 			}
@@ -918,12 +596,12 @@ static int vfile_truncate(sqlite3_file *file, sqlite3_int64 size)
 		return SQLITE_IOERR_TRUNCATE;
 	/* Under the I/O mutex, so no read refills the cache in between. */
 	pthread_mutex_lock(&f->st->wmu);
-	rc = wbuf_flush_locked(f->st);
+	rc = vfs_wb_flush_locked(f->st);
 	if (rc == SQLITE_OK) {
 		vcache_drop(&f->st->rc, f->node);
 		f->node->size = (uint64_t)size;
 		rc = coil_obj_truncate(f->obj, (uint64_t)size);
-		rc = rc < 0 ? err_to_sqlite(rc, SQLITE_IOERR_TRUNCATE) : SQLITE_OK;
+		rc = rc < 0 ? vfs_err_to_sqlite(rc, SQLITE_IOERR_TRUNCATE) : SQLITE_OK;
 	}
 	pthread_mutex_unlock(&f->st->wmu);
 	return rc;
@@ -938,12 +616,12 @@ static int vfile_sync(sqlite3_file *file, int flags)
 	int rc;
 
 	(void)flags;
-	rc = wbuf_flush(f->st);
+	rc = vfs_wb_flush(f->st);
 	if (rc != SQLITE_OK)
 		return rc;
 	__atomic_fetch_add(&f->st->n_syncs, 1, __ATOMIC_RELAXED);
 	rc = coil_sync(f->st->s);
-	return rc < 0 ? err_to_sqlite(rc, SQLITE_IOERR_FSYNC) : SQLITE_OK;
+	return rc < 0 ? vfs_err_to_sqlite(rc, SQLITE_IOERR_FSYNC) : SQLITE_OK;
 }
 
 static int vfile_size(sqlite3_file *file, sqlite3_int64 *size)
@@ -952,12 +630,12 @@ static int vfile_size(sqlite3_file *file, sqlite3_int64 *size)
 	uint64_t sz = 0;
 	int rc;
 
-	rc = wbuf_flush_node(f->st, f->node);
+	rc = vfs_wb_flush_node(f->st, f->node);
 	if (rc != SQLITE_OK)
 		return rc;
 	rc = coil_obj_size(f->obj, &sz);
 	if (rc < 0)
-		return err_to_sqlite(rc, SQLITE_IOERR_FSTAT);
+		return vfs_err_to_sqlite(rc, SQLITE_IOERR_FSTAT);
 	*size = (sqlite3_int64)sz;
 	return SQLITE_OK;
 }
@@ -974,7 +652,7 @@ static int vfile_lock(sqlite3_file *file, int want)
 
 	if (f->lock >= want)
 		return SQLITE_OK;
-	pthread_mutex_lock(&g_mu);
+	pthread_mutex_lock(&vfs_mu);
 	if (f->lock != n->lock &&
 	    (n->lock >= SQLITE_LOCK_PENDING || want > SQLITE_LOCK_SHARED)) {
 		rc = SQLITE_BUSY;
@@ -992,7 +670,7 @@ static int vfile_lock(sqlite3_file *file, int want)
 		f->lock = want;
 		n->lock = want;
 	}
-	pthread_mutex_unlock(&g_mu);
+	pthread_mutex_unlock(&vfs_mu);
 	return rc;
 }
 
@@ -1002,9 +680,9 @@ static int vfile_unlock(sqlite3_file *file, int level)
 
 	if (f->lock <= level)
 		return SQLITE_OK;
-	pthread_mutex_lock(&g_mu);
+	pthread_mutex_lock(&vfs_mu);
 	vfile_unlock_locked(f, level);
-	pthread_mutex_unlock(&g_mu);
+	pthread_mutex_unlock(&vfs_mu);
 	return SQLITE_OK;
 }
 
@@ -1012,9 +690,9 @@ static int vfile_check_reserved(sqlite3_file *file, int *out)
 {
 	struct vfile *f = (struct vfile *)file;
 
-	pthread_mutex_lock(&g_mu);
+	pthread_mutex_lock(&vfs_mu);
 	*out = f->node->lock > SQLITE_LOCK_SHARED;
-	pthread_mutex_unlock(&g_mu);
+	pthread_mutex_unlock(&vfs_mu);
 	return SQLITE_OK;
 }
 
@@ -1024,12 +702,12 @@ static int vfile_pragma_stats(struct vfile *f, char **args)
 	char small[4096], *big = NULL, *json = small;
 	int need, rc;
 
-	rc = wbuf_flush(f->st);
+	rc = vfs_wb_flush(f->st);
 	if (rc != SQLITE_OK)
 		return rc;
 	need = coil_stats_json(f->st->s, small, sizeof(small));
 	if (need < 0)
-		return err_to_sqlite(need, SQLITE_IOERR);
+		return vfs_err_to_sqlite(need, SQLITE_IOERR);
 	if ((size_t)need >= sizeof(small)) {
 		if ((size_t)need >= STATS_JSON_MAX)
 			return SQLITE_TOOBIG;
@@ -1039,7 +717,7 @@ static int vfile_pragma_stats(struct vfile *f, char **args)
 		need = coil_stats_json(f->st->s, big, (size_t)need + 1);
 		if (need < 0) {
 			free(big);
-			return err_to_sqlite(need, SQLITE_IOERR);
+			return vfs_err_to_sqlite(need, SQLITE_IOERR);
 		}
 		json = big;
 	}
@@ -1096,7 +774,7 @@ static int vfile_file_control(sqlite3_file *file, int op, void *arg)
 		 * — as with the default VFS, whose writes sit in the page
 		 * cache — even with synchronous=OFF or WAL's NORMAL, which
 		 * never call xSync at commit. */
-		return wbuf_flush(f->st);
+		return vfs_wb_flush(f->st);
 	case SQLITE_FCNTL_PRAGMA: {
 		char **args = arg;
 
@@ -1133,132 +811,6 @@ static int vfile_device_characteristics(sqlite3_file *file)
 	       SQLITE_IOCAP_SEQUENTIAL | SQLITE_IOCAP_POWERSAFE_OVERWRITE;
 }
 
-static int vfile_shm_map(sqlite3_file *file, int region, int size, int extend,
-			 void volatile **out)
-{
-	struct vfile *f = (struct vfile *)file;
-	struct vnode *n = f->node;
-	int rc = SQLITE_OK;
-
-	*out = NULL;
-	if (region < 0 || size <= 0)
-		return SQLITE_IOERR_SHMMAP;
-	pthread_mutex_lock(&g_mu);
-	if (n->shm_size && n->shm_size != size) {
-		rc = SQLITE_IOERR_SHMSIZE;
-		goto out;
-	}
-	if (!f->shm_mapped) {
-		f->shm_mapped = 1;
-		n->shm_maps++;
-	}
-	n->shm_size = size;
-	if (region >= n->shm_n) {
-		void **grown;
-
-		if (!extend)
-			goto out;
-		if (region >= SHM_REGIONS_MAX) {
-			rc = SQLITE_IOERR_SHMMAP;
-			goto out;
-		}
-		grown = realloc(n->shm, sizeof(*grown) * (size_t)(region + 1));
-		if (!grown) {
-			rc = SQLITE_IOERR_NOMEM;
-			goto out;
-		}
-		n->shm = grown;
-		while (n->shm_n <= region) {
-			n->shm[n->shm_n] = calloc(1, (size_t)size);
-			if (!n->shm[n->shm_n]) {
-				rc = SQLITE_IOERR_NOMEM;
-				goto out;
-			}
-			n->shm_n++;
-		}
-	}
-	*out = n->shm[region];
-out:
-	pthread_mutex_unlock(&g_mu);
-	return rc;
-}
-
-/* The WAL-index locks: SQLITE_SHM_NLOCK slots, each shared by many or held
- * exclusive by one connection (os_unix.c's rules, in-process only). */
-static int vfile_shm_lock(sqlite3_file *file, int ofst, int cnt, int flags)
-{
-	struct vfile *f = (struct vfile *)file;
-	struct vnode *n = f->node;
-	unsigned mask;
-	int i, rc = SQLITE_OK;
-
-	if (ofst < 0 || cnt < 1 || ofst + cnt > SQLITE_SHM_NLOCK)
-		return SQLITE_IOERR_SHMLOCK;
-	mask = (1u << (ofst + cnt)) - (1u << ofst);
-	pthread_mutex_lock(&g_mu);
-	if (flags & SQLITE_SHM_UNLOCK) {
-		for (i = ofst; i < ofst + cnt; i++) {
-			if (f->shm_excl_mask & (1u << i))
-				n->shm_writer[i] = 0;
-			if (f->shm_shared_mask & (1u << i))
-				n->shm_readers[i]--;
-		}
-		f->shm_excl_mask &= ~mask;
-		f->shm_shared_mask &= ~mask;
-	} else if (flags & SQLITE_SHM_SHARED) {
-		if ((f->shm_shared_mask & mask) == mask)
-			goto out;
-		for (i = ofst; i < ofst + cnt; i++) {
-			if (n->shm_writer[i] && !(f->shm_excl_mask & (1u << i))) {
-				rc = SQLITE_BUSY;
-				goto out;
-			}
-		}
-		for (i = ofst; i < ofst + cnt; i++) {
-			if (!(f->shm_shared_mask & (1u << i)))
-				n->shm_readers[i]++;
-		}
-		f->shm_shared_mask |= mask;
-	} else {
-		for (i = ofst; i < ofst + cnt; i++) {
-			int mine = !!(f->shm_shared_mask & (1u << i));
-
-			if ((n->shm_writer[i] && !(f->shm_excl_mask & (1u << i))) ||
-			    n->shm_readers[i] - mine > 0) {
-				rc = SQLITE_BUSY;
-				goto out;
-			}
-		}
-		for (i = ofst; i < ofst + cnt; i++) {
-			if (f->shm_shared_mask & (1u << i))
-				n->shm_readers[i]--;
-			n->shm_writer[i] = 1;
-		}
-		f->shm_shared_mask &= ~mask;
-		f->shm_excl_mask |= mask;
-	}
-out:
-	pthread_mutex_unlock(&g_mu);
-	return rc;
-}
-
-static void vfile_shm_barrier(sqlite3_file *file)
-{
-	(void)file;
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-}
-
-static int vfile_shm_unmap(sqlite3_file *file, int delete_flag)
-{
-	struct vfile *f = (struct vfile *)file;
-
-	(void)delete_flag; /* heap memory: nothing outlives the last mapping */
-	pthread_mutex_lock(&g_mu);
-	shm_unmap_locked(f);
-	pthread_mutex_unlock(&g_mu);
-	return SQLITE_OK;
-}
-
 /* Version 2: the WAL index on the heap (vfile_shm_*), so WAL works in
  * normal locking mode between the connections of this process; with
  * locking_mode=EXCLUSIVE SQLite keeps it in its own heap and never maps. */
@@ -1276,10 +828,10 @@ static const sqlite3_io_methods vfile_methods = {
 	.xFileControl = vfile_file_control,
 	.xSectorSize = vfile_sector_size,
 	.xDeviceCharacteristics = vfile_device_characteristics,
-	.xShmMap = vfile_shm_map,
-	.xShmLock = vfile_shm_lock,
-	.xShmBarrier = vfile_shm_barrier,
-	.xShmUnmap = vfile_shm_unmap,
+	.xShmMap = vfs_shm_map,
+	.xShmLock = vfs_shm_lock,
+	.xShmBarrier = vfs_shm_barrier,
+	.xShmUnmap = vfs_shm_unmap,
 };
 
 /* --- vfs methods ------------------------------------------------------- */
@@ -1287,7 +839,7 @@ static const sqlite3_io_methods vfile_methods = {
 #define VFS_COIL_FILES (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_MAIN_JOURNAL | \
 			SQLITE_OPEN_WAL | SQLITE_OPEN_SUPER_JOURNAL)
 
-/* Pick the store for a file being opened; takes a reference (g_mu held). */
+/* Pick the store for a file being opened; takes a reference (vfs_mu held). */
 static int store_for_open(const char *name, int flags, struct vstore **out)
 {
 	const char *path = NULL;
@@ -1327,7 +879,7 @@ static int vfs_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *file,
 	memset(f, 0, sizeof(*f));
 	if (strlen(name) > COIL_NAME_MAX)
 		return SQLITE_CANTOPEN;
-	pthread_mutex_lock(&g_mu);
+	pthread_mutex_lock(&vfs_mu);
 	rc = store_for_open(name, flags, &st);
 	if (rc != SQLITE_OK)
 		goto out;
@@ -1365,13 +917,13 @@ static int vfs_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *file,
 	if (out_flags)
 		*out_flags = flags;
 out:
-	pthread_mutex_unlock(&g_mu);
+	pthread_mutex_unlock(&vfs_mu);
 	return rc;
 }
 
 /* For xAccess and xDelete: the store a name lives in, opening the default
  * store (never creating it) when no open file points elsewhere.  *@out is
- * NULL when there is no store at all.  Takes a reference; g_mu held. */
+ * NULL when there is no store at all.  Takes a reference; vfs_mu held. */
 static int store_for_name(const char *name, struct vstore **out)
 {
 	const char *path;
@@ -1398,16 +950,16 @@ static int vfs_delete(sqlite3_vfs *vfs, const char *name, int sync_dir)
 	int rc, crc;
 
 	(void)vfs;
-	pthread_mutex_lock(&g_mu);
+	pthread_mutex_lock(&vfs_mu);
 	rc = store_for_name(name, &st);
 	if (rc != SQLITE_OK || !st) {
-		pthread_mutex_unlock(&g_mu);
+		pthread_mutex_unlock(&vfs_mu);
 		return rc != SQLITE_OK ? rc : SQLITE_IOERR_DELETE_NOENT;
 	}
 	/* The removal must land after every write SQLite issued before it;
 	 * an object still open keeps its node, whose cached chunks go. */
 	pthread_mutex_lock(&st->wmu);
-	rc = wbuf_flush_locked(st);
+	rc = vfs_wb_flush_locked(st);
 	for (node = st->nodes; node; node = node->next) {
 		if (!strcmp(node->name, name)) {
 			vcache_drop(&st->rc, node);
@@ -1420,12 +972,12 @@ static int vfs_delete(sqlite3_vfs *vfs, const char *name, int sync_dir)
 		if (crc == -ENOENT)
 			rc = SQLITE_IOERR_DELETE_NOENT;
 		else if (crc < 0)
-			rc = err_to_sqlite(crc, SQLITE_IOERR_DELETE);
+			rc = vfs_err_to_sqlite(crc, SQLITE_IOERR_DELETE);
 		else if (sync_dir && coil_sync(st->s) < 0)
 			rc = SQLITE_IOERR_DIR_FSYNC;
 	}
 	store_put(st);
-	pthread_mutex_unlock(&g_mu);
+	pthread_mutex_unlock(&vfs_mu);
 	return rc;
 }
 
@@ -1442,11 +994,11 @@ static int vfs_access(sqlite3_vfs *vfs, const char *name, int flags, int *out)
 	*out = 0;
 	if (strlen(name) > COIL_NAME_MAX)
 		return SQLITE_OK;
-	pthread_mutex_lock(&g_mu);
+	pthread_mutex_lock(&vfs_mu);
 	rc = store_for_name(name, &st);
 	if (rc != SQLITE_OK || !st)
 		goto out;
-	rc = wbuf_flush(st);
+	rc = vfs_wb_flush(st);
 	if (rc != SQLITE_OK)
 		goto put;
 	crc = coil_obj_open(st->s, name, 0, &o);
@@ -1456,12 +1008,12 @@ static int vfs_access(sqlite3_vfs *vfs, const char *name, int flags, int *out)
 		if (crc == 0)
 			*out = flags == SQLITE_ACCESS_EXISTS ? size > 0 : 1;
 	} else if (crc != -ENOENT) {
-		rc = err_to_sqlite(crc, SQLITE_IOERR_ACCESS);
+		rc = vfs_err_to_sqlite(crc, SQLITE_IOERR_ACCESS);
 	}
 put:
 	store_put(st);
 out:
-	pthread_mutex_unlock(&g_mu);
+	pthread_mutex_unlock(&vfs_mu);
 	return rc;
 }
 
@@ -1587,7 +1139,7 @@ static int vfs_register(int make_default)
 {
 	int rc = SQLITE_OK;
 
-	pthread_mutex_lock(&g_mu);
+	pthread_mutex_lock(&vfs_mu);
 	if (!g_registered) {
 		g_root = sqlite3_vfs_find(NULL);
 		if (g_root == &g_vfs || !g_root)
@@ -1606,7 +1158,7 @@ static int vfs_register(int make_default)
 			g_registered = 1;
 	}
 out:
-	pthread_mutex_unlock(&g_mu);
+	pthread_mutex_unlock(&vfs_mu);
 	return rc;
 }
 
@@ -1627,12 +1179,12 @@ COIL_SQLITE_API int coil_sqlite_register(const char *store_path,
 		if (!copy)
 			return SQLITE_NOMEM;
 	}
-	pthread_mutex_lock(&g_mu);
+	pthread_mutex_lock(&vfs_mu);
 	if (!sqlite3_api)
 		sqlite3_api = coil_vfs_direct_api();
 	free(g_store_default);
 	g_store_default = copy;
-	pthread_mutex_unlock(&g_mu);
+	pthread_mutex_unlock(&vfs_mu);
 	return vfs_register(make_default);
 }
 

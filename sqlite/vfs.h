@@ -1,0 +1,125 @@
+/* vfs.h — private to sqlite/: the types and calls coil_vfs.c (stores,
+ * nodes, io and vfs methods), vfs_writeback.c (the write-back window) and
+ * vfs_shm.c (the heap WAL index) share. */
+#ifndef COIL_VFS_VFS_H
+#define COIL_VFS_VFS_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sqlite3.h>
+
+#include "coil.h"
+#include "vfs_cache.h"
+
+/* The write-back arena (COIL_SQLITE_WRITEBACK bytes, allocated when the
+ * store opens).  32 MiB by default: on the 200k-row workload a page is
+ * spilled ~40 times on average (1.6 GB of page writes for a 37 MiB
+ * database) and a longer window folds more of the rewrites — 8 MiB sent
+ * 1.1 GB to coil, 32 MiB 0.66 GB. */
+#define WB_BYTES_DEFAULT (32ull << 20)
+#define WB_BYTES_MIN (256u << 10)
+#define WB_BYTES_MAX (1ull << 30)
+#define WB_RUNS 16384
+/* Largest coil write the VFS issues: coil caps one write (one journal
+ * record) at 16 MiB; 1 MiB is 16 blobs its pool encodes in parallel. */
+#define SEND_MAX (1u << 20)
+/* Pieces of a send in flight together: 8 MiB, then wait and reuse. */
+#define WSEND_BYTES (8u << 20)
+/* Bound on the heap WAL index: 4096 regions of 32 KiB index 16 M frames,
+ * a 64 GiB WAL of 4 KiB pages. */
+#define SHM_REGIONS_MAX 4096
+
+struct vnode {
+	struct vnode *next;
+	char *name;
+	int refs;   /* vfiles naming this object */
+	int shared; /* vfiles holding SHARED or stronger */
+	int lock;   /* the strongest lock any vfile holds */
+	/* The WAL index (xShm*) lives on the heap: coil's store lock makes
+	 * this process the only one that can open the database, so process
+	 * memory is all the sharing there is. */
+	void **shm;                          /* shm_n regions of shm_size */
+	int shm_n;
+	int shm_size;
+	int shm_maps;                        /* vfiles that mapped it */
+	int shm_readers[SQLITE_SHM_NLOCK];   /* holders of each shared slot */
+	unsigned char shm_writer[SQLITE_SHM_NLOCK]; /* slot held exclusive */
+	int wb_runs;     /* runs of this object in the arena; under wmu */
+	uint64_t size;   /* size as SQLite's writes left it; under wmu */
+};
+
+struct vfile;
+struct vstore;
+
+struct wrun {
+	struct vfile *f; /* whose handle sends it */
+	uint64_t off;
+	uint32_t len;
+	uint32_t at;     /* offset in vstore.wb */
+};
+
+struct vstore {
+	struct vstore *next;
+	char *key; /* realpath of the store file, else the path as given */
+	coil_store *s;
+	int refs; /* vfiles plus transient users (xAccess, xDelete) */
+	struct vnode *nodes;
+	/* wmu: the I/O state (write-back window, chunk cache, counters);
+	 * held across coil calls.  cmu: completion state only, never held
+	 * across a coil call, so completions (coil threads) never wait on a
+	 * thread that is inside coil. */
+	pthread_mutex_t wmu;
+	pthread_mutex_t cmu;
+	pthread_cond_t ccv;
+	unsigned char *wb;    /* wb_cap bytes */
+	uint64_t wb_cap;
+	struct wrun *runs;    /* WB_RUNS, in SQLite's order */
+	unsigned char *wsend; /* WSEND_BYTES: pieces of a send in flight */
+	uint32_t *order;      /* WB_RUNS: runs sorted for a send */
+	uint32_t nruns;
+	uint64_t wb_used;
+	int inflight;         /* under cmu */
+	int64_t werr;         /* first failed write of a send; cmu */
+	struct vnode *werr_node; /* ... and its object; cmu */
+	struct vcache rc;     /* chunk cache, under wmu */
+	/* Counters for PRAGMA coil_vfs_stats, under wmu. */
+	uint64_t n_reads, n_read_calls, n_writes, n_write_calls, n_syncs;
+	uint64_t b_write_db, b_write_other, b_sent;
+};
+
+struct vfile {
+	sqlite3_file base;
+	struct vstore *st;
+	struct vnode *node;
+	coil_obj *obj;
+	int lock;  /* this handle's SQLite lock level */
+	int flags; /* SQLITE_OPEN_* it was opened with */
+	int shm_mapped;
+	unsigned shm_shared_mask; /* WAL-index slots held shared */
+	unsigned shm_excl_mask;   /* ... and exclusive */
+};
+
+/* Guards the store list, every store's node list and every lock state
+ * (SQLite's and the WAL index's); held across coil_open/coil_close. */
+extern pthread_mutex_t vfs_mu;
+
+/* A coil error as the SQLite code of the failed operation @ioerr. */
+int vfs_err_to_sqlite(int64_t err, int ioerr);
+
+/* vfs_writeback.c (st->wmu held for the _locked ones) */
+int vfs_wb_flush_locked(struct vstore *st);
+int vfs_wb_flush(struct vstore *st);
+int vfs_wb_flush_node(struct vstore *st, struct vnode *node);
+uint32_t vfs_wb_overlay(struct vstore *st, const struct vnode *node,
+			uint64_t chunk, unsigned char *data, uint32_t clen);
+
+/* vfs_shm.c (vfs_mu held for the _locked one) */
+void vfs_shm_free(struct vnode *node);
+void vfs_shm_unmap_locked(struct vfile *f);
+int vfs_shm_map(sqlite3_file *file, int region, int size, int extend,
+		void volatile **out);
+int vfs_shm_lock(sqlite3_file *file, int ofst, int cnt, int flags);
+void vfs_shm_barrier(sqlite3_file *file);
+int vfs_shm_unmap(sqlite3_file *file, int delete_flag);
+
+#endif
