@@ -23,8 +23,8 @@
 #include "uring/uring_fault.h"
 
 #define NSLOTS 8
-#define WRITES 24
-#define SYNC_EVERY 3
+#define WRITES 16
+#define SYNC_EVERY 2
 
 /* Reopen with a cut at a random op of recovery; the store must still open
  * cleanly afterwards (checked by the caller's verify). */
@@ -81,8 +81,8 @@ Test(rel, powercut, .timeout = 900)
 		uint64_t points;
 
 		/* dry run: the flush points of this workload */
-		rel_session_run(path, &o, &l, t, seed, wseed, WRITES, SYNC_EVERY,
-						false, buf, &ss);
+		rel_session_run(path, &o, &l, t, seed, wseed, WRITES,
+				SYNC_EVERY, false, buf, &ss);
 		cr_assert_eq(ss.open_rc, 0, "open: %s", coil_strerror(ss.open_rc));
 		cr_assert_eq(ss.first_err, 0, "workload %llu without faults: %s",
 			     (unsigned long long)w, coil_strerror(ss.first_err));
@@ -108,8 +108,8 @@ Test(rel, powercut, .timeout = 900)
 				spec.cut_mode = modes[m];
 				spec.cut_seed = rel_rng(&st);
 				uring_fault_set_next(&spec);
-				rel_session_run(path, &o, &l, t, seed, wseed, WRITES, SYNC_EVERY,
-						false, buf, &ss);
+				rel_session_run(path, &o, &l, t, seed, wseed,
+						WRITES, SYNC_EVERY, false, buf, &ss);
 				uring_fault_set_next(NULL);
 				/* a cut inside open (its checkpoint) makes open
 				 * fail, one inside close makes close fail */
@@ -126,8 +126,16 @@ Test(rel, powercut, .timeout = 900)
 					 "workload %llu cut at fsync %llu mode %s",
 					 (unsigned long long)w,
 					 (unsigned long long)k, mode_name[modes[m]]);
-				bad += rel_verify(path, &o, &l, t, seed,
-						  REL_FLOOR_DURABLE, what);
+				/* one mode in three reopens read-write (recovery
+				 * plus its checkpoint, I4 in full); the others
+				 * recover in memory (read-only, cheaper) and the
+				 * next session's open does it for real */
+				if (m == 0 || rel_rng(&st) % 3 == 0)
+					bad += rel_verify(path, &o, &l, t, seed,
+							  REL_FLOOR_DURABLE, what);
+				else
+					bad += rel_verify_ro(path, &o, &l, t, seed,
+							     REL_FLOOR_DURABLE, what);
 			}
 			if (!any_cut && k > points)
 				break;
