@@ -516,36 +516,6 @@ void rel_image_free(struct rel_image *img)
 	img->size = 0;
 }
 
-int rel_file_copy(const char *from, const char *to)
-{
-	int in = open(from, O_RDONLY | O_CLOEXEC), out;
-	struct stat st;
-	int rc = 0;
-
-	if (in < 0)
-		return -errno;
-	out = open(to, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-	if (out < 0 || fstat(in, &st) < 0) {
-		rc = -errno;
-		goto done;
-	}
-	for (off_t off = 0; off < st.st_size;) {
-		ssize_t n = copy_file_range(in, &off, out, &(off_t){ off },
-					    (size_t)(st.st_size - off), 0);
-		if (n <= 0) {
-			rc = n < 0 ? -errno : -EIO;
-			break;
-		}
-	}
-	if (rc == 0 && ftruncate(out, st.st_size) < 0)
-		rc = -errno;
-done:
-	if (out >= 0)
-		close(out);
-	close(in);
-	return rc;
-}
-
 void rel_session_run(const char *path, const struct coil_options *o,
 		     const struct rel_layout *l, struct rel_track *t,
 		     uint64_t seed, uint64_t wseed, unsigned nwrites,

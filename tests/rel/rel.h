@@ -167,7 +167,4 @@ int rel_image_load(struct rel_image *img, const char *path);
 int64_t rel_image_restore(const struct rel_image *img, const char *path);
 void rel_image_free(struct rel_image *img);
 
-/* Copy the file @from over @to (same size).  @return 0 or -errno. */
-int rel_file_copy(const char *from, const char *to);
-
 #endif
