@@ -219,6 +219,18 @@ static void kick_locked(struct cleaner *cl)
 	pthread_cond_signal(&cl->cv);
 }
 
+void cleaner_kick(struct coil_store *s)
+{
+	struct cleaner *cl = s->cl;
+
+	if (!cl || s->free_segs >= cl->clean_lo)
+		return;
+	pthread_mutex_lock(&cl->mu);
+	if (!cl->running)
+		kick_locked(cl);
+	pthread_mutex_unlock(&cl->mu);
+}
+
 /* ---- the compare-and-swap install ---------------------------------------- */
 
 static bool blob_same_content(const struct blobd *a, const struct blobd *b)

@@ -25,6 +25,12 @@ struct fmt_extent;
 int cleaner_start(struct coil_store *s);
 void cleaner_stop(struct coil_store *s);
 
+/* seg_open_next (mlock held; the cleaner's own lock nests inside it): a
+ * segment was opened; wake the cleaner if free space is below its low
+ * mark.  With a cleaner running, its passes (not every segment open below
+ * a quarter free) take the checkpoints that free emptied segments. */
+void cleaner_kick(struct coil_store *s);
+
 /* Free segments kept for the cleaner (foreground writes may not use them). */
 uint32_t cleaner_reserve_segs(const struct coil_store *s);
 

@@ -106,8 +106,10 @@ static int seg_open_next(struct coil_store *s)
 		seg_write_header(s, i);
 		/* Keep a quarter of the segments free: pending ones come back
 		 * only through a checkpoint. */
-		if (s->free_segs < s->nseg / 4)
+		if (s->free_segs < s->nseg / 4 && !s->cl)
 			ckpt_trigger(s);
+		else if (s->cl)
+			cleaner_kick(s); /* issue 7: its passes checkpoint */
 		return 0;
 	}
 	if (pending)
