@@ -679,3 +679,55 @@ Test(sqlite, c_api_register)
 	cr_assert_gt(store_obj_size(&s, "capi.db"), 0);
 	scratch_fini(&s);
 }
+
+/* A transaction SQLite reported committed survives kill -9 with no xSync
+ * at all (WAL, synchronous=OFF): the VFS sends its writes at commit
+ * (SQLITE_FCNTL_COMMIT_PHASETWO) instead of holding them in the write-back
+ * window, as the default VFS's writes sit in the page cache. */
+Test(sqlite, kill9_after_commit_without_sync)
+{
+	struct scratch s;
+	char in[PATH_MAX + 32], out_path[PATH_MAX + 32], marker[PATH_MAX + 32];
+	char *script, *out;
+	size_t len;
+	FILE *m;
+	pid_t pid;
+	uint64_t t0;
+	int wst, status;
+
+	scratch_init(&s, "commit");
+	snprintf(in, sizeof(in), "%s/commit.sql", s.dir);
+	snprintf(out_path, sizeof(out_path), "%s/commit.out", s.dir);
+	snprintf(marker, sizeof(marker), "%s/committed", s.dir);
+	m = open_memstream(&script, &len);
+	coil_preamble(m, &s, NULL);
+	fprintf(m, "PRAGMA journal_mode=wal;\nPRAGMA synchronous=OFF;\n"
+		   "CREATE TABLE t(x);\n"
+		   "INSERT INTO t VALUES (1), (2), (3);\n"
+		   "INSERT INTO t VALUES (4);\n"
+		   ".shell touch %s\n"
+		   "WITH RECURSIVE c(x) AS (VALUES(1) UNION ALL SELECT x + 1 FROM c"
+		   " WHERE x < 100000000000) SELECT count(*) FROM c;\n", marker);
+	fclose(m);
+	file_write(in, script);
+	free(script);
+	pid = shell_spawn(in, out_path, NULL, NULL);
+	t0 = now_ns();
+	while (!file_exists(marker) && now_ns() - t0 < KILL_WAIT_NS)
+		usleep(2000);
+	cr_assert(file_exists(marker), "no marker after 60 s");
+	cr_assert_eq(kill(pid, SIGKILL), 0);
+	cr_assert_eq(waitpid(pid, &wst, 0), pid);
+	cr_assert_gt(store_obj_size(&s, "db.sqlite-wal"), 0);
+
+	m = open_memstream(&script, &len);
+	coil_preamble(m, &s, NULL);
+	fprintf(m, "PRAGMA integrity_check;\nSELECT 'rows', count(*), sum(x) FROM t;\n");
+	fclose(m);
+	out = shell_run(&s, script, NULL, &status);
+	cr_assert_eq(status, 0, "%s", out);
+	cr_assert_not_null(strstr(out, "ok\nrows|4|10\n"), "lost a commit:\n%s", out);
+	free(out);
+	free(script);
+	scratch_fini(&s);
+}
