@@ -467,6 +467,10 @@ void *bcache_value_alloc(struct coil_store *s, uint32_t len);
  * owns it (rb->dec = NULL) and rb->ce serves the read. */
 void bcache_publish(struct coil_store *s, struct rblob *rb);
 void bcache_release(struct coil_store *s, struct rblob *rb);
+/* An extent of @b (of @len bytes, in a segment of generation @gen) is
+ * dropped: if it was the blob's last reference, drop its entry early. */
+void bcache_drop_blob(struct coil_store *s, const struct blobd *b,
+		      uint32_t len, uint32_t gen);
 /* A segment is reused: drop its old entries early (memory only; keys with
  * the old generation can never be looked up again). */
 void bcache_invalidate_seg(struct coil_store *s, uint32_t idx);

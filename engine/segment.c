@@ -38,6 +38,7 @@ void seg_drop_live(void *arg, struct blobd *b, uint32_t len)
 
 	COIL_ASSERT(idx < s->nseg);
 	COIL_ASSERT(s->segs[idx].live >= len);
+	bcache_drop_blob(s, b, len, s->segs[idx].gen); /* issue 8 */
 	s->segs[idx].live -= len;
 	seg_maybe_pending(s, idx);
 }
