@@ -684,7 +684,8 @@ static uint32_t pick_victims(struct cleaner *cl, uint32_t max_v,
 		cand[nc].seg = i;
 		nc++;
 	}
-	qsort(cand, nc, sizeof(*cand), cmp_cand);
+	if (nc > 1)
+		qsort(cand, nc, sizeof(*cand), cmp_cand);
 	for (uint32_t j = 0; j < nc && nv < max_v; j++) {
 		struct seg *g = &s->segs[cand[j].seg];
 
@@ -942,7 +943,8 @@ static int clean_pass(struct cleaner *cl, uint32_t max_v)
 	if (nv == 0 && npending == 0)
 		return 0;
 	/* The items hold their objects and blobs until released. */
-	qsort(cl->items, cl->nitems, sizeof(*cl->items), cmp_item);
+	if (cl->nitems > 1) /* qsort(NULL, 0) is undefined (UBSan, rel bug B5) */
+		qsort(cl->items, cl->nitems, sizeof(*cl->items), cmp_item);
 	for (size_t a = 0, z; a < cl->nitems; a = z) {
 		uint32_t seg = cl->items[a].seg;
 
