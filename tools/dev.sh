@@ -131,6 +131,14 @@ build_fuzz() {
 	ninja -C build/fuzz -j "$JOBS"
 }
 
+# ThreadSanitizer: criterion's runner does not start under TSan, so the
+# concurrency tests are also built as plain programs (suite rel-tsan).
+build_tsan() {
+	setup build/tsan --buildtype=debug -Db_sanitize=thread -Djemalloc=false \
+		-Db_lundef=false -Dsqlite=false
+	ninja -C build/tsan -j "$JOBS" tests/rel/rel_tsan_concurrent tests/rel/rel_tsan_apifuzz
+}
+
 cmd_build() {
 	build_release
 }
@@ -217,10 +225,13 @@ cmd_test() {
 	LSAN_OPTIONS=suppressions="$ROOT/tests/lsan.supp":print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		run_suites build/asan asan || rc=1
+	log "TSan build of the concurrency tests"
+	build_tsan
+	meson test -C build/tsan --no-rebuild --suite rel-tsan --print-errorlogs || rc=1
 	log "fuzz build (clang libFuzzer)"
 	build_fuzz
 	run_fuzzers || rc=1
-	read -r p f < <(criterion_totals build/testlog-release.txt build/testlog-asan.txt)
+	read -r p f < <(criterion_totals build/testlog-release.txt build/testlog-asan.txt build/tsan/meson-logs/testlog.txt)
 	log "done in $((SECONDS - t0))s"
 	# The plain closing line: every criterion test case of both builds.
 	echo "tests: $p passed, $f failed"
