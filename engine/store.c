@@ -369,10 +369,20 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	}
 
 	rc = bufpool_init(&s->bp, 2 * FMT_BLOCK, 512);
+	if (rc == 0)
+		rc = bufpool_init(&s->bp_large, (1u << 20) + 2 * FMT_BLOCK, 16);
 	if (rc < 0)
 		goto fail_reg;
 	uring_opts_init(&uo);
 	uo.direct = s->direct;
+	/* issue 9: register the small-I/O and big-batch pools with the ring
+	 * (WRITE/READ_FIXED: no page pinning per I/O, ~7 % of a 128 KiB
+	 * sequential write's CPU).  bp_mid is sized after the superblock. */
+	uo.nxreg = 2;
+	uo.xreg[0].base = s->bp.base;
+	uo.xreg[0].len = s->bp.size * s->bp.count;
+	uo.xreg[1].base = s->bp_large.base;
+	uo.xreg[1].len = s->bp_large.size * s->bp_large.count;
 	rc = uring_create(s->fd, &uo, &s->ring);
 	if (rc < 0)
 		goto fail_reg;
@@ -404,8 +414,6 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	rc = bufpool_init(&s->bp_mid, s->max_blob + 2 * FMT_BLOCK,
 			  (uint32_t)COIL_MAX(16u, COIL_MIN(256u,
 				(16u << 20) / (s->max_blob + 2 * FMT_BLOCK))));
-	if (rc == 0)
-		rc = bufpool_init(&s->bp_large, (1u << 20) + 2 * FMT_BLOCK, 16);
 	if (rc < 0)
 		goto fail_reg;
 	s->bp.large = &s->bp_mid;

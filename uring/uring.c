@@ -6,6 +6,7 @@
 #include <linux/stat.h>
 #include <semaphore.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -99,9 +100,16 @@ int uring_create(int fd, const struct uring_opts *o, struct uring **out)
 		d.buf_size = o->buf_size ? o->buf_size : d.buf_size;
 		d.inbox_max = o->inbox_max ? o->inbox_max : d.inbox_max;
 		d.direct = o->direct;
+		d.nxreg = o->nxreg;
+		memcpy(d.xreg, o->xreg, sizeof(d.xreg));
 	}
-	if (d.entries > 32768 || d.inbox_max > (1u << 24))
+	if (d.entries > 32768 || d.inbox_max > (1u << 24) ||
+	    d.nxreg > URING_XREG_MAX)
 		return -EINVAL;
+	for (unsigned i = 0; i < d.nxreg; i++)
+		if (!d.xreg[i].base || !d.xreg[i].len ||
+		    d.xreg[i].len > (1u << 30))
+			return -EINVAL;
 
 	r = calloc(1, sizeof(*r));
 	if (!r)
@@ -111,6 +119,11 @@ int uring_create(int fd, const struct uring_opts *o, struct uring **out)
 	r->direct = d.direct;
 	r->entries = d.entries;
 	r->inbox_max = d.inbox_max;
+	r->nxreg = d.nxreg;
+	for (unsigned i = 0; i < d.nxreg; i++) {
+		r->xreg_base[i] = d.xreg[i].base;
+		r->xreg_len[i] = d.xreg[i].len;
+	}
 	pthread_mutex_init(&r->inbox_lock, NULL);
 	pthread_cond_init(&r->inbox_cond, NULL);
 	pthread_mutex_init(&r->start_lock, NULL);

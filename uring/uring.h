@@ -93,7 +93,16 @@ struct uring_opts {
 	bool direct;        /* fd is O_DIRECT: uring_submit rejects a read or
 			     * write whose buf, off or len is not a multiple of
 			     * uring_dio_align() with -EINVAL (not the kernel) */
+	/* Caller-owned memory to register as well (issue 9 perf: the
+	 * engine's I/O buffer pools), so reads and writes in it use
+	 * READ/WRITE_FIXED and skip the per-I/O page pinning.  Each region
+	 * must stay allocated until uring_destroy; at most URING_XREG_MAX
+	 * regions, each page-aligned and <= 1 GiB.  Registration failure is
+	 * not fatal (those ios fall back to plain READ/WRITE). */
+	unsigned nxreg;
+	struct { void *base; size_t len; } xreg[4];
 };
+#define URING_XREG_MAX 4u
 
 /* uring_opts with every default filled in. */
 void uring_opts_init(struct uring_opts *o);

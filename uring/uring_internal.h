@@ -73,6 +73,12 @@ struct uring {
 	unsigned nbufs;
 	uint32_t *buf_next;      /* free-list links (index + 1, 0 = end) */
 	_Atomic uint64_t buf_head; /* (tag << 32) | (index + 1); ABA-safe */
+	/* issue 9: caller regions registered after the pool (buffer index
+	 * nbufs + i); xreg_ok once registration succeeded */
+	unsigned nxreg;
+	uint8_t *xreg_base[URING_XREG_MAX];
+	size_t xreg_len[URING_XREG_MAX];
+	bool xreg_ok;
 
 	/* inbox: bounded MPSC ring of pointers under a mutex.  The ring
 	 * thread takes the whole inbox per lock; producers hold the lock for

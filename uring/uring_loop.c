@@ -146,8 +146,8 @@ static int ring_setup(struct uring *r)
 	r->entries = p.sq_entries;
 
 	r->st.fixed_file = io_uring_register_files(&r->ring, &r->fd, 1) == 0;
-	if (r->nbufs) {
-		iov = calloc(r->nbufs, sizeof(*iov));
+	if (r->nbufs || r->nxreg) {
+		iov = calloc(r->nbufs + r->nxreg, sizeof(*iov));
 		if (!iov) {
 			io_uring_queue_exit(&r->ring);
 			return -ENOMEM;
@@ -156,10 +156,20 @@ static int ring_setup(struct uring *r)
 			iov[i].iov_base = r->buf_base + (size_t)i * r->buf_size;
 			iov[i].iov_len = r->buf_size;
 		}
+		for (unsigned i = 0; i < r->nxreg; i++) {
+			iov[r->nbufs + i].iov_base = r->xreg_base[i];
+			iov[r->nbufs + i].iov_len = r->xreg_len[i];
+		}
 		/* failure (e.g. memlock limits) is not fatal: the buffers
-		 * still work, just without READ/WRITE_FIXED */
-		r->st.fixed_bufs =
-			io_uring_register_buffers(&r->ring, iov, r->nbufs) == 0;
+		 * still work, just without READ/WRITE_FIXED.  Try the pool
+		 * alone when the caller's regions made it fail. */
+		r->xreg_ok = r->nxreg && io_uring_register_buffers(
+				&r->ring, iov, r->nbufs + r->nxreg) == 0;
+		if (r->xreg_ok)
+			r->st.fixed_bufs = true;
+		else if (r->nbufs)
+			r->st.fixed_bufs = io_uring_register_buffers(
+					&r->ring, iov, r->nbufs) == 0;
 		free(iov);
 	}
 	/* saves an fd lookup per io_uring_enter; optional */
@@ -180,9 +190,25 @@ static void wake_arm(struct uring *r)
 	r->efd_armed = true;
 }
 
+/* issue 9: the index of the caller region holding [p, p+n), or -1 */
+static int xreg_find(const struct uring *r, const uint8_t *p, uint32_t n)
+{
+	if (!r->xreg_ok)
+		return -1;
+	for (unsigned i = 0; i < r->nxreg; i++) {
+		uintptr_t a = (uintptr_t)p, b = (uintptr_t)r->xreg_base[i];
+
+		if (a >= b && a - b < r->xreg_len[i] &&
+		    r->xreg_len[i] - (a - b) >= n)
+			return (int)i;
+	}
+	return -1;
+}
+
 static void prep_rw(struct uring *r, struct io_uring_sqe *sqe,
 		    struct uring_io *io, int fdx)
 {
+	int xi;
 	uint32_t rest = io->len - io->_done;
 	uint32_t n = io->_sub_len && io->_sub_len < rest ? io->_sub_len : rest;
 	uint8_t *p = (uint8_t *)io->buf + io->_done;
@@ -197,6 +223,14 @@ static void prep_rw(struct uring *r, struct io_uring_sqe *sqe,
 			io_uring_prep_read_fixed(sqe, fdx, p, n, off, idx);
 		else
 			io_uring_prep_write_fixed(sqe, fdx, p, n, off, idx);
+		STAT_ADD(r, fixed_ios, 1);
+	} else if ((xi = xreg_find(r, p, n)) >= 0) {
+		if (rd)
+			io_uring_prep_read_fixed(sqe, fdx, p, n, off,
+						 (int)r->nbufs + xi);
+		else
+			io_uring_prep_write_fixed(sqe, fdx, p, n, off,
+						  (int)r->nbufs + xi);
 		STAT_ADD(r, fixed_ios, 1);
 	} else if (rd) {
 		io_uring_prep_read(sqe, fdx, p, n, off);
