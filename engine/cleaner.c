@@ -476,10 +476,7 @@ static void reloc_apply(struct coil_store *s, struct jent *e)
 			stat_add(&cl->cas_dropped, it[i].len - (uint64_t)got);
 		}
 	}
-	for (uint32_t k = 0; k < w->nblobs; k++) {
-		blobd_unref(w->bd[k]);
-		w->bd[k] = NULL;
-	}
+	wreq_drop_blobs(w, 0);
 	seg_inflight_done(s, w);
 	w->nruns = 0;
 }
@@ -495,21 +492,6 @@ static void reloc_done(struct coil_store *s, struct jent *e, int res)
 	cl->reloc_res = res;
 	pthread_cond_broadcast(&cl->reloc_cv);
 	pthread_mutex_unlock(&cl->mu);
-}
-
-static void reloc_run_done(struct uring_io *io, int res)
-{
-	struct wrun *r = io->arg;
-	struct wreq *w = r->w;
-
-	if (res >= 0 && (uint32_t)res != io->len)
-		res = -EIO;
-	if (res < 0) {
-		int zero = 0;
-		atomic_compare_exchange_strong(&w->io_status, &zero, res);
-	}
-	if (atomic_fetch_sub(&w->runs_pending, 1) == 1)
-		journal_data_done(w->s, &w->je, atomic_load(&w->io_status));
 }
 
 /* Relocate the batch in cl->w (blobs copied into w->batch at w->slot[k],
@@ -553,20 +535,11 @@ static int reloc_submit(struct cleaner *cl, struct object *o,
 		rc = fmt_jrec_write_begin(&c, &mark, FMT_JREC_REMAP, o->id, lo,
 					  hi - lo);
 	for (uint32_t i = 0; rc == 0 && i < n; i++) {
-		struct fmt_extent *fe = &cl->fe;
-		const struct fmt_blob *fb;
-
 		if (items[i].k == UINT32_MAX)
 			continue;
-		fb = &w->fb[items[i].k];
 		nrec++;
-
-		fe->obj_off = items[i].off;
-		fe->len = items[i].len;
-		fe->blob_skip = items[i].nskip;
-		memcpy(&fe->blob, fb, offsetof(struct fmt_blob, csums) +
-					      8u * fb->n_csums);
-		rc = fmt_cursor_put_extent(&c, fe);
+		rc = wreq_put_extent(&c, &cl->fe, items[i].off, items[i].len,
+				     items[i].nskip, &w->fb[items[i].k]);
 	}
 	if (rc == 0)
 		rc = fmt_jrec_write_end(&c, mark, nrec);
@@ -574,11 +547,7 @@ static int reloc_submit(struct cleaner *cl, struct object *o,
 		/* Nothing was submitted: give the placed space back as dead
 		 * (the segments' in-flight counts drop, nothing is live). */
 		pthread_mutex_lock(&s->mlock);
-		for (uint32_t k = 0; k < w->nblobs; k++) {
-			if (w->bd[k])
-				blobd_unref(w->bd[k]);
-			w->bd[k] = NULL;
-		}
+		wreq_drop_blobs(w, 0);
 		seg_inflight_done(s, w);
 		w->nruns = 0;
 		pthread_mutex_unlock(&s->mlock);
@@ -593,21 +562,7 @@ static int reloc_submit(struct cleaner *cl, struct object *o,
 	cl->reloc_fin = false;
 	pthread_mutex_unlock(&cl->mu);
 	w->je.ticket = journal_ticket(s);
-	atomic_store(&w->io_status, 0);
-	if (w->nruns) {
-		atomic_store(&w->runs_pending, w->nruns);
-		w->je.data_pending = true;
-		for (uint32_t i = 0; i < w->nruns; i++) {
-			struct wrun *r = &w->runs[i];
-			r->io.cb = reloc_run_done;
-			r->io.arg = r;
-			stat_add(&s->st.dev_bytes_written, r->io.len);
-			rc = uring_submit(s->ring, &r->io);
-			if (rc < 0)
-				reloc_run_done(&r->io, rc);
-		}
-	}
-	journal_ready(s, &w->je);
+	wreq_send(s, w);
 	pthread_mutex_lock(&cl->mu);
 	while (!cl->reloc_fin)
 		pthread_cond_wait(&cl->reloc_cv, &cl->mu);

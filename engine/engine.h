@@ -425,6 +425,20 @@ bool engine_on_coil_thread(struct coil_store *s);
 struct wreq *wreq_get(struct coil_store *s);
 void wreq_put(struct coil_store *s, struct wreq *w);
 
+/* ---- write.c: steps of the write path the cleaner's relocation shares
+ * (dedupe: one copy of run completion, extent description, submission) ---- */
+/* Drop the blob descriptors w->bd[from..nblobs) (NULL entries allowed). */
+void wreq_drop_blobs(struct wreq *w, uint32_t from);
+/* Describe one extent of @fb into a journal record; @fe is scratch.
+ * @return 0 or -errno from the cursor. */
+int wreq_put_extent(struct fmt_cursor *c, struct fmt_extent *fe,
+		    uint64_t obj_off, uint32_t len, uint32_t skip,
+		    const struct fmt_blob *fb);
+/* Completion of one data run (the io's arg is its struct wrun). */
+void wreq_run_done(struct uring_io *io, int res);
+/* Submit w's placed runs (if any), then ready its journal entry. */
+void wreq_send(struct coil_store *s, struct wreq *w);
+
 /* ---- meta.c: apply records (live path and replay) ---- */
 int meta_apply_write(struct coil_store *s, struct object *o, uint64_t off,
 		     uint64_t len, const struct ext *ex, uint32_t n, bool remap);

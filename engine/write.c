@@ -5,7 +5,7 @@
  *   write_encoded (worker)   place the blobs in the active segment (packing
  *                            in place), build the journal record, submit the
  *                            data write(s)
- *   write_run_done (ring)    when every run is on the device, the record is
+ *   wreq_run_done (ring)     when every run is on the device, the record is
  *                            ready for its turn in the journal
  *   write_apply (ring, mlock) after the chunk: shadow the extents
  *   write_done (ring)        the user callback
@@ -174,17 +174,11 @@ static void write_apply(struct coil_store *s, struct jent *e)
 			atomic_compare_exchange_strong(&s->broken, &zero, rc);
 			e->status = rc;
 		}
-		for (; k < w->nblobs; k++) {
-			blobd_unref(w->bd[k]);
-			w->bd[k] = NULL;
-		}
+		wreq_drop_blobs(w, k);
 	} else if (e->status == 0 && !o->removed) {
 		/* zero-length write: nothing to map */
 	} else {
-		for (uint32_t k = 0; k < w->nblobs; k++) {
-			blobd_unref(w->bd[k]);
-			w->bd[k] = NULL;
-		}
+		wreq_drop_blobs(w, 0);
 	}
 	seg_inflight_done(s, w);
 	w->nruns = 0;
@@ -215,16 +209,36 @@ static void write_done(struct coil_store *s, struct jent *e, int res)
 
 static void write_fail(struct coil_store *s, struct wreq *w, int err)
 {
-	for (uint32_t k = 0; k < w->nblobs; k++) {
-		blobd_unref(w->bd[k]);
-		w->bd[k] = NULL;
-	}
+	wreq_drop_blobs(w, 0);
 	w->je.status = err;
 	w->je.rec_len = 0;
 	journal_ready(s, &w->je);
 }
 
-static void write_run_done(struct uring_io *io, int res)
+/* ---- steps shared with the cleaner's relocation (cleaner.c) ------------- */
+
+void wreq_drop_blobs(struct wreq *w, uint32_t from)
+{
+	for (uint32_t k = from; k < w->nblobs; k++) {
+		blobd_unref(w->bd[k]);
+		w->bd[k] = NULL;
+	}
+}
+
+int wreq_put_extent(struct fmt_cursor *c, struct fmt_extent *fe,
+		    uint64_t obj_off, uint32_t len, uint32_t skip,
+		    const struct fmt_blob *fb)
+{
+	fe->obj_off = obj_off;
+	fe->len = len;
+	fe->blob_skip = skip;
+	/* Only the checksums the blob has: the rest of the array is unused. */
+	memcpy(&fe->blob, fb,
+	       offsetof(struct fmt_blob, csums) + 8u * fb->n_csums);
+	return fmt_cursor_put_extent(c, fe);
+}
+
+void wreq_run_done(struct uring_io *io, int res)
 {
 	struct wrun *r = io->arg;
 	struct wreq *w = r->w;
@@ -237,6 +251,31 @@ static void write_run_done(struct uring_io *io, int res)
 	}
 	if (atomic_fetch_sub(&w->runs_pending, 1) == 1)
 		journal_data_done(w->s, &w->je, atomic_load(&w->io_status));
+}
+
+void wreq_send(struct coil_store *s, struct wreq *w)
+{
+	/* Data first, then the record joins the journal: the chunk write is
+	 * submitted after the runs, so an fsync after the chunk is held by
+	 * the ring until the runs are done too.  The record does not wait
+	 * for the data (see struct jent). */
+	if (w->nruns) {
+		atomic_store(&w->runs_pending, w->nruns);
+		atomic_store(&w->io_status, 0);
+		w->je.data_pending = true;
+	}
+	for (uint32_t i = 0; i < w->nruns; i++) {
+		struct wrun *r = &w->runs[i];
+		int rc;
+
+		r->io.cb = wreq_run_done;
+		r->io.arg = r;
+		stat_add(&s->st.dev_bytes_written, r->io.len);
+		rc = uring_submit(s->ring, &r->io);
+		if (rc < 0)
+			wreq_run_done(&r->io, rc);
+	}
+	journal_ready(s, &w->je);
 }
 
 /* Encoded: place, describe, submit.  Runs on a pool worker (or inline). */
@@ -300,14 +339,9 @@ static void write_encoded_go(struct wreq *w, int rc)
 		for (uint32_t k = 0; rc == 0 && k < w->nblobs; k++) {
 			struct fmt_extent ex;
 
-			ex.obj_off = pos;
-			ex.len = w->fb[k].logical_len;
-			ex.blob_skip = 0;
-			memcpy(&ex.blob, &w->fb[k],
-			       offsetof(struct fmt_blob, csums) +
-				       8u * w->fb[k].n_csums);
-			rc = fmt_cursor_put_extent(&c, &ex);
-			pos += ex.len;
+			rc = wreq_put_extent(&c, &ex, pos, w->fb[k].logical_len,
+					     0, &w->fb[k]);
+			pos += w->fb[k].logical_len;
 		}
 		if (rc == 0)
 			rc = fmt_jrec_write_end(&c, mark, w->nblobs);
@@ -320,27 +354,7 @@ static void write_encoded_go(struct wreq *w, int rc)
 		write_fail(s, w, rc);
 		return;
 	}
-	if (w->nruns == 0) {
-		journal_ready(s, &w->je);
-		return;
-	}
-	/* Data first, then the record joins the journal: the chunk write is
-	 * submitted after the runs, so an fsync after the chunk is held by
-	 * the ring until the runs are done too.  The record does not wait
-	 * for the data (see struct jent). */
-	atomic_store(&w->runs_pending, w->nruns);
-	atomic_store(&w->io_status, 0);
-	w->je.data_pending = true;
-	for (uint32_t i = 0; i < w->nruns; i++) {
-		struct wrun *r = &w->runs[i];
-		r->io.cb = write_run_done;
-		r->io.arg = r;
-		stat_add(&s->st.dev_bytes_written, r->io.len);
-		rc = uring_submit(s->ring, &r->io);
-		if (rc < 0)
-			write_run_done(&r->io, rc);
-	}
-	journal_ready(s, &w->je);
+	wreq_send(s, w);
 }
 
 static void write_encoded(struct pool_req *preq, void *arg)
