@@ -509,6 +509,14 @@ int engine_read_inline(struct coil_obj *h, void *buf, size_t len,
 /* read.c: a blob that waited for a prefetch continues (rb->ce or rb->res
  * set, or neither: its own ring read is issued now). */
 void read_blob_resume(struct rblob *rb);
+/* read.c, shared with readahead.c (dedupe): fill a DECODE task for blob @b
+ * read at @rd_off into @iobuf, decoding into @dst; and decode @n such tasks
+ * on this thread when the pool is saturated. */
+void read_decode_task(struct pool_task *t, const struct fmt_blob *fb,
+		      const struct blobd *b, const uint8_t *iobuf,
+		      uint64_t rd_off, uint8_t *dst);
+void read_decode_inline(struct coil_store *s, struct pool_task *tasks,
+			uint32_t n);
 
 /* ---- util ---- */
 static inline void stat_add(_Atomic uint64_t *c, uint64_t v)

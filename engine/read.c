@@ -169,6 +169,39 @@ static void read_decoded(struct pool_req *preq, void *arg)
 	read_finish(r);
 }
 
+/* ---- decode steps shared with readahead.c -------------------------------- */
+
+void read_decode_task(struct pool_task *t, const struct fmt_blob *fb,
+		      const struct blobd *b, const uint8_t *iobuf,
+		      uint64_t rd_off, uint8_t *dst)
+{
+	memset(t, 0, sizeof(*t));
+	t->kind = POOL_TASK_DECODE_BLOB;
+	t->u.decode.blob = fb;
+	t->u.decode.stored = iobuf + (b->dev_off - rd_off);
+	t->u.decode.stored_len = b->stored_len;
+	t->u.decode.dst = dst;
+	t->u.decode.dst_cap = b->logical_len;
+}
+
+void read_decode_inline(struct coil_store *s, struct pool_task *tasks,
+			uint32_t n)
+{
+	/* Bounded work, and it keeps the ring thread from ever waiting on
+	 * the pool. */
+	stat_add(&s->st.inline_decodes, 1);
+	pthread_mutex_lock(&s->zmu);
+	for (uint32_t i = 0; i < n; i++) {
+		struct pool_task *t = &tasks[i];
+		t->result = fmt_blob_decode(s->zd, NULL, t->u.decode.blob,
+					    t->u.decode.stored,
+					    t->u.decode.stored_len,
+					    t->u.decode.dst,
+					    t->u.decode.dst_cap);
+	}
+	pthread_mutex_unlock(&s->zmu);
+}
+
 static void read_all_done(struct rreq *r)
 {
 	struct coil_store *s = r->s;
@@ -221,19 +254,12 @@ static void read_all_done(struct rreq *r)
 			continue;
 		}
 		t = &r->tasks[r->ntasks];
-		memset(t, 0, sizeof(*t));
-		t->kind = POOL_TASK_DECODE_BLOB;
-		t->u.decode.blob = &rb->fb;
-		t->u.decode.stored = rb->iobuf + (rb->b->dev_off - rb->rd_off);
-		t->u.decode.stored_len = rb->b->stored_len;
-		t->u.decode.dst = rb->dec;
-		t->u.decode.dst_cap = rb->b->logical_len;
-		if (rb->direct) {
-			/* The caller wants this whole blob: decode straight
-			 * into its buffer (the decoder never returns wrong
-			 * bytes, only -EIO, which fails the whole read). */
-			t->u.decode.dst = r->dst + r->pc[rb->piece].dst;
-		}
+		/* Direct: the caller wants this whole blob: decode straight
+		 * into its buffer (the decoder never returns wrong bytes,
+		 * only -EIO, which fails the whole read). */
+		read_decode_task(t, &rb->fb, rb->b, rb->iobuf, rb->rd_off,
+				 rb->direct ? r->dst + r->pc[rb->piece].dst :
+					      rb->dec);
 		r->task_blob[r->ntasks++] = i;
 	}
 	if (r->ntasks == 0) {
@@ -244,19 +270,8 @@ static void read_all_done(struct rreq *r)
 			 r, POOL_NONBLOCK);
 	if (rc == 0)
 		return;
-	/* Saturated (or shutting down): decode here.  Bounded work, and it
-	 * keeps the ring thread from ever waiting on the pool. */
-	stat_add(&s->st.inline_decodes, 1);
-	pthread_mutex_lock(&s->zmu);
-	for (uint32_t i = 0; i < r->ntasks; i++) {
-		struct pool_task *t = &r->tasks[i];
-		t->result = fmt_blob_decode(s->zd, NULL, t->u.decode.blob,
-					    t->u.decode.stored,
-					    t->u.decode.stored_len,
-					    t->u.decode.dst,
-					    t->u.decode.dst_cap);
-	}
-	pthread_mutex_unlock(&s->zmu);
+	/* Saturated (or shutting down): decode here. */
+	read_decode_inline(s, r->tasks, r->ntasks);
 	read_decoded(&r->preq, r);
 }
 

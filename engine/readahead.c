@@ -335,18 +335,11 @@ static void job_io_all_done(struct ra_job *j)
 	j->ntasks = 0;
 	for (uint32_t i = 0; i < j->nb; i++) {
 		struct ra_jblob *jb = &j->bl[i];
-		struct pool_task *t;
 
 		if (jb->res != 0 || jb->b->codec == FMT_CODEC_RAW)
 			continue;
-		t = &j->tasks[j->ntasks];
-		memset(t, 0, sizeof(*t));
-		t->kind = POOL_TASK_DECODE_BLOB;
-		t->u.decode.blob = &jb->fb;
-		t->u.decode.stored = jb->iobuf + (jb->b->dev_off - jb->rd_off);
-		t->u.decode.stored_len = jb->b->stored_len;
-		t->u.decode.dst = jb->val;
-		t->u.decode.dst_cap = jb->b->logical_len;
+		read_decode_task(&j->tasks[j->ntasks], &jb->fb, jb->b,
+				 jb->iobuf, jb->rd_off, jb->val);
 		j->task_blob[j->ntasks++] = i;
 	}
 	if (j->ntasks == 0) {
@@ -356,19 +349,8 @@ static void job_io_all_done(struct ra_job *j)
 	if (pool_submit(s->pool, &j->preq, j->tasks, j->ntasks, job_decoded,
 			j, POOL_NONBLOCK) == 0)
 		return;
-	/* Saturated: decode here, as the demand path does (bounded work; the
-	 * ring thread never waits on the pool). */
-	stat_add(&s->st.inline_decodes, 1);
-	pthread_mutex_lock(&s->zmu);
-	for (uint32_t i = 0; i < j->ntasks; i++) {
-		struct pool_task *t = &j->tasks[i];
-		t->result = fmt_blob_decode(s->zd, NULL, t->u.decode.blob,
-					    t->u.decode.stored,
-					    t->u.decode.stored_len,
-					    t->u.decode.dst,
-					    t->u.decode.dst_cap);
-	}
-	pthread_mutex_unlock(&s->zmu);
+	/* Saturated: decode here, with the demand path's own routine. */
+	read_decode_inline(s, j->tasks, j->ntasks);
 	job_decoded(&j->preq, j);
 }
 
