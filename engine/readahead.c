@@ -733,52 +733,52 @@ out:
 	return ret;
 }
 
+/* The tail of a policy event, called with st->mu held (the policy ran under
+ * it): apply its advice when it gave one (@rc 0), take the jobs that can
+ * start, unlock, and submit them outside the lock. */
+static void event_end(struct ra_stream *st, int rc,
+		      const struct ra_advice *adv)
+{
+	struct ra_job *list = NULL;
+
+	if (rc == 0)
+		apply(st, adv);
+	dispatch(st, &list);
+	pthread_mutex_unlock(&st->mu);
+	jobs_submit(list);
+}
+
 void readahead_on_read(struct coil_obj *h, uint64_t off, uint64_t len)
 {
 	struct ra_stream *st = stream_of(h);
-	struct ra_job *list = NULL;
 	struct ra_advice adv;
 
 	if (!st)
 		return;
 	pthread_mutex_lock(&st->mu);
-	if (ra_on_read(&st->ra, off, len, obj_size(st), &adv) == 0)
-		apply(st, &adv);
-	dispatch(st, &list);
-	pthread_mutex_unlock(&st->mu);
-	jobs_submit(list);
+	event_end(st, ra_on_read(&st->ra, off, len, obj_size(st), &adv), &adv);
 }
 
 void readahead_on_write(struct coil_obj *h, uint64_t off, uint64_t len)
 {
 	struct ra_stream *st = stream_of(h);
-	struct ra_job *list = NULL;
 	struct ra_advice adv;
 
 	if (!st)
 		return;
 	pthread_mutex_lock(&st->mu);
-	if (ra_on_write(&st->ra, off, len, &adv) == 0)
-		apply(st, &adv);
-	dispatch(st, &list);
-	pthread_mutex_unlock(&st->mu);
-	jobs_submit(list);
+	event_end(st, ra_on_write(&st->ra, off, len, &adv), &adv);
 }
 
 void readahead_on_truncate(struct coil_obj *h, uint64_t size)
 {
 	struct ra_stream *st = stream_of(h);
-	struct ra_job *list = NULL;
 	struct ra_advice adv;
 
 	if (!st)
 		return;
 	pthread_mutex_lock(&st->mu);
-	if (ra_on_truncate(&st->ra, size, &adv) == 0)
-		apply(st, &adv);
-	dispatch(st, &list);
-	pthread_mutex_unlock(&st->mu);
-	jobs_submit(list);
+	event_end(st, ra_on_truncate(&st->ra, size, &adv), &adv);
 }
 
 int readahead_hint(struct coil_obj *h, uint64_t off, uint64_t len)
