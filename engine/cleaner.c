@@ -352,16 +352,7 @@ int cleaner_check_live(struct coil_store *s)
 	if (!live)
 		return -ENOMEM;
 	pthread_mutex_lock(&s->mlock);
-	for (uint32_t b = 0; b < s->tab_cap; b++) {
-		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
-			struct extmap_iter it;
-			const struct ext *e;
-
-			extmap_iter_init(&it, &o->map, 0);
-			while ((e = extmap_iter_next(&it)))
-				live[seg_of(s, e->b->dev_off)] += e->len;
-		}
-	}
+	(void)seg_recount_live(s, live); /* sizes are seg_verify_accounting's */
 	for (uint32_t i = 0; i < s->nseg && rc == 0; i++) {
 		const struct seg *g = &s->segs[i];
 

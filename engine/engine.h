@@ -389,6 +389,10 @@ void seg_maybe_pending(struct coil_store *s, uint32_t idx);
 int seg_place_write(struct coil_store *s, struct wreq *w);
 void seg_inflight_done(struct coil_store *s, struct wreq *w);
 int seg_verify_accounting(struct coil_store *s, uint32_t *bad_seg);
+/* dedupe: add each extent's logical bytes to @live[its segment] (nseg
+ * entries, zeroed by the caller; mlock held) — the one recount the checks
+ * share.  @return true if some extent ends past its object's size. */
+bool seg_recount_live(struct coil_store *s, uint64_t *live);
 
 /* ---- journal.c ---- */
 int journal_init(struct coil_store *s);

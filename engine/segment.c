@@ -251,6 +251,26 @@ void seg_inflight_done(struct coil_store *s, struct wreq *w)
 	}
 }
 
+bool seg_recount_live(struct coil_store *s, uint64_t *live)
+{
+	bool past_size = false;
+
+	for (uint32_t b = 0; b < s->tab_cap; b++) {
+		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
+			struct extmap_iter it;
+			const struct ext *e;
+
+			extmap_iter_init(&it, &o->map, 0);
+			while ((e = extmap_iter_next(&it))) {
+				if (e->off + e->len > o->size)
+					past_size = true;
+				live[seg_of(s, e->b->dev_off)] += e->len;
+			}
+		}
+	}
+	return past_size;
+}
+
 /* Recount every segment's live bytes from the extent maps and compare
  * with the running counts (tests, `coil check`).  @return 0, or -EIO with
  * the first mismatch in *@bad_seg. */
@@ -262,19 +282,8 @@ int seg_verify_accounting(struct coil_store *s, uint32_t *bad_seg)
 	if (!live)
 		return -ENOMEM;
 	pthread_mutex_lock(&s->mlock);
-	for (uint32_t b = 0; b < s->tab_cap; b++) {
-		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
-			struct extmap_iter it;
-			const struct ext *e;
-
-			extmap_iter_init(&it, &o->map, 0);
-			while ((e = extmap_iter_next(&it))) {
-				if (e->off + e->len > o->size && rc == 0)
-					rc = -EIO; /* extent past the size */
-				live[seg_of(s, e->b->dev_off)] += e->len;
-			}
-		}
-	}
+	if (seg_recount_live(s, live))
+		rc = -EIO; /* an extent past its object's size */
 	for (uint32_t i = 0; i < s->nseg && rc == 0; i++) {
 		const struct seg *g = &s->segs[i];
 		if (g->live != live[i] ||
