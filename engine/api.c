@@ -22,6 +22,28 @@ static int handle_check(struct coil_obj *h)
 	return 0;
 }
 
+/* An object name: 1..COIL_NAME_MAX bytes before its NUL.  @return 0 with
+ * its length in @len, or -EINVAL / -ENAMETOOLONG. */
+static int name_check(const char *name, size_t *len)
+{
+	*len = strnlen(name, COIL_NAME_MAX + 1);
+	if (*len == 0)
+		return -EINVAL;
+	if (*len > COIL_NAME_MAX)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* May the store take a change?  -EROFS, or the error that broke it. */
+static int store_writable_check(struct coil_store *s)
+{
+	if (s->rdonly)
+		return -EROFS;
+	if (atomic_load(&s->broken))
+		return atomic_load(&s->broken);
+	return 0;
+}
+
 COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 			   coil_obj **out)
 {
@@ -41,11 +63,9 @@ COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 		return -EINVAL;
 	if (!store_valid(s))
 		return -EBADF;
-	len = strnlen(name, COIL_NAME_MAX + 1);
-	if (len == 0)
-		return -EINVAL;
-	if (len > COIL_NAME_MAX)
-		return -ENAMETOOLONG;
+	rc = name_check(name, &len);
+	if (rc < 0)
+		return rc;
 	if ((flags & COIL_CREATE) && !s->rdonly) {
 		rc = journal_reserve_meta(s, !engine_on_coil_thread(s));
 		if (rc < 0)
@@ -152,15 +172,12 @@ COIL_API int coil_obj_remove(coil_store *s, const char *name)
 		return -EINVAL;
 	if (!store_valid(s))
 		return -EBADF;
-	len = strnlen(name, COIL_NAME_MAX + 1);
-	if (len == 0)
-		return -EINVAL;
-	if (len > COIL_NAME_MAX)
-		return -ENAMETOOLONG;
-	if (s->rdonly)
-		return -EROFS;
-	if (atomic_load(&s->broken))
-		return atomic_load(&s->broken);
+	rc = name_check(name, &len);
+	if (rc < 0)
+		return rc;
+	rc = store_writable_check(s);
+	if (rc < 0)
+		return rc;
 	rc = journal_reserve_meta(s, !engine_on_coil_thread(s));
 	if (rc < 0)
 		return rc;
@@ -200,10 +217,9 @@ COIL_API int coil_obj_truncate(coil_obj *h, uint64_t size)
 		return rc;
 	if (size > ENGINE_OBJ_SIZE_MAX)
 		return -EFBIG;
-	if (h->s->rdonly)
-		return -EROFS;
-	if (atomic_load(&h->s->broken))
-		return atomic_load(&h->s->broken);
+	rc = store_writable_check(h->s);
+	if (rc < 0)
+		return rc;
 	if (engine_on_coil_thread(h->s))
 		return -EDEADLK;
 	readahead_on_truncate(h, size); /* issue 8: cancel past the cut */
@@ -236,10 +252,9 @@ COIL_API int coil_write(coil_obj *h, const void *buf, size_t len, uint64_t off,
 		return -EFBIG;
 	if (len > ENGINE_WRITE_MAX)
 		return -EINVAL;
-	if (h->s->rdonly)
-		return -EROFS;
-	if (atomic_load(&h->s->broken))
-		return atomic_load(&h->s->broken);
+	rc = store_writable_check(h->s);
+	if (rc < 0)
+		return rc;
 	return engine_write(h, buf, len, off, cb, arg);
 }
 
@@ -310,8 +325,15 @@ static void waiter_cb(void *arg, int64_t res)
 	pthread_mutex_unlock(&w->mu);
 }
 
-static int64_t waiter_wait(struct waiter *w)
+/* @rc is what the async call returned: on failure its callback never
+ * comes, so return @rc (after freeing the waiter) instead of waiting. */
+static int64_t waiter_wait(struct waiter *w, int rc)
 {
+	if (rc < 0) {
+		pthread_mutex_destroy(&w->mu);
+		pthread_cond_destroy(&w->cv);
+		return rc;
+	}
 	pthread_mutex_lock(&w->mu);
 	while (!w->done)
 		pthread_cond_wait(&w->cv, &w->mu);
@@ -321,47 +343,47 @@ static int64_t waiter_wait(struct waiter *w)
 	return w->res;
 }
 
-COIL_API int64_t coil_pwrite(coil_obj *h, const void *buf, size_t len,
-			     uint64_t off)
+/* A synchronous call waits for a callback that a coil thread would have to
+ * run itself: refuse it there. */
+static int sync_io_check(struct coil_obj *h, const void *buf, size_t len,
+			 uint64_t off)
 {
-	struct waiter w;
 	int rc = io_check(h, buf, len, off);
 
 	if (rc < 0)
 		return rc;
 	if (engine_on_coil_thread(h->s))
 		return -EDEADLK;
+	return 0;
+}
+
+COIL_API int64_t coil_pwrite(coil_obj *h, const void *buf, size_t len,
+			     uint64_t off)
+{
+	struct waiter w;
+	int rc = sync_io_check(h, buf, len, off);
+
+	if (rc < 0)
+		return rc;
 	waiter_init(&w);
 	rc = coil_write(h, buf, len, off, waiter_cb, &w);
-	if (rc < 0) {
-		pthread_mutex_destroy(&w.mu);
-		pthread_cond_destroy(&w.cv);
-		return rc;
-	}
-	return waiter_wait(&w);
+	return waiter_wait(&w, rc);
 }
 
 COIL_API int64_t coil_pread(coil_obj *h, void *buf, size_t len, uint64_t off)
 {
 	struct waiter w;
-	int rc = io_check(h, buf, len, off);
+	int rc = sync_io_check(h, buf, len, off);
 
 	if (rc < 0)
 		return rc;
-	if (engine_on_coil_thread(h->s))
-		return -EDEADLK;
 	waiter_init(&w);
 	/* as coil_read, but a read served wholly by the cache (or holes)
 	 * completes in this call: no ring round trip for our own waiter */
 	if (len > (size_t)ENGINE_OBJ_SIZE_MAX)
 		len = (size_t)ENGINE_OBJ_SIZE_MAX;
 	rc = engine_read_inline(h, buf, len, off, waiter_cb, &w);
-	if (rc < 0) {
-		pthread_mutex_destroy(&w.mu);
-		pthread_cond_destroy(&w.cv);
-		return rc;
-	}
-	return waiter_wait(&w);
+	return waiter_wait(&w, rc);
 }
 
 int coil_sync_internal(struct coil_store *s)
@@ -371,12 +393,7 @@ int coil_sync_internal(struct coil_store *s)
 
 	waiter_init(&w);
 	rc = journal_flush(s, waiter_cb, &w);
-	if (rc < 0) {
-		pthread_mutex_destroy(&w.mu);
-		pthread_cond_destroy(&w.cv);
-		return rc;
-	}
-	return (int)waiter_wait(&w);
+	return (int)waiter_wait(&w, rc);
 }
 
 COIL_API int coil_sync(coil_store *s)
