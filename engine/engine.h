@@ -521,6 +521,12 @@ void read_decode_task(struct pool_task *t, const struct fmt_blob *fb,
 		      uint64_t rd_off, uint8_t *dst);
 void read_decode_inline(struct coil_store *s, struct pool_task *tasks,
 			uint32_t n);
+/* read.c, shared with readahead.c: the result of a ring read of blob @b's
+ * device bytes [rd_off, rd_off + rd_len) into @iobuf: @res's error, -EIO
+ * for a short read or a raw sector's checksum mismatch, else 0. */
+int read_io_result(struct coil_store *s, int res, const struct fmt_blob *fb,
+		   const struct blobd *b, const uint8_t *iobuf,
+		   uint64_t rd_off, uint32_t rd_len);
 
 /* ---- util ---- */
 static inline void stat_add(_Atomic uint64_t *c, uint64_t v)

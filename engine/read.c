@@ -202,6 +202,29 @@ void read_decode_inline(struct coil_store *s, struct pool_task *tasks,
 	pthread_mutex_unlock(&s->zmu);
 }
 
+int read_io_result(struct coil_store *s, int res, const struct fmt_blob *fb,
+		   const struct blobd *b, const uint8_t *iobuf,
+		   uint64_t rd_off, uint32_t rd_len)
+{
+	if (res >= 0 && (uint32_t)res != rd_len)
+		res = -EIO;
+	if (res < 0)
+		return res;
+	if (b->codec == FMT_CODEC_RAW) {
+		/* Raw sectors are checked here (the decoder checks the
+		 * others): those read, from the first one in the buffer. */
+		uint64_t first = (rd_off - b->dev_off) / FMT_BLOCK;
+		uint64_t have = COIL_MIN((uint64_t)rd_len,
+					 b->logical_len - first * FMT_BLOCK);
+		if (fmt_blob_verify_sectors(fb, (uint32_t)first, iobuf,
+					    have) < 0) {
+			stat_add(&s->st.csum_failures, 1);
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
 static void read_all_done(struct rreq *r)
 {
 	struct coil_store *s = r->s;
@@ -280,20 +303,10 @@ static void read_io_done(struct uring_io *io, int res)
 	struct rblob *rb = io->arg;
 	struct rreq *r = rb->r;
 
-	if (res >= 0 && (uint32_t)res != rb->rd_len)
-		res = -EIO;
-	if (res < 0) {
+	res = read_io_result(r->s, res, &rb->fb, rb->b, rb->iobuf, rb->rd_off,
+			     rb->rd_len);
+	if (res < 0)
 		rb->res = res;
-	} else if (rb->b->codec == FMT_CODEC_RAW) {
-		uint64_t first = (rb->rd_off - rb->b->dev_off) / FMT_BLOCK;
-		uint64_t have = COIL_MIN((uint64_t)rb->rd_len,
-					 rb->b->logical_len - first * FMT_BLOCK);
-		if (fmt_blob_verify_sectors(&rb->fb, (uint32_t)first,
-					    rb->iobuf, have) < 0) {
-			rb->res = -EIO;
-			stat_add(&r->s->st.csum_failures, 1);
-		}
-	}
 	stat_add(&r->s->st.dev_bytes_read, rb->rd_len);
 	if (atomic_fetch_sub(&r->pending, 1) == 1)
 		read_all_done(r);

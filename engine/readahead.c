@@ -360,16 +360,11 @@ static void job_io_done(struct uring_io *io, int res)
 	struct ra_job *j = jb->job;
 	struct coil_store *s = j->st->s;
 
-	if (res >= 0 && (uint32_t)res != jb->rd_len)
-		res = -EIO;
-	if (res < 0) {
+	/* a raw blob is read whole from its start: all its sectors */
+	res = read_io_result(s, res, &jb->fb, jb->b, jb->iobuf, jb->rd_off,
+			     jb->rd_len);
+	if (res < 0)
 		jb->res = res;
-	} else if (jb->b->codec == FMT_CODEC_RAW &&
-		   fmt_blob_verify_sectors(&jb->fb, 0, jb->iobuf,
-					   jb->b->logical_len) < 0) {
-		jb->res = -EIO;
-		stat_add(&s->st.csum_failures, 1);
-	}
 	stat_add(&s->st.dev_bytes_read, jb->rd_len);
 	if (atomic_fetch_sub(&j->pending, 1) == 1)
 		job_io_all_done(j);
