@@ -22,10 +22,13 @@ static int handle_check(struct coil_obj *h)
 	return 0;
 }
 
-/* An object name: 1..COIL_NAME_MAX bytes before its NUL.  @return 0 with
- * its length in @len, or -EINVAL / -ENAMETOOLONG. */
-static int name_check(const char *name, size_t *len)
+/* An open store and an object name of 1..COIL_NAME_MAX bytes before its
+ * NUL.  @return 0 with the name's length in @len, or -EBADF / -EINVAL /
+ * -ENAMETOOLONG. */
+static int name_check(struct coil_store *s, const char *name, size_t *len)
 {
+	if (!store_valid(s))
+		return -EBADF;
 	*len = strnlen(name, COIL_NAME_MAX + 1);
 	if (*len == 0)
 		return -EINVAL;
@@ -61,9 +64,7 @@ COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 		return -EINVAL;
 	if ((flags & COIL_EXCL) && !(flags & COIL_CREATE))
 		return -EINVAL;
-	if (!store_valid(s))
-		return -EBADF;
-	rc = name_check(name, &len);
+	rc = name_check(s, name, &len);
 	if (rc < 0)
 		return rc;
 	if ((flags & COIL_CREATE) && !s->rdonly) {
@@ -170,9 +171,7 @@ COIL_API int coil_obj_remove(coil_store *s, const char *name)
 
 	if (!s || !name)
 		return -EINVAL;
-	if (!store_valid(s))
-		return -EBADF;
-	rc = name_check(name, &len);
+	rc = name_check(s, name, &len);
 	if (rc < 0)
 		return rc;
 	rc = store_writable_check(s);
