@@ -206,6 +206,59 @@ Test(uring, rw_direct_fixed_and_plain)
 	close(fd);
 }
 
+/* issue 9: caller regions (uring_opts.xreg) go out as READ/WRITE_FIXED, at
+ * any offset inside them, and round-trip exactly; a bad region is -EINVAL. */
+Test(uring, caller_regions_are_fixed)
+{
+	int fd = tmpfile_open(true);
+	struct uring_opts o;
+	struct uring_stats st0, st1;
+	struct uring *r = NULL;
+	uint8_t *reg = NULL, *chk = NULL;
+	const size_t rlen = 256 * 1024;
+
+	if (fd == -EINVAL)
+		cr_skip_test("filesystem without O_DIRECT");
+	cr_assert(fd >= 0);
+	cr_assert(posix_memalign((void **)&reg, 4096, rlen) == 0);
+	cr_assert(posix_memalign((void **)&chk, 4096, rlen) == 0);
+	uring_opts_init(&o);
+	o.direct = true;
+	o.nbufs = 2;
+	o.buf_size = 65536;
+	o.nxreg = URING_XREG_MAX + 1;
+	o.xreg[0].base = reg;
+	o.xreg[0].len = rlen;
+	cr_assert_eq(uring_create(fd, &o, &r), -EINVAL);
+	o.nxreg = 1;
+	o.xreg[0].len = 0;
+	cr_assert_eq(uring_create(fd, &o, &r), -EINVAL);
+	o.xreg[0].len = rlen;
+	cr_assert_eq(uring_create(fd, &o, &r), 0);
+	uring_stats(r, &st0);
+	cr_assert(st0.fixed_bufs, "registration failed (memlock?)");
+	/* every 4 KiB-aligned piece of the region, ending at its last byte */
+	for (size_t at = 0; at < rlen; at += 60 * 1024) {
+		uint32_t n = (uint32_t)COIL_MIN((size_t)64 * 1024, rlen - at);
+
+		fill(reg + at, n, at + 1);
+		cr_assert_eq(io_sync(r, URING_OP_WRITE, reg + at, n, at), (int)n);
+	}
+	memset(reg, 0, rlen);
+	cr_assert_eq(io_sync(r, URING_OP_READ, reg, (uint32_t)rlen, 0),
+		     (int)rlen);
+	for (size_t at = 0; at < rlen; at += 60 * 1024)
+		fill(chk + at, COIL_MIN((size_t)64 * 1024, rlen - at), at + 1);
+	cr_assert_eq(memcmp(reg, chk, rlen), 0);
+	uring_stats(r, &st1);
+	cr_assert_eq(st1.fixed_ios - st0.fixed_ios, 6, "fixed ios %lu",
+		     (unsigned long)(st1.fixed_ios - st0.fixed_ios));
+	uring_destroy(r);
+	free(reg);
+	free(chk);
+	close(fd);
+}
+
 Test(uring, read_at_eof_is_short_not_a_loop)
 {
 	int fd = tmpfile_open(false);
