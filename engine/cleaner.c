@@ -1136,12 +1136,8 @@ static void cleaner_free(struct cleaner *cl)
 	free(cl->scratch);
 	if (cl->dctx)
 		ZSTD_freeDCtx(cl->dctx);
-	free(w->fb);
-	free(w->bd);
-	free(w->slot);
-	free(w->runs);
-	free(w->batch);
-	free(w->recbuf);
+	wreq_free_arrays(w);
+	free(w->batch); /* the cleaner's own, not from the bufpool */
 	pthread_mutex_destroy(&cl->mu);
 	pthread_cond_destroy(&cl->cv);
 	pthread_cond_destroy(&cl->space_cv);

@@ -442,6 +442,8 @@ int wreq_put_extent(struct fmt_cursor *c, struct fmt_extent *fe,
 void wreq_run_done(struct uring_io *io, int res);
 /* Submit w's placed runs (if any), then ready its journal entry. */
 void wreq_send(struct coil_store *s, struct wreq *w);
+/* Free the arrays a context owns (not w->batch: whose it is varies). */
+void wreq_free_arrays(struct wreq *w);
 
 /* ---- meta.c: apply records (live path and replay) ---- */
 int meta_apply_write(struct coil_store *s, struct object *o, uint64_t off,

@@ -43,18 +43,21 @@ int reqs_init(struct coil_store *s)
 	return 0;
 }
 
+void wreq_free_arrays(struct wreq *w)
+{
+	free(w->tasks);
+	free(w->fb);
+	free(w->bd);
+	free(w->slot);
+	free(w->runs);
+	free(w->recbuf);
+}
+
 void reqs_destroy(struct coil_store *s)
 {
 	if (s->wreqs) {
-		for (uint32_t i = 0; i < ENGINE_WREQ_MAX; i++) {
-			struct wreq *w = &s->wreqs[i];
-			free(w->tasks);
-			free(w->fb);
-			free(w->bd);
-			free(w->slot);
-			free(w->runs);
-			free(w->recbuf);
-		}
+		for (uint32_t i = 0; i < ENGINE_WREQ_MAX; i++)
+			wreq_free_arrays(&s->wreqs[i]);
 	}
 	if (s->rreqs) {
 		for (uint32_t i = 0; i < ENGINE_RREQ_MAX; i++) {
