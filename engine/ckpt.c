@@ -364,9 +364,8 @@ static void *ckpt_main(void *arg)
 		if (rc < 0 && waiting && !atomic_load(&s->broken)) {
 			/* The journal is full and cannot be released: fail
 			 * what waits rather than hang. */
-			int zero = 0;
 			s->ck_last_err = rc;
-			atomic_compare_exchange_strong(&s->broken, &zero, rc);
+			store_break(s, rc);
 		}
 		journal_kick(s);
 		pthread_mutex_lock(&s->ck_mu);

@@ -457,9 +457,7 @@ static void reloc_apply(struct coil_store *s, struct jent *e)
 			got = cleaner_remap_extent(s, o, &ex);
 
 			if (got < 0) {
-				int zero = 0;
-				atomic_compare_exchange_strong(&s->broken,
-							       &zero, (int)got);
+				store_break(s, (int)got);
 				e->status = (int)got;
 				break;
 			}

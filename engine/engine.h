@@ -536,6 +536,15 @@ static inline void stat_add(_Atomic uint64_t *c, uint64_t v)
 	atomic_fetch_add_explicit(c, v, memory_order_relaxed);
 }
 
+/* dedupe: the store is broken by @err unless an earlier error already
+ * broke it (the first one is what later writes fail with). */
+static inline void store_break(struct coil_store *s, int err)
+{
+	int zero = 0;
+
+	atomic_compare_exchange_strong(&s->broken, &zero, err);
+}
+
 /* An operation counted in ops_inflight finished (after its callback). */
 static inline void ops_done(struct coil_store *s)
 {

@@ -157,10 +157,8 @@ static void journal_drain(struct coil_store *s)
 
 void journal_data_done(struct coil_store *s, struct jent *e, int status)
 {
-	if (status < 0) {
-		int zero = 0;
-		atomic_compare_exchange_strong(&s->broken, &zero, status);
-	}
+	if (status < 0)
+		store_break(s, status);
 	pthread_mutex_lock(&s->jlock);
 	COIL_ASSERT(e->data_pending);
 	e->data_pending = false;
@@ -223,10 +221,8 @@ static void fsync_done(struct uring_io *io, int res)
 {
 	struct coil_store *s = io->arg;
 
-	if (res < 0) {
-		int zero = 0;
-		atomic_compare_exchange_strong(&s->broken, &zero, res);
-	}
+	if (res < 0)
+		store_break(s, res);
 	cycle_finish(s, res < 0 ? res : 0);
 }
 
@@ -240,8 +236,7 @@ static void chunk_written(struct uring_io *io, int res)
 		/* A journal write that failed leaves the tail of the journal
 		 * unknown: nothing more may be appended (the store is
 		 * read-only from here; the next open recovers). */
-		int zero = 0;
-		atomic_compare_exchange_strong(&s->broken, &zero, res);
+		store_break(s, res);
 		cycle_finish(s, res);
 		return;
 	}

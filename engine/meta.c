@@ -86,8 +86,7 @@ static void mop_apply_truncate(struct coil_store *s, struct jent *e)
 	if (e->status == 0 && !m->o->removed) {
 		int rc = meta_apply_truncate(s, m->o, m->size);
 		if (rc < 0) {
-			int zero = 0;
-			atomic_compare_exchange_strong(&s->broken, &zero, rc);
+			store_break(s, rc);
 			e->status = rc;
 		}
 	}

@@ -173,8 +173,7 @@ static void write_apply(struct coil_store *s, struct jent *e)
 					      false);
 		}
 		if (rc < 0) {
-			int zero = 0;
-			atomic_compare_exchange_strong(&s->broken, &zero, rc);
+			store_break(s, rc);
 			e->status = rc;
 		}
 		wreq_drop_blobs(w, k);
