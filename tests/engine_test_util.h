@@ -3,11 +3,14 @@
 #define COIL_TEST_ENGINE_UTIL_H
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
+
+#include <criterion/criterion.h>
 
 #include "coil.h"
 
@@ -51,6 +54,21 @@ static inline void et_fill(uint8_t *p, size_t n, uint64_t seed, int mix)
 		else
 			p[i] = (uint8_t)x;
 	}
+}
+
+/* The unsigned number after "key": inside the first "section" of a
+ * coil_stats_json text; fails the test when either is missing. */
+static inline uint64_t json_u64(const char *js, const char *section,
+				const char *key)
+{
+	const char *p = strstr(js, section);
+	char pat[96];
+
+	cr_assert(p, "no %s in %s", section, js);
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = strstr(p, pat);
+	cr_assert(p, "no %s in %s", key, js);
+	return strtoull(p + strlen(pat), NULL, 10);
 }
 
 #endif

@@ -11,18 +11,6 @@
 #include "coil.h"
 #include "engine_test_util.h"
 
-static uint64_t json_u64(const char *js, const char *section, const char *key)
-{
-	const char *p = strstr(js, section);
-	char pat[96];
-
-	cr_assert(p, "no %s in %s", section, js);
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	p = strstr(p, pat);
-	cr_assert(p, "no %s in %s", key, js);
-	return strtoull(p + strlen(pat), NULL, 10);
-}
-
 static coil_store *open_store(const char *name, char *path, size_t plen,
 			      uint64_t cache_bytes, unsigned prefetch)
 {

@@ -13,18 +13,6 @@
 #include "prefetch/prefetch.h"
 #include "uring/uring_fault.h"
 
-static uint64_t json_u64(const char *js, const char *section, const char *key)
-{
-	const char *p = strstr(js, section);
-	char pat[96];
-
-	cr_assert(p, "no %s in %s", section, js);
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	p = strstr(p, pat);
-	cr_assert(p, "no %s in %s", key, js);
-	return strtoull(p + strlen(pat), NULL, 10);
-}
-
 /* The merged report, parsed back with the prefetch module's own parser. */
 static void get_report(coil_store *s, struct pf_report *r)
 {
