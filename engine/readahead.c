@@ -44,6 +44,7 @@
  * rest ready, so the share of blobs ready before demand is about 1 - 2/W:
  * 75 % at 8 (measured 74-77 %), ~94 % at 32 (docs/readahead.md). */
 #define RA_WINDOW_MAX 32u
+#define RA_REFILL 1u
 /* Job slots per stream: prefetch I/O in flight is bounded by this.
  * Readahead uses at most RA_JOBS_AHEAD slots so a demand read can always
  * promote its queued unit into one of the others instead of waiting behind
@@ -566,6 +567,7 @@ int readahead_open(struct coil_obj *h)
 	st->obj_id = h->obj->id;
 	ra_config_init(&cfg, s->max_blob);
 	cfg.window_max_blobs = RA_WINDOW_MAX;
+	cfg.refill_blobs = RA_REFILL;
 	rc = ra_init(&st->ra, &cfg);
 	if (rc == 0)
 		rc = pf_init(&st->m, RA_QUEUE_CAP, 0);

@@ -272,6 +272,9 @@ struct ra_config {
 	uint32_t window_min_blobs; /* first window once sequential (1) */
 	uint32_t window_max_blobs; /* doubling stops here (8) */
 	uint32_t seq_trigger;      /* continuing reads before readahead (2) */
+	uint32_t refill_blobs;     /* top the window up once this many blobs
+				    * of it were consumed; 0 = half the
+				    * window (0) */
 };
 
 /* Defaults for @blob_bytes chunks: window 1 doubling to 8 blobs (with 64 KiB

@@ -30,6 +30,7 @@ void ra_config_init(struct ra_config *c, uint64_t blob_bytes)
 	c->window_min_blobs = 1;
 	c->window_max_blobs = 8;
 	c->seq_trigger = 2;
+	c->refill_blobs = 0;
 }
 
 int ra_init(struct ra_state *ra, const struct ra_config *c)
@@ -159,8 +160,13 @@ int ra_on_read(struct ra_state *ra, uint64_t off, uint64_t len,
 	ra->ahead_lo = next;
 
 	uint64_t left = ra->ahead_hi - next;
+	/* Top up once half the window was consumed by default (fewer,
+	 * larger admissions), or once refill_blobs were: a small refill
+	 * keeps a reader as fast as the pipeline from draining it. */
+	uint64_t keep = ra->cfg.refill_blobs == 0 ? ra->window / 2 :
+			ra->window - COIL_MIN(ra->cfg.refill_blobs, ra->window);
 
-	if (left > ra->window / 2)
+	if (left > keep)
 		return 0;
 	/* Grow only when the last advice was admitted in full: a window
 	 * that could not be filled (capacity) must not grow. */

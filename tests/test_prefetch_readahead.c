@@ -107,6 +107,35 @@ Test(prefetch_readahead, window_starts_small_and_doubles_to_the_maximum, .init =
 	cr_assert_eq(ra.stats.windows_grown, 3);
 }
 
+/* refill_blobs = 1: once the window is at its maximum, every blob the
+ * reader finishes is replaced by one more, so the window stays full. */
+Test(prefetch_readahead, a_refill_of_one_keeps_the_window_full)
+{
+	struct ra_config c;
+
+	ra_config_init(&c, BS);
+	c.refill_blobs = 1;
+	cr_assert_eq(ra_init(&ra, &c), 0);
+	for (uint64_t b = 0; b < 8; b++) {
+		read_blob(b, 100);
+		if (adv.kind == RA_READAHEAD)
+			commit_all();
+	}
+	cr_assert_eq(ra.window, 8);
+	for (uint64_t b = 8; b < 60; b++) {
+		read_blob(b, 100);
+		expect(RA_READAHEAD, b + 8, 1, RA_CANCEL_NONE);
+		commit_all();
+		cr_assert_eq(ra.ahead_hi, b + 1 + 8, "a full window ahead");
+	}
+	/* A refill larger than the window acts as the whole window. */
+	c.refill_blobs = 1000;
+	cr_assert_eq(ra_init(&ra, &c), 0);
+	for (uint64_t b = 0; b < 3; b++)
+		read_blob(b, 100);
+	expect(RA_READAHEAD, 3, 1, RA_CANCEL_NONE);
+}
+
 Test(prefetch_readahead, small_reads_trigger_only_when_crossing_into_new_blobs, .init = setup)
 {
 	unsigned advices = 0;
