@@ -129,7 +129,8 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  "\"flushes\":%llu,\"fsyncs\":%llu,\"inline_encodes\":%llu,"
 		  "\"inline_decodes\":%llu,\"buffer_pool_misses\":%llu,"
 		  "\"ring_ops\":{\"read\":%llu,\"write\":%llu,\"fsync\":%llu,"
-		  "\"nop\":%llu},\"ring_errors\":%llu},",
+		  "\"nop\":%llu},\"ring_errors\":%llu,"
+		  "\"gathered_writes\":%llu,\"gather_ops\":%llu},",
 		  LD(s->st.writes), LD(s->st.write_bytes), LD(s->st.write_errors),
 		  LD(s->st.reads), LD(s->st.read_bytes), LD(s->st.read_errors),
 		  LD(s->st.csum_failures), LD(s->st.dev_bytes_written),
@@ -140,7 +141,9 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  (unsigned long long)us.ops[URING_OP_WRITE],
 		  (unsigned long long)us.ops[URING_OP_FSYNC],
 		  (unsigned long long)us.ops[URING_OP_NOP],
-		  (unsigned long long)us.errors);
+		  (unsigned long long)us.errors,
+		  (unsigned long long)us.merged_writes,
+		  (unsigned long long)us.merge_ops);
 	{
 		char cj[2048]; /* issue 7: cleaner, histogram, amplification */
 

@@ -124,6 +124,10 @@ int uring_create(int fd, const struct uring_opts *o, struct uring **out)
 		r->xreg_base[i] = d.xreg[i].base;
 		r->xreg_len[i] = d.xreg[i].len;
 	}
+	for (unsigned i = 0; i < URING_MERGE_SLOTS; i++) {
+		r->merge[i].next_free = r->mfree;
+		r->mfree = &r->merge[i];
+	}
 	pthread_mutex_init(&r->inbox_lock, NULL);
 	pthread_cond_init(&r->inbox_cond, NULL);
 	pthread_mutex_init(&r->start_lock, NULL);

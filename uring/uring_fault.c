@@ -391,6 +391,11 @@ int fault_on_issue(struct uring *r, struct uring_io *io)
 		ret = FAULT_INJECTED;
 		goto out;
 	}
+	if (io->_iflags & IF_MERGED) {
+		/* gathered only while nothing was armed (fault_armed) */
+		f->kwrites++;
+		goto out;
+	}
 	if (first) {
 		if (s->cut_nth && !f->cut_fired && kind_is(s->cut_kind, io->op) &&
 		    rel(f, s->cut_kind) == s->cut_nth) {
@@ -513,6 +518,22 @@ void fault_on_finish(struct uring *r, struct uring_io *io, int res)
 		if (x->done_gen && x->done_gen <= upto)
 			rec_unlink(f, x);
 	}
+}
+
+bool fault_armed(struct uring *r)
+{
+	struct uring_fault *f = r->fault;
+	const struct uring_fault_spec *s;
+	bool armed;
+
+	if (!f)
+		return false;
+	pthread_mutex_lock(&f->lock);
+	s = &f->spec;
+	armed = f->cut || f->eagain_io || s->fail_nth || s->short_nth ||
+		s->eagain_nth || s->tear_nth || s->record || s->cut_nth;
+	pthread_mutex_unlock(&f->lock);
+	return armed;
 }
 
 void fault_poll(struct uring *r)

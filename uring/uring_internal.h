@@ -6,6 +6,7 @@
 #include <liburing.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/uio.h>
 
 #include "common/common.h"
 #include "uring/uring.h"
@@ -36,6 +37,29 @@ enum {
 				* done (the seam's cut uses it) */
 	IF_KWRITE = 1u << 3,   /* this attempt is a write/discard in the
 				* kernel (the seam waits for these) */
+	IF_MERGED = 1u << 4,   /* a uring_merge's own io (never a caller's) */
+	IF_NOMERGE = 1u << 5,  /* a write that came back from a merged write
+				* that did not finish whole: retried alone */
+};
+
+/* Write gathering.  Writes that sit next to each other in the issue queue
+ * and continue each other on the device (an append log's runs: coil places
+ * concurrent writes one after another in the active segment) go to the
+ * kernel as one vectored write, so the filesystem maps, allocates and
+ * converts once per gather and the device sees one request instead of up
+ * to URING_MERGE_MAX.  The group completes each member with its own length
+ * (in queue order); a short, -EAGAIN or zero-progress result sends the
+ * members not wholly written back one by one; an error fails them all. */
+#define URING_MERGE_MAX 32u
+#define URING_MERGE_BYTES (1u << 20)
+#define URING_MERGE_SLOTS 16u
+
+struct uring_merge {
+	struct uring_io io;      /* what the kernel sees: WRITEV of iov[] */
+	unsigned n;
+	struct uring_merge *next_free;
+	struct uring_io *m[URING_MERGE_MAX];
+	struct iovec iov[URING_MERGE_MAX];
 };
 
 /* intrusive FIFO of ios linked by _next (singly) */
@@ -113,6 +137,8 @@ struct uring {
 	uint64_t last_barrier;    /* write_seq when the latest fsync came in */
 	unsigned open_unattr;     /* open writes with _seq > last_barrier */
 	unsigned local_turn;      /* per-turn issue bound */
+	struct uring_merge merge[URING_MERGE_SLOTS];
+	struct uring_merge *mfree;
 
 	/* startup handshake with the ring thread */
 	pthread_mutex_t start_lock;
@@ -140,6 +166,8 @@ int fault_on_cqe(struct uring *r, struct uring_io *io, int res);
 void fault_on_finish(struct uring *r, struct uring_io *io, int res);
 void fault_poll(struct uring *r);
 bool fault_busy(struct uring *r);
+/* a spec is armed or a cut has begun: ios go to the kernel one by one */
+bool fault_armed(struct uring *r);
 #endif
 
 #endif

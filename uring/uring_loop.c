@@ -278,7 +278,14 @@ static int issue_one(struct uring *r, struct uring_io *io)
 	switch (io->op) {
 	case URING_OP_READ:
 	case URING_OP_WRITE:
-		prep_rw(r, sqe, io, fdx);
+		if (io->_iflags & IF_MERGED) {
+			struct uring_merge *g = io->arg;
+
+			io_uring_prep_writev(sqe, fdx, g->iov, g->n, io->off);
+			io->_sub_len = io->len;
+		} else {
+			prep_rw(r, sqe, io, fdx);
+		}
 		break;
 	case URING_OP_FSYNC:
 		io_uring_prep_fsync(sqe, fdx, IORING_FSYNC_DATASYNC);
@@ -316,6 +323,66 @@ out:
 	return 0;
 }
 
+/* ---- write gathering (uring_internal.h) ---------------------------------- */
+
+static bool mergeable(const struct uring_io *io)
+{
+	return io->op == URING_OP_WRITE && io->_done == 0 &&
+	       io->_sub_len == 0 && !(io->flags & URING_IO_NORETRY) &&
+	       !(io->_iflags & (IF_QUIESCE | IF_NOMERGE | IF_MERGED));
+}
+
+static bool continues(const struct uring_io *io, uint64_t end, uint32_t len)
+{
+	return io && mergeable(io) && io->off == end &&
+	       len + (uint64_t)io->len <= URING_MERGE_BYTES;
+}
+
+/* io was just popped: gather the writes after it in the queue that
+ * continue it on the device.  @return io itself, or the group's io. */
+static struct uring_io *merge_writes(struct uring *r, struct uring_io *io)
+{
+	struct uring_merge *g = r->mfree;
+
+	if (!g || !mergeable(io) ||
+	    !continues(r->local.head, io->off + io->len, io->len))
+		return io;
+#ifdef COIL_FAULT_SEAM
+	/* faults are injected and power cuts recorded per caller io */
+	if (fault_armed(r))
+		return io;
+#endif
+	r->mfree = g->next_free;
+	memset(&g->io, 0, sizeof(g->io));
+	g->io.op = URING_OP_WRITE;
+	g->io.off = io->off;
+	g->io.arg = g;
+	g->io._iflags = IF_MERGED;
+	g->n = 0;
+	for (;;) {
+		g->m[g->n] = io;
+		g->iov[g->n].iov_base = io->buf;
+		g->iov[g->n].iov_len = io->len;
+		g->n++;
+		g->io.len += io->len;
+		if (g->n == URING_MERGE_MAX ||
+		    !continues(r->local.head, g->io.off + g->io.len, g->io.len))
+			break;
+		io = list_pop(&r->local);
+	}
+	return &g->io;
+}
+
+/* The group could not be issued: its writes go back to the queue's front,
+ * in their order. */
+static void unmerge(struct uring *r, struct uring_merge *g)
+{
+	for (unsigned i = g->n; i-- > 0;)
+		list_push_front(&r->local, g->m[i]);
+	g->next_free = r->mfree;
+	r->mfree = g;
+}
+
 /* Issue queued ios until the queue is empty, the in-flight cap is reached
  * or this turn's budget (one SQ's worth) is spent. */
 static void issue_local(struct uring *r)
@@ -324,10 +391,21 @@ static void issue_local(struct uring *r)
 	struct uring_io *io;
 
 	while (budget && r->local.head && r->inflight < r->inflight_max) {
-		io = list_pop(&r->local);
+		io = merge_writes(r, list_pop(&r->local));
 		if (issue_one(r, io) < 0) {
-			list_push_front(&r->local, io);
+			if (io->_iflags & IF_MERGED)
+				unmerge(r, io->arg);
+			else
+				list_push_front(&r->local, io);
 			break;
+		}
+		if (io->_iflags & IF_MERGED) {
+			struct uring_merge *g = io->arg;
+
+			for (unsigned i = 0; i < g->n; i++)
+				g->m[i]->_state = IO_INFLIGHT;
+			STAT_ADD(r, merge_ops, 1);
+			STAT_ADD(r, merged_writes, g->n);
 		}
 		budget--;
 	}
@@ -362,6 +440,38 @@ static void requeue(struct uring *r, struct uring_io *io)
 	list_push(&r->local, io);
 }
 
+/* A group's completion: members wholly written finish with their length,
+ * in order; on an error every member finishes with it; after a short,
+ * -EAGAIN/-EINTR or zero-progress result the rest are sent again alone
+ * (each with its own retry bound; a partly written one resumes where the
+ * group stopped). */
+static void merged_done(struct uring *r, struct uring_merge *g, int res)
+{
+	bool fail = res < 0 && res != -EAGAIN && res != -EINTR;
+	uint32_t left = res > 0 ? (uint32_t)res : 0;
+
+	COIL_ASSERT(left <= g->io.len);
+	for (unsigned i = 0; i < g->n; i++) {
+		struct uring_io *m = g->m[i];
+
+		if (fail) {
+			finish(r, m, res);
+		} else if (left >= m->len) {
+			left -= m->len;
+			m->_done = m->len;
+			finish(r, m, (int)m->len);
+		} else {
+			m->_done = left;
+			left = 0;
+			m->_iflags |= IF_NOMERGE;
+			STAT_ADD(r, short_resubmits, 1);
+			requeue(r, m);
+		}
+	}
+	g->next_free = r->mfree;
+	r->mfree = g;
+}
+
 static void on_cqe(struct uring *r, struct uring_io *io, int res)
 {
 	COIL_ASSERT(io->_state == IO_INFLIGHT && r->inflight > 0);
@@ -374,6 +484,10 @@ static void on_cqe(struct uring *r, struct uring_io *io, int res)
 	io->_iflags &= (uint8_t)~(IF_INJECT | IF_KWRITE);
 	if (io->_iflags & IF_QUIESCE) {
 		finish(r, io, 0);
+		return;
+	}
+	if (io->_iflags & IF_MERGED) {
+		merged_done(r, io->arg, res);
 		return;
 	}
 	if (res == -EAGAIN || res == -EINTR) {
