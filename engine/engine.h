@@ -54,6 +54,10 @@ struct ra_store;
 /* After recovery the chunk sequence jumps by this much, so a chunk left from
  * before the crash can never carry a sequence the new session will expect. */
 #define ENGINE_SEQ_GAP (1ull << 20)
+/* Journal chunks in flight at once (write, and fdatasync when asked): a
+ * chunk is built and written while earlier ones are still on their way;
+ * they are applied and completed strictly in order. */
+#define ENGINE_JCYCLES 4u
 /* Checkpoint when the journal is this full (percent). */
 #define ENGINE_CKPT_PERCENT 50u
 
@@ -124,6 +128,24 @@ struct flush_waiter {
 	coil_cb cb;
 	void *arg;
 	struct flush_waiter *next;
+};
+
+/* One commit cycle: the entries gathered into one chunk, the chunk write,
+ * the fdatasync a flush or a sync_writes record asked for. */
+struct jcycle {
+	struct coil_store *s;
+	struct jent *first, *last;
+	struct flush_waiter *flushes; /* completed when this cycle is */
+	bool sync;              /* an fdatasync at its turn */
+	bool done;              /* the chunk write finished (res) */
+	bool sync_issued, synced;
+	int res;
+	uint8_t *chunk;         /* chunk_cap bytes, 4 KiB aligned */
+	uint32_t chunk_len;     /* 0: nothing to write (a NOP carries it) */
+	uint64_t chunk_lin;     /* linear journal offset of the chunk */
+	uint64_t chunk_seq;
+	struct uring_io jio;
+	struct uring_io fio;
 };
 
 struct wrun {
@@ -289,24 +311,22 @@ struct coil_store {
 	struct jent **jslot;     /* ENGINE_JSLOTS, by ticket */
 	uint64_t next_ticket;
 	uint64_t head_ticket;
-	bool jbusy;
 	bool jwait_space;
-	struct flush_waiter *sync_pending, *sync_current;
-	struct jent *cyc_first, *cyc_last;
+	struct flush_waiter *sync_pending;
 	struct jent *aq_first, *aq_last; /* chunk written, waiting to apply */
 	bool draining, drain_again;
 	int apply_err;           /* under mlock: a data write failed */
-	bool cyc_sync;
-	uint8_t *chunk;
+	/* cycles in flight, oldest first: cyc[(cyc_head + i) % ENGINE_JCYCLES]
+	 * for i < cyc_n */
+	struct jcycle cyc[ENGINE_JCYCLES];
+	uint32_t cyc_head, cyc_n;
+	bool retiring;           /* one thread retires finished cycles */
+	int jfail;               /* a chunk or its fdatasync failed: every
+				  * later cycle fails with it */
 	uint32_t chunk_cap;
-	uint32_t chunk_len;
-	uint64_t chunk_lin;      /* linear offset where the chunk goes */
-	uint64_t chunk_seq;
 	uint64_t j_head_lin;     /* next chunk's linear offset */
 	uint64_t j_tail_lin;     /* replay point of the durable checkpoint */
 	uint64_t j_next_seq;
-	struct uring_io jio;
-	struct uring_io fio;
 	uint32_t nonwrite_out;   /* metadata ops holding tickets */
 
 	/* ---- requests ---- */

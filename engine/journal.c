@@ -7,12 +7,20 @@
  * submission order, which is what makes overlapping in-flight writes land
  * in the order they were issued.
  *
- * One commit cycle runs at a time: gather every ready entry at the head
- * (group commit), write them as one chunk, fdatasync if a flush or a
- * sync_writes record asked for it, apply the records under mlock, complete
- * them.  Entries that become ready while a cycle runs wait for the next one,
- * which starts as soon as this one ends: the batch grows with the load.
- * All flushes waiting when a cycle starts share its one fdatasync. */
+ * A commit cycle gathers every ready entry at the head (group commit),
+ * writes them as one chunk, and fdatasyncs if a flush or a sync_writes
+ * record asked for it.  Up to ENGINE_JCYCLES cycles are in flight at once
+ * (a chunk is written while earlier ones are still on their way: the
+ * latency of a write is not the wait for the previous chunk plus its own);
+ * when every slot is busy, ready entries wait and the next chunk carries
+ * them all, so the batch grows with the load.  Cycles retire strictly in
+ * order: their records are applied under mlock and completed in ticket
+ * order, and a cycle after a failed one fails too.  Chunks may land on the
+ * device out of order; replay takes the longest prefix of chunks in
+ * sequence, and nothing in a later chunk was acknowledged before every
+ * earlier one was written.  All flushes waiting when a cycle starts share
+ * its one fdatasync (the ring holds it until every write submitted before
+ * it, earlier chunks included, has completed). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,17 +35,23 @@ int journal_init(struct coil_store *s)
 	if (!s->jslot)
 		return -ENOMEM;
 	s->chunk_cap = (uint32_t)COIL_ALIGN_DOWN(cap, FMT_BLOCK);
-	if (posix_memalign((void **)&s->chunk, 4096, s->chunk_cap))
-		return -ENOMEM;
+	for (uint32_t i = 0; i < ENGINE_JCYCLES; i++) {
+		s->cyc[i].s = s;
+		if (posix_memalign((void **)&s->cyc[i].chunk, 4096,
+				   s->chunk_cap))
+			return -ENOMEM;
+	}
 	return 0;
 }
 
 void journal_destroy(struct coil_store *s)
 {
 	free(s->jslot);
-	free(s->chunk);
 	s->jslot = NULL;
-	s->chunk = NULL;
+	for (uint32_t i = 0; i < ENGINE_JCYCLES; i++) {
+		free(s->cyc[i].chunk);
+		s->cyc[i].chunk = NULL;
+	}
 }
 
 int journal_reserve_meta(struct coil_store *s, bool can_wait)
@@ -170,36 +184,43 @@ void journal_data_done(struct coil_store *s, struct jent *e, int status)
 	journal_drain(s);
 }
 
-/* The chunk (and its fdatasync) is done: its entries join the apply queue;
- * they complete as their data lands.  The next cycle may start at once. */
-static void cycle_finish(struct coil_store *s, int res)
+static void fsync_done(struct uring_io *io, int res);
+
+/* Retire one cycle (the oldest; jlock held, returned held): its entries
+ * join the apply queue and complete as their data lands; its flushes
+ * complete. */
+static void cycle_retire(struct coil_store *s, struct jcycle *c)
 {
-	struct flush_waiter *fw, *fnext;
-	struct jent *e;
+	struct flush_waiter *fw = c->flushes, *fnext;
+	struct jent *first = c->first, *e;
+	int res = c->res;
 	bool trigger;
 
-	pthread_mutex_lock(&s->jlock);
-	for (e = s->cyc_first; e; e = e->next) {
+	if (s->jfail)
+		res = s->jfail;
+	else if (res < 0)
+		s->jfail = res;
+	for (e = first; e; e = e->next) {
 		if (res < 0 && e->status == 0)
 			e->status = res;
 		e->chunk_last = false;
 	}
-	if (s->cyc_last && res == 0 && s->chunk_len) {
-		s->cyc_last->chunk_last = true;
-		s->cyc_last->chunk_end_lin = s->chunk_lin + s->chunk_len;
-		s->cyc_last->chunk_next_seq = s->chunk_seq + 1;
+	if (c->last && res == 0 && c->chunk_len) {
+		c->last->chunk_last = true;
+		c->last->chunk_end_lin = c->chunk_lin + c->chunk_len;
+		c->last->chunk_next_seq = c->chunk_seq + 1;
 	}
-	if (s->cyc_first) {
+	if (first) {
 		if (s->aq_last)
-			s->aq_last->next = s->cyc_first;
+			s->aq_last->next = first;
 		else
-			s->aq_first = s->cyc_first;
-		s->aq_last = s->cyc_last;
+			s->aq_first = first;
+		s->aq_last = c->last;
 	}
-	fw = s->sync_current;
-	s->cyc_first = s->cyc_last = NULL;
-	s->sync_current = NULL;
-	s->jbusy = false;
+	c->first = c->last = NULL;
+	c->flushes = NULL;
+	s->cyc_head = (s->cyc_head + 1) % ENGINE_JCYCLES;
+	s->cyc_n--;
 	pthread_cond_broadcast(&s->jcond);
 	trigger = (s->j_head_lin - s->j_tail_lin) * 100 >
 		  s->sb.journal_len * ENGINE_CKPT_PERCENT;
@@ -215,61 +236,104 @@ static void cycle_finish(struct coil_store *s, int res)
 	journal_drain(s);
 	if (trigger)
 		ckpt_trigger(s);
+	pthread_mutex_lock(&s->jlock);
+}
+
+/* Retire every finished cycle at the head, in order (jlock held; returned
+ * held).  A cycle that asked for an fdatasync issues it when it reaches the
+ * head: every earlier chunk has completed by then, so the ring (which holds
+ * an fsync until every write submitted before it has completed) makes it
+ * cover them, the records' data, and its own chunk.  One thread retires at
+ * a time; an event meanwhile is left for it to find. */
+static void retire_ready(struct coil_store *s)
+{
+	struct jcycle *c;
+	int rc;
+
+	if (s->retiring)
+		return;
+	s->retiring = true;
+	while (s->cyc_n) {
+		c = &s->cyc[s->cyc_head];
+		if (!c->done)
+			break;
+		if (c->sync && c->res == 0 && !s->jfail && !c->synced) {
+			if (c->sync_issued)
+				break;  /* fsync_done comes back here */
+			c->sync_issued = true;
+			pthread_mutex_unlock(&s->jlock);
+			stat_add(&s->st.fsyncs, 1);
+			uring_io_prep(&c->fio, URING_OP_FSYNC, NULL, 0, 0,
+				      fsync_done, c);
+			rc = uring_submit(s->ring, &c->fio);
+			pthread_mutex_lock(&s->jlock);
+			if (rc < 0) {
+				c->res = -EIO;
+				c->synced = true;
+			}
+			continue;
+		}
+		c->done = c->sync_issued = c->synced = false;
+		cycle_retire(s, c);
+	}
+	s->retiring = false;
+}
+
+/* The chunk write of c is over (res). */
+static void cycle_finish(struct jcycle *c, int res)
+{
+	struct coil_store *s = c->s;
+
+	pthread_mutex_lock(&s->jlock);
+	COIL_ASSERT(!c->done);
+	c->res = res;
+	c->done = true;
+	retire_ready(s);
+	pthread_mutex_unlock(&s->jlock);
 }
 
 static void fsync_done(struct uring_io *io, int res)
 {
-	struct coil_store *s = io->arg;
+	struct jcycle *c = io->arg;
+	struct coil_store *s = c->s;
 
 	if (res < 0)
 		store_break(s, res);
-	cycle_finish(s, res < 0 ? res : 0);
+	pthread_mutex_lock(&s->jlock);
+	if (res < 0)
+		c->res = res;
+	c->synced = true;
+	retire_ready(s);
+	pthread_mutex_unlock(&s->jlock);
 }
 
 static void chunk_written(struct uring_io *io, int res)
 {
-	struct coil_store *s = io->arg;
+	struct jcycle *c = io->arg;
+	struct coil_store *s = c->s;
 
-	if (res >= 0 && (uint32_t)res != s->chunk_len)
+	if (res >= 0 && (uint32_t)res != c->chunk_len)
 		res = -EIO;
 	if (res < 0) {
 		/* A journal write that failed leaves the tail of the journal
 		 * unknown: nothing more may be appended (the store is
 		 * read-only from here; the next open recovers). */
 		store_break(s, res);
-		cycle_finish(s, res);
+		cycle_finish(c, res);
 		return;
 	}
-	if (s->chunk_len) {
-		stat_add(&s->st.chunks, 1);
-		stat_add(&s->st.chunk_bytes, s->chunk_len);
-		stat_add(&s->st.dev_bytes_written, s->chunk_len);
-	}
-	if (s->cyc_sync) {
-		stat_add(&s->st.fsyncs, 1);
-		uring_io_prep(&s->fio, URING_OP_FSYNC, NULL, 0, 0, fsync_done, s);
-		if (uring_submit(s->ring, &s->fio) < 0)
-			cycle_finish(s, -EIO);
-		return;
-	}
-	cycle_finish(s, 0);
+	stat_add(&s->st.chunks, 1);
+	stat_add(&s->st.chunk_bytes, c->chunk_len);
+	stat_add(&s->st.dev_bytes_written, c->chunk_len);
+	cycle_finish(c, 0);
 }
 
 static void nop_done(struct uring_io *io, int res)
 {
-	struct coil_store *s = io->arg;
-	int br = atomic_load(&s->broken);
+	struct jcycle *c = io->arg;
 
 	(void)res;
-	if (br) {
-		cycle_finish(s, br);
-		return;
-	}
-	if (s->cyc_sync) {
-		chunk_written(io, 0);
-		return;
-	}
-	cycle_finish(s, 0);
+	cycle_finish(c, atomic_load(&c->s->broken));
 }
 
 void journal_kick(struct coil_store *s)
@@ -277,11 +341,13 @@ void journal_kick(struct coil_store *s)
 	uint64_t t, size = 0, jlen = s->sb.journal_len, pos, waste = 0;
 	uint32_t nrec = 0, chunk_len = 0;
 	bool sync = false;
+	struct jcycle *c;
 	struct jent *e;
 	int rc;
 
 	pthread_mutex_lock(&s->jlock);
-	if (s->jbusy) {
+	if (s->cyc_n == ENGINE_JCYCLES) {
+		/* every slot busy: the next retirement kicks again */
 		pthread_mutex_unlock(&s->jlock);
 		return;
 	}
@@ -329,7 +395,8 @@ void journal_kick(struct coil_store *s)
 		}
 	}
 	s->jwait_space = false;
-	s->cyc_first = s->cyc_last = NULL;
+	c = &s->cyc[(s->cyc_head + s->cyc_n) % ENGINE_JCYCLES];
+	COIL_ASSERT(!c->done && !c->first && !c->flushes);
 	for (uint64_t u = s->head_ticket; u < t; u++) {
 		e = s->jslot[u % ENGINE_JSLOTS];
 		s->jslot[u % ENGINE_JSLOTS] = NULL;
@@ -337,48 +404,54 @@ void journal_kick(struct coil_store *s)
 		/* Decided here, under jlock: a data failure reported while
 		 * the chunk is being built must not change its size. */
 		e->in_chunk = nrec && e->status == 0 && e->rec_len;
-		if (s->cyc_last)
-			s->cyc_last->next = e;
+		if (c->last)
+			c->last->next = e;
 		else
-			s->cyc_first = e;
-		s->cyc_last = e;
+			c->first = e;
+		c->last = e;
 	}
 	s->head_ticket = t;
-	s->jbusy = true;
-	s->sync_current = s->sync_pending;
+	s->cyc_n++;
+	c->flushes = s->sync_pending;
 	s->sync_pending = NULL;
-	s->cyc_sync = sync || s->sync_current;
-	s->chunk_len = chunk_len;
+	c->sync = sync || c->flushes;
+	c->res = 0;
+	c->chunk_len = chunk_len;
 	if (chunk_len) {
-		s->chunk_lin = s->j_head_lin + waste;
-		s->chunk_seq = s->j_next_seq++;
-		s->j_head_lin = s->chunk_lin + chunk_len;
+		c->chunk_lin = s->j_head_lin + waste;
+		c->chunk_seq = s->j_next_seq++;
+		s->j_head_lin = c->chunk_lin + chunk_len;
 	}
+	/* Filled outside jlock: the slot is ours until it retires, and the
+	 * entries are off the reorder ring. */
 	pthread_mutex_unlock(&s->jlock);
 
 	if (!chunk_len) {
 		/* Nothing to write: run the rest of the cycle on the ring
 		 * thread (callbacks never run on the submitter's thread). */
-		uring_io_prep(&s->jio, URING_OP_NOP, NULL, 0, 0, nop_done, s);
-		if (uring_submit(s->ring, &s->jio) < 0)
-			cycle_finish(s, -ESHUTDOWN);
+		uring_io_prep(&c->jio, URING_OP_NOP, NULL, 0, 0, nop_done, c);
+		if (uring_submit(s->ring, &c->jio) < 0)
+			cycle_finish(c, -ESHUTDOWN);
 		return;
 	}
 	size = FMT_JCHUNK_HDR;
-	for (e = s->cyc_first; e; e = e->next) {
+	for (e = c->first; e; e = e->next) {
 		if (!e->in_chunk)
 			continue;
-		memcpy(s->chunk + size, e->rec, e->rec_len);
+		memcpy(c->chunk + size, e->rec, e->rec_len);
 		size += e->rec_len;
 	}
-	rc = fmt_jchunk_seal(s->chunk, s->chunk_cap, s->store_id, s->chunk_seq,
+	rc = fmt_jchunk_seal(c->chunk, s->chunk_cap, s->store_id, c->chunk_seq,
 			     (uint32_t)(size - FMT_JCHUNK_HDR), nrec);
 	COIL_ASSERT(rc == (int)chunk_len);
 	stat_add(&s->st.records, nrec);
-	uring_io_prep(&s->jio, URING_OP_WRITE, s->chunk, chunk_len,
-		      s->sb.journal_off + s->chunk_lin % jlen, chunk_written, s);
-	if (uring_submit(s->ring, &s->jio) < 0)
-		cycle_finish(s, -ESHUTDOWN);
+	uring_io_prep(&c->jio, URING_OP_WRITE, c->chunk, chunk_len,
+		      s->sb.journal_off + c->chunk_lin % jlen, chunk_written, c);
+	if (uring_submit(s->ring, &c->jio) < 0)
+		cycle_finish(c, -ESHUTDOWN);
+	/* A slot may be free still, and entries may have become ready
+	 * while this chunk was built. */
+	journal_kick(s);
 }
 
 int journal_flush(struct coil_store *s, coil_cb cb, void *arg)
