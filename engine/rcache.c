@@ -10,9 +10,12 @@
  * last extent dropped by an overwrite, truncate, remove or the cleaner) and
  * bcache_invalidate_seg (a segment reused) only return memory early.
  *
- * What goes into the cache: every compressed blob a demand read decodes
- * (decoded straight into a cache value, no extra copy) and every blob the
- * readahead fetches (compressed or raw, whole).  A demand read of a raw blob
+ * What goes into the cache: every compressed blob a demand read wants part
+ * of (decoded straight into a cache value, no extra copy) and every blob the
+ * readahead fetches (compressed or raw, whole) unless a demand read that
+ * wants it whole adopted it before its decode started.  A compressed blob a
+ * read wants whole is decoded into the caller's buffer and not cached: no
+ * value to allocate and fault in, no copy, and a scan does not evict.  A demand read of a raw blob
  * keeps the sector-only path (4 KiB read + verify) and inserts nothing: a
  * partial raw blob cannot be cached, and reading the whole 64 KiB blob to
  * serve a 4 KiB request costs 16x the device bytes on a miss (~2.3x the

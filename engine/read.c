@@ -20,7 +20,8 @@
  * before any I/O; a miss whose unit a prefetch has queued or in flight
  * waits for that job (no thread blocks: read_blob_resume continues it) or
  * takes its retained failure; otherwise it is read here, and a compressed
- * blob is decoded straight into a cache value and inserted. */
+ * blob is decoded straight into the caller's buffer when the read wants it
+ * whole (not cached), else into a cache value that is inserted. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +172,16 @@ static void read_decoded(struct pool_req *preq, void *arg)
 
 /* ---- decode steps shared with readahead.c -------------------------------- */
 
+/* The read wants all of this blob, in one piece (readahead.c's adoption
+ * tests the same with rb->lo/hi). */
+static bool read_blob_whole(const struct rblob *rb)
+{
+	const struct rpiece *pc = &rb->r->pc[rb->piece];
+
+	return rb->npieces == 1 && pc->skip == 0 &&
+	       pc->len == rb->b->logical_len;
+}
+
 void read_decode_task(struct pool_task *t, const struct fmt_blob *fb,
 		      const struct blobd *b, const uint8_t *iobuf,
 		      uint64_t rd_off, uint8_t *dst)
@@ -231,9 +242,12 @@ static void read_all_done(struct rreq *r)
 	uint32_t n = 0;
 	int rc;
 
+	/* rb->direct already set here: the prefetch job this read waited
+	 * for decoded the blob straight into the caller's buffer. */
 	for (uint32_t i = 0; i < r->nrb; i++) {
 		struct rblob *rb = &r->rb[i];
-		if (rb->res == 0 && rb->b->codec != FMT_CODEC_RAW && !rb->ce)
+		if (rb->res == 0 && rb->b->codec != FMT_CODEC_RAW && !rb->ce &&
+		    !rb->direct)
 			n++;
 	}
 	if (n == 0 || r->status) {
@@ -261,13 +275,16 @@ static void read_all_done(struct rreq *r)
 		struct rblob *rb = &r->rb[i];
 		struct pool_task *t;
 
-		if (rb->res != 0 || rb->b->codec == FMT_CODEC_RAW || rb->ce)
+		if (rb->res != 0 || rb->b->codec == FMT_CODEC_RAW || rb->ce ||
+		    rb->direct)
 			continue;
-		/* With a cache, decode into a cache value (inserted after
-		 * the decode) and copy out: a memcpy next to a decode, and a
-		 * re-read of the blob then costs no I/O. */
-		rb->direct = !s->cache && rb->npieces == 1 && r->pc[rb->piece].skip == 0 &&
-			     r->pc[rb->piece].len == rb->b->logical_len;
+		/* A blob the caller wants whole is decoded straight into its
+		 * buffer, cache or not: no value to allocate (and fault in),
+		 * no copy, and a scan of whole blobs does not push the cache's
+		 * other entries out.  A blob wanted in part is decoded into a
+		 * cache value (inserted after the decode) and copied out, so
+		 * the next read of its other bytes costs no I/O. */
+		rb->direct = read_blob_whole(rb);
 		if (!rb->direct)
 			rb->dec = bcache_value_alloc(s, rb->b->logical_len);
 		if (!rb->direct && !rb->dec)
@@ -324,9 +341,10 @@ void read_blob_resume(struct rblob *rb)
 {
 	struct rreq *r = rb->r;
 
-	if (rb->res == 0 && !rb->ce) {
+	if (rb->res == 0 && !rb->ce && !rb->direct) {
 		/* the prefetch did not bring it (evicted, no memory, or a
-		 * different blob by now): read it ourselves */
+		 * different blob by now): read it ourselves (rb->direct: the
+		 * job decoded it into the caller's buffer) */
 		int rc = uring_submit(r->s->ring, &rb->io);
 		if (rc < 0)
 			read_io_done(&rb->io, rc);

@@ -69,7 +69,13 @@ struct ra_jblob {
 	uint32_t rd_len;
 	uint64_t rd_off;
 	uint8_t *iobuf;         /* stored bytes (raw blobs: == val) */
-	uint8_t *val;           /* decoded bytes, from cache_alloc_value */
+	uint8_t *val;           /* decoded bytes, from cache_alloc_value
+				 * (zstd: taken when the decode starts) */
+	/* A demand read hooked on this blob that wants it whole, adopted
+	 * before the decode started (st->mu): the blob is decoded straight
+	 * into that read's buffer and not inserted into the cache. */
+	struct rblob *direct;
+	bool decoding;          /* st->mu: the decode's target is chosen */
 	int res;
 	struct uring_io io;
 	struct fmt_blob fb;
@@ -288,6 +294,8 @@ static uint32_t job_prepare(struct ra_stream *st, struct ra_job *j)
 		jb->job = j;
 		jb->res = 0;
 		jb->iobuf = jb->val = NULL;
+		jb->direct = NULL;
+		jb->decoding = false;
 		blobd_to_fmt(b, &jb->fb);
 		if (b->codec == FMT_CODEC_RAW) {
 			/* raw blobs start 4 KiB aligned: read the whole blob
@@ -303,11 +311,11 @@ static uint32_t job_prepare(struct ra_stream *st, struct ra_job *j)
 						   FMT_BLOCK);
 			jb->rd_off = a;
 			jb->rd_len = (uint32_t)(z - a);
-			jb->val = cache_alloc_value(b->logical_len);
-			jb->iobuf = jb->val ? bufpool_get(&s->bp, jb->rd_len) :
-					      NULL;
+			/* the value is taken when the decode starts, unless a
+			 * demand read adopted the blob by then */
+			jb->iobuf = bufpool_get(&s->bp, jb->rd_len);
 		}
-		if (!jb->val || !jb->iobuf)
+		if (!jb->iobuf)
 			jb->res = 1; /* no memory: skipped, not a failure */
 	}
 	return j->nb;
@@ -332,15 +340,38 @@ static void job_decoded(struct pool_req *preq, void *arg)
 static void job_io_all_done(struct ra_job *j)
 {
 	struct coil_store *s = j->st->s;
+	struct rblob *direct[RA_JOB_BLOBS];
+
+	/* From here no demand read adopts a blob of this job: it gets the
+	 * blob through the cache like any waiter. */
+	pthread_mutex_lock(&j->st->mu);
+	for (uint32_t i = 0; i < j->nb; i++) {
+		j->bl[i].decoding = true;
+		direct[i] = j->bl[i].direct;
+	}
+	pthread_mutex_unlock(&j->st->mu);
 
 	j->ntasks = 0;
 	for (uint32_t i = 0; i < j->nb; i++) {
 		struct ra_jblob *jb = &j->bl[i];
+		uint8_t *dst;
 
 		if (jb->res != 0 || jb->b->codec == FMT_CODEC_RAW)
 			continue;
+		if (direct[i]) {
+			struct rreq *r = direct[i]->r;
+
+			dst = r->dst + r->pc[direct[i]->piece].dst;
+		} else {
+			jb->val = cache_alloc_value(jb->b->logical_len);
+			if (!jb->val) {
+				jb->res = 1; /* no memory: skipped */
+				continue;
+			}
+			dst = jb->val;
+		}
 		read_decode_task(&j->tasks[j->ntasks], &jb->fb, jb->b,
-				 jb->iobuf, jb->rd_off, jb->val);
+				 jb->iobuf, jb->rd_off, dst);
 		j->task_blob[j->ntasks++] = i;
 	}
 	if (j->ntasks == 0) {
@@ -485,7 +516,10 @@ static void job_finish(struct ra_job *j)
 	for (uint32_t i = 0; i < j->nb; i++) {
 		struct ra_jblob *jb = &j->bl[i];
 
-		if (jb->res == 0 && (!fenced || waiters)) {
+		if (jb->res == 0 && jb->direct) {
+			/* decoded into the adopting read's buffer */
+			atomic_fetch_add(&s->ras->blobs_fetched, 1);
+		} else if (jb->res == 0 && (!fenced || waiters)) {
 			struct cache_key k = { jb->b->dev_off, jb->gen };
 			int rc = cache_insert(s->cache, &k, jb->val,
 					      jb->b->logical_len,
@@ -543,7 +577,7 @@ static void job_finish(struct ra_job *j)
 		rb = waiters;
 		waiters = rb->pf_next;
 		rb->pf_next = NULL;
-		if (rb->res == 0)
+		if (rb->res == 0 && !rb->direct)
 			bcache_lookup(s, rb);
 		read_blob_resume(rb);
 	}
@@ -702,8 +736,22 @@ int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb)
 				/* b and gen are set under st->mu; res is
 				 * not (the I/O may be ending): a blob that
 				 * failed hands its error to the waiter */
-				if (j->bl[k].b == rb->b &&
-				    j->bl[k].gen == rb->gen) {
+				struct ra_jblob *jb = &j->bl[k];
+
+				if (jb->b == rb->b && jb->gen == rb->gen) {
+					/* a read that wants the whole
+					 * compressed blob has it decoded into
+					 * its own buffer, if the decode has
+					 * not started: no cache value, no
+					 * copy */
+					if (!jb->decoding && !jb->direct &&
+					    jb->iobuf &&
+					    rb->b->codec != FMT_CODEC_RAW &&
+					    rb->npieces == 1 && rb->lo == 0 &&
+					    rb->hi == rb->b->logical_len) {
+						jb->direct = rb;
+						rb->direct = true;
+					}
 					rb->pf_wait_ns = coil_now_ns();
 					rb->pf_next = j->waiters;
 					j->waiters = rb;
