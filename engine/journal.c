@@ -371,6 +371,14 @@ void journal_kick(struct coil_store *s)
 		pthread_mutex_unlock(&s->jlock);
 		return;
 	}
+	if (s->cyc_n && size <= FMT_BLOCK &&
+	    !atomic_load(&s->broken)) {
+		/* A chunk is on its way and this one would fit in one block:
+		 * let it grow until that one retires (which kicks again).
+		 * Only chunks worth more than a block go out alongside. */
+		pthread_mutex_unlock(&s->jlock);
+		return;
+	}
 	if (atomic_load(&s->broken)) {
 		/* Nothing more reaches the journal: a chunk after a failed
 		 * one would never be replayed, so its writes must not be

@@ -42,8 +42,8 @@ enum {
 				* that did not finish whole: retried alone */
 };
 
-/* Write gathering.  Writes that sit next to each other in the issue queue
- * and continue each other on the device (an append log's runs: coil places
+/* Write gathering.  Writes queued close to each other (within
+ * URING_MERGE_LOOK) that continue each other on the device (an append log's runs: coil places
  * concurrent writes one after another in the active segment) go to the
  * kernel as one vectored write, so the filesystem maps, allocates and
  * converts once per gather and the device sees one request instead of up
@@ -53,6 +53,8 @@ enum {
 #define URING_MERGE_MAX 32u
 #define URING_MERGE_BYTES (1u << 20)
 #define URING_MERGE_SLOTS 16u
+/* queued ios (from the head) searched for each continuation */
+#define URING_MERGE_LOOK 64u
 
 struct uring_merge {
 	struct uring_io io;      /* what the kernel sees: WRITEV of iov[] */

@@ -338,20 +338,51 @@ static bool continues(const struct uring_io *io, uint64_t end, uint32_t len)
 	       len + (uint64_t)io->len <= URING_MERGE_BYTES;
 }
 
-/* io was just popped: gather the writes after it in the queue that
- * continue it on the device.  @return io itself, or the group's io. */
+/* The first write among the first URING_MERGE_LOOK queued ios that
+ * continues the device range at @end; unlinked from the queue.  Skipping
+ * over others is safe: the queue's order matters only to barriers, which
+ * wait in `held` until the writes accepted before them complete, and
+ * writes in flight together complete in any order anyway. */
+static struct uring_io *take_continuation(struct uring *r, uint64_t end,
+					  uint32_t len)
+{
+	struct uring_io *p = NULL, *io = r->local.head;
+
+	for (unsigned look = 0; io && look < URING_MERGE_LOOK;
+	     p = io, io = io->_next, look++) {
+		if (!continues(io, end, len))
+			continue;
+		if (p)
+			p->_next = io->_next;
+		else
+			r->local.head = io->_next;
+		if (r->local.tail == io)
+			r->local.tail = p;
+		r->local.n--;
+		io->_next = NULL;
+		return io;
+	}
+	return NULL;
+}
+
+/* io was just popped: gather the queued writes that continue it on the
+ * device (looking a bounded distance ahead: a journal chunk or a read may
+ * sit between two data runs).  @return io itself, or the group's io. */
 static struct uring_io *merge_writes(struct uring *r, struct uring_io *io)
 {
 	struct uring_merge *g = r->mfree;
+	struct uring_io *nx;
 
-	if (!g || !mergeable(io) ||
-	    !continues(r->local.head, io->off + io->len, io->len))
+	if (!g || !mergeable(io) || !r->local.head)
 		return io;
 #ifdef COIL_FAULT_SEAM
 	/* faults are injected and power cuts recorded per caller io */
 	if (fault_armed(r))
 		return io;
 #endif
+	nx = take_continuation(r, io->off + io->len, io->len);
+	if (!nx)
+		return io;
 	r->mfree = g->next_free;
 	memset(&g->io, 0, sizeof(g->io));
 	g->io.op = URING_OP_WRITE;
@@ -365,10 +396,12 @@ static struct uring_io *merge_writes(struct uring *r, struct uring_io *io)
 		g->iov[g->n].iov_len = io->len;
 		g->n++;
 		g->io.len += io->len;
-		if (g->n == URING_MERGE_MAX ||
-		    !continues(r->local.head, g->io.off + g->io.len, g->io.len))
+		if (!nx)
 			break;
-		io = list_pop(&r->local);
+		io = nx;
+		nx = g->n + 1 == URING_MERGE_MAX ? NULL :
+		     take_continuation(r, g->io.off + g->io.len + io->len,
+				       g->io.len + io->len);
 	}
 	return &g->io;
 }
