@@ -130,7 +130,8 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  "\"inline_decodes\":%llu,\"buffer_pool_misses\":%llu,"
 		  "\"ring_ops\":{\"read\":%llu,\"write\":%llu,\"fsync\":%llu,"
 		  "\"nop\":%llu},\"ring_errors\":%llu,"
-		  "\"gathered_writes\":%llu,\"gather_ops\":%llu},",
+		  "\"gathered_writes\":%llu,\"gather_ops\":%llu,"
+		  "\"ring_enters\":%llu,\"ring_wakeups\":%llu},",
 		  LD(s->st.writes), LD(s->st.write_bytes), LD(s->st.write_errors),
 		  LD(s->st.reads), LD(s->st.read_bytes), LD(s->st.read_errors),
 		  LD(s->st.csum_failures), LD(s->st.dev_bytes_written),
@@ -143,7 +144,9 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  (unsigned long long)us.ops[URING_OP_NOP],
 		  (unsigned long long)us.errors,
 		  (unsigned long long)us.merged_writes,
-		  (unsigned long long)us.merge_ops);
+		  (unsigned long long)us.merge_ops,
+		  (unsigned long long)us.submit_calls,
+		  (unsigned long long)us.wakeups);
 	{
 		char cj[2048]; /* issue 7: cleaner, histogram, amplification */
 
