@@ -64,7 +64,8 @@ int super_write(struct coil_store *s, bool clean)
 
 	if (!buf)
 		return -ENOMEM;
-	s->sb.flags = clean ? FMT_SUPER_CLEAN : 0;
+	s->sb.flags = (s->sb.flags & FMT_SUPER_FILLED) |
+		      (clean ? FMT_SUPER_CLEAN : 0);
 	for (int i = 0; i < 2 && rc == 0; i++) {
 		s->sb.seq++;
 		rc = fmt_super_encode(&s->sb, buf, FMT_BLOCK);

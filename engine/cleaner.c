@@ -1162,6 +1162,10 @@ int cleaner_start(struct coil_store *s)
 	pthread_cond_init(&cl->reloc_cv, &ca);
 	pthread_condattr_destroy(&ca);
 	thresholds(cl, s->nseg, s->sb.segment_size);
+	/* A zero-filled file keeps its blocks: punching a freed segment would
+	 * only make the next write into it convert unwritten extents. */
+	if ((s->sb.flags & FMT_SUPER_FILLED) && !s->is_blk)
+		atomic_store(&cl->discard_off, true);
 	/* A record must fit a chunk with room for others. */
 	cl->rec_max = COIL_MIN(256u << 10, s->chunk_cap / 2);
 	w = &cl->w;

@@ -274,6 +274,7 @@ struct coil_store {
 	char *path;
 	bool rdonly;
 	bool direct;
+	bool is_blk;            /* a block device, not a regular file */
 	bool sync_writes;
 	int level;              /* zstd level, 0 = no compression */
 	unsigned pool_mode;

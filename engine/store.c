@@ -70,7 +70,8 @@ static int validate_options(const struct coil_options *o, int *level)
 
 	if (rc < 0)
 		return rc;
-	if (o->flags & ~(COIL_CREATE | COIL_RDONLY | COIL_NO_DIRECT))
+	if (o->flags & ~(COIL_CREATE | COIL_RDONLY | COIL_NO_DIRECT |
+			 COIL_ZERO_FILL))
 		return -EINVAL;
 	if ((o->flags & COIL_CREATE) && (o->flags & COIL_RDONLY))
 		return -EINVAL;
@@ -135,12 +136,42 @@ static void store_free(struct coil_store *s)
 }
 
 /* Lay out a new store and write its superblocks. */
-static int store_format(struct coil_store *s, uint64_t size, uint32_t max_blob)
+/* COIL_ZERO_FILL: write zeros over [0, size) of the new file, so every
+ * later write overwrites written blocks (no unwritten-extent conversion in
+ * the file system).  Plain pwrite: the ring is not up yet. */
+static int zero_fill(int fd, uint64_t size)
+{
+	const size_t step = 1u << 20;
+	uint8_t *z = NULL;
+	int rc = 0;
+
+	if (posix_memalign((void **)&z, 4096, step))
+		return -ENOMEM;
+	memset(z, 0, step);
+	for (uint64_t off = 0; off < size && rc == 0;) {
+		size_t n = (size_t)COIL_MIN((uint64_t)step, size - off);
+		ssize_t w = pwrite(fd, z, n, (off_t)off);
+
+		if (w > 0)
+			off += (uint64_t)w;
+		else if (w < 0 && errno != EINTR)
+			rc = -errno;
+		else if (w == 0)
+			rc = -EIO;
+	}
+	free(z);
+	return rc;
+}
+
+static int store_format(struct coil_store *s, uint64_t size, uint32_t max_blob,
+			bool filled)
 {
 	int rc = fmt_super_layout(size, max_blob, &s->sb);
 
 	if (rc < 0)
 		return rc;
+	if (filled)
+		s->sb.flags = FMT_SUPER_FILLED;
 	if (getrandom(s->sb.uuid, sizeof(s->sb.uuid), 0) !=
 	    (ssize_t)sizeof(s->sb.uuid)) {
 		struct timespec ts;
@@ -254,7 +285,7 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	struct pool_opts po;
 	struct stat st;
 	uint64_t size = 0;
-	bool fresh = false, created = false;
+	bool fresh = false, created = false, filled = false;
 	int level, flags, rc;
 
 	if (out)
@@ -320,6 +351,7 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	if (rc < 0)
 		goto fail;
 	s->dev = st.st_dev;
+	s->is_blk = S_ISBLK(st.st_mode);
 	s->ino = st.st_ino;
 
 	pthread_mutex_lock(&reg_mu);
@@ -362,6 +394,12 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 			rc = -errno;
 			goto fail_reg;
 		}
+		if (o->flags & COIL_ZERO_FILL) {
+			rc = zero_fill(s->fd, size);
+			if (rc < 0)
+				goto fail_reg;
+			filled = true;
+		}
 		fresh = true;
 	} else if (size < 2 * FMT_BLOCK) {
 		rc = -EIO;
@@ -388,7 +426,7 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 		goto fail_reg;
 
 	if (fresh) {
-		rc = store_format(s, size, o->max_blob);
+		rc = store_format(s, size, o->max_blob, filled);
 		if (rc < 0)
 			goto fail_reg;
 	} else {
@@ -397,7 +435,7 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 		    S_ISBLK(st.st_mode)) {
 			/* A device with no coil store on it: make one. */
 			rc = store_format(s, COIL_ALIGN_DOWN(size, FMT_BLOCK),
-					  o->max_blob);
+					  o->max_blob, false);
 		}
 		if (rc < 0)
 			goto fail_reg;

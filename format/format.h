@@ -170,6 +170,9 @@ static inline void fmt_cursor_get_bytes(struct fmt_cursor *c, void *dst, size_t 
 #define FMT_SUPER_SIZE FMT_BLOCK
 #define FMT_SUPER_CSUM_OFF 4088u
 #define FMT_SUPER_CLEAN 0x1u           /* flags bit 0: clean shutdown */
+#define FMT_SUPER_FILLED 0x2u          /* bit 1: the file was written whole at
+                                          creation; freed segments of a
+                                          regular file are not punched */
 #define FMT_CKPT_SLOT_NONE 0xFFFFFFFFu /* ckpt_slot: no checkpoint yet */
 #define FMT_JOURNAL_OFF (2u * FMT_BLOCK)
 
@@ -187,7 +190,7 @@ struct fmt_super {
 	uint32_t segment_size;
 	uint32_t segment_count;
 	uint32_t max_blob;
-	uint32_t flags;       /* FMT_SUPER_CLEAN */
+	uint32_t flags;       /* FMT_SUPER_CLEAN, FMT_SUPER_FILLED */
 	uint32_t ckpt_slot;   /* 0, 1, FMT_CKPT_SLOT_NONE */
 	uint64_t ckpt_seq;
 	uint64_t ckpt_bytes;  /* header block + payload */

@@ -45,7 +45,7 @@ static int super_valid(const struct fmt_super *sb)
 {
 	if (sb->version != FMT_VERSION || sb->block_size != FMT_BLOCK)
 		return 0;
-	if (sb->flags & ~FMT_SUPER_CLEAN)
+	if (sb->flags & ~(FMT_SUPER_CLEAN | FMT_SUPER_FILLED))
 		return 0;
 	if (!blob_size_ok(sb->max_blob))
 		return 0;

@@ -46,6 +46,14 @@ typedef void (*coil_cb)(void *arg, int64_t res);
 #define COIL_RDONLY    0x2u /* store: open read-only; writes fail with -EROFS */
 #define COIL_NO_DIRECT 0x4u /* store: do not use O_DIRECT (tmpfs and the like) */
 #define COIL_EXCL      0x8u /* object: with COIL_CREATE, fail -EEXIST if present */
+/* store creation on a regular file: write the whole file (zeros) before
+ * formatting, and never punch freed segments afterwards (recorded in the
+ * superblock).  Creation takes as long as writing the file once; in
+ * return every later O_DIRECT write is an overwrite of written blocks, which
+ * file systems (ext4, XFS) do without converting unwritten extents.  Without
+ * it the file is fallocated and freed segments are punched (the space goes
+ * back to the file system).  Ignored for block devices and existing stores. */
+#define COIL_ZERO_FILL 0x10u
 
 /* Worker pool scheduling (coil_options.pool_mode). */
 #define COIL_POOL_FAIR      0u /* per-request round-robin (default) */
@@ -58,7 +66,8 @@ typedef void (*coil_cb)(void *arg, int64_t res);
 struct coil_options {
 	uint64_t size;           /* capacity of a new file-backed store, bytes
 	                            (default 1 GiB); ignored for block devices */
-	unsigned flags;          /* COIL_CREATE, COIL_RDONLY, COIL_NO_DIRECT */
+	unsigned flags;          /* COIL_CREATE, COIL_RDONLY, COIL_NO_DIRECT,
+	                            COIL_ZERO_FILL */
 	const char *compression; /* "none", "zstd", "zstd:N" (default "zstd:1");
 	                            the pointer need only live during coil_open */
 	uint32_t max_blob;       /* largest blob, a power of two from 4096 to

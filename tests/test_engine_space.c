@@ -11,12 +11,20 @@
  *                      overwritten: the newest data always wins
  *   small_blobs_zstd   4 KiB compressed blobs overwritten at random,
  *                      cleaned, reopened: content and accounting exact
+ *   zero_fill_keeps_the_file_written  COIL_ZERO_FILL: no hole or unwritten
+ *                      extent (FIEMAP), never punched, also after reopen;
+ *                      a fallocated store is punched
  * Every test recounts live bytes from the extent maps (cleaner_check_live).
  * COIL_REL_SCALE (e.g. 0.3 under ASan) scales the overwrite counts. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include "coil.h"
 #include "engine/engine.h"
@@ -438,4 +446,112 @@ Test(engine_space, small_blobs_zstd, .timeout = 120)
 	free(model);
 	free(rd);
 	free(buf);
+}
+
+/* Bytes of [0, size) of the file that are holes or unwritten extents, by
+ * FIEMAP; UINT64_MAX when the file system cannot say (tmpfs). */
+static uint64_t unwritten_bytes(const char *path, uint64_t size)
+{
+	enum { NEXT = 256 };
+	struct fiemap *fm = calloc(1, sizeof(*fm) + NEXT * sizeof(struct fiemap_extent));
+	int fd = open(path, O_RDONLY);
+	uint64_t written = 0, start = 0;
+	bool last = false;
+
+	cr_assert(fd >= 0 && fm);
+	while (!last && start < size) {
+		fm->fm_start = start;
+		fm->fm_length = size - start;
+		fm->fm_flags = FIEMAP_FLAG_SYNC;
+		fm->fm_extent_count = NEXT;
+		if (ioctl(fd, FS_IOC_FIEMAP, fm) < 0) {
+			close(fd);
+			free(fm);
+			return UINT64_MAX;
+		}
+		if (fm->fm_mapped_extents == 0)
+			break;
+		for (uint32_t i = 0; i < fm->fm_mapped_extents; i++) {
+			struct fiemap_extent *e = &fm->fm_extents[i];
+			uint64_t a = e->fe_logical, b = a + e->fe_length;
+
+			b = b > size ? size : b;
+			if (!(e->fe_flags & FIEMAP_EXTENT_UNWRITTEN) && b > a)
+				written += b - a;
+			start = e->fe_logical + e->fe_length;
+			last = e->fe_flags & FIEMAP_EXTENT_LAST;
+		}
+	}
+	close(fd);
+	free(fm);
+	return size - written;
+}
+
+/* Overwrite an 8 MiB object @rounds times in 64 KiB pieces, then clean. */
+static void churn_and_clean(coil_store *s, int rounds)
+{
+	uint8_t *buf = malloc(BLK);
+	coil_obj *h;
+
+	cr_assert_eq(coil_obj_open(s, "churn", COIL_CREATE, &h), 0);
+	for (int r = 0; r < rounds; r++)
+		for (uint32_t b = 0; b < (8u << 20) / BLK; b++) {
+			block_fill(buf, BLK, b, (uint64_t)r + 1);
+			cr_assert_eq(coil_pwrite(h, buf, BLK, (uint64_t)b * BLK),
+				     BLK);
+		}
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_gt(cleaner_run_now(s, 32), 0, "the pass freed segments");
+	cr_assert_eq(cleaner_check_live(s), 0);
+	free(buf);
+}
+
+/* COIL_ZERO_FILL writes the whole file at creation (no hole, no unwritten
+ * extent), records it in the superblock, and freed segments are never
+ * punched, before or after a reopen without the flag; a store made without
+ * it is sparse and its freed segments are punched. */
+Test(engine_space, zero_fill_keeps_the_file_written, .timeout = 120)
+{
+	char path[256];
+	struct coil_options o;
+	coil_store *s;
+	uint64_t size = 64ull << 20, u;
+
+	et_path(path, sizeof(path), "space-zerofill");
+	et_opts(&o, path);
+	o.compression = "none";
+	o.flags |= COIL_ZERO_FILL;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_neq(s->sb.flags & FMT_SUPER_FILLED, 0);
+	u = unwritten_bytes(path, size);
+	if (u == UINT64_MAX)
+		cr_log_warn("no FIEMAP here: only the discard counts are checked");
+	else
+		cr_assert_eq(u, 0, "%lu bytes unwritten after a zero-filled "
+			     "creation", (unsigned long)u);
+	churn_and_clean(s, 4);
+	cr_assert_eq(stat_u64(s, "\"discards\":"), 0);
+	cr_assert_eq(coil_close(s), 0);
+	o.flags &= ~(COIL_CREATE | COIL_ZERO_FILL);
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_neq(s->sb.flags & FMT_SUPER_FILLED, 0, "the flag persists");
+	churn_and_clean(s, 3);
+	cr_assert_eq(stat_u64(s, "\"discards\":"), 0);
+	cr_assert_eq(coil_close(s), 0);
+	if (u != UINT64_MAX)
+		cr_assert_eq(unwritten_bytes(path, size), 0);
+	unlink(path);
+
+	/* the control: a fallocated store is punched as it is cleaned */
+	et_opts(&o, path);
+	o.compression = "none";
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(s->sb.flags & FMT_SUPER_FILLED, 0);
+	if (u != UINT64_MAX)
+		cr_assert_gt(unwritten_bytes(path, size), size / 2,
+			     "fallocate leaves the data area unwritten");
+	churn_and_clean(s, 4);
+	cr_assert_gt(stat_u64(s, "\"discards\":"), 0);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
 }

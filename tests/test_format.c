@@ -224,7 +224,7 @@ static void super_field_rejected(void (*mut)(struct fmt_super *), const char *wh
 MUT(m_version, s->version = 2)
 MUT(m_version0, s->version = 0)
 MUT(m_block, s->block_size = 512)
-MUT(m_flags, s->flags = 2)
+MUT(m_flags, s->flags = 4)
 MUT(m_maxblob_np2, s->max_blob = 65536 + 4096)
 MUT(m_maxblob_small, s->max_blob = 2048)
 MUT(m_maxblob_big, s->max_blob = 2 * FMT_BLOB_MAX)

@@ -9,6 +9,7 @@
  *   coil_prefetch=0|1
  *   coil_cache=BYTES       decoded-blob cache budget (empty = coil default)
  *   coil_workers=N         pool workers (0 = one per core)
+ *   coil_zero_fill=0|1     create the store written whole (COIL_ZERO_FILL)
  *
  * Every fio file is a coil object named by its filename.  Jobs run with
  * thread=1 in one fio process share one open store through a refcounted
@@ -53,6 +54,7 @@ struct coil_fio_options {
 	unsigned int prefetch;
 	char *cache;
 	unsigned int workers;
+	unsigned int zero_fill;
 };
 
 static struct fio_option options[] = {
@@ -130,6 +132,16 @@ static struct fio_option options[] = {
 		.group = FIO_OPT_G_INVALID,
 	},
 	{
+		.name = "coil_zero_fill",
+		.lname = "coil zero-filled store",
+		.type = FIO_OPT_BOOL,
+		.off1 = offsetof(struct coil_fio_options, zero_fill),
+		.help = "Create the store by writing the whole file (COIL_ZERO_FILL): no unwritten extents, freed segments not punched",
+		.def = "0",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
 		.name = NULL,
 	},
 };
@@ -186,7 +198,7 @@ static int options_fill(struct thread_data *td, struct coil_options *co)
 	uint64_t want;
 
 	coil_options_init(co);
-	co->flags = COIL_CREATE;
+	co->flags = COIL_CREATE | (fo->zero_fill ? COIL_ZERO_FILL : 0);
 	if (read_only)
 		co->flags = COIL_RDONLY;
 	if (fo->size) {
