@@ -220,6 +220,7 @@ def main():
          'coil_prefetch=1               ; readahead on/off',
          'coil_cache=64m                ; decoded-blob cache (default: coil\'s)',
          'coil_workers=0                ; pool threads, 0 = one per core',
+         'coil_zero_fill=0              ; 1 = create the store written whole, never punched',
          'thread=1                      ; jobs in one process share the store',
          '',
          '[job]',
