@@ -9,7 +9,9 @@ on a plain O_DIRECT file of the same size, same job, same run.
 Knobs: BENCH_FIO_SIZE_MIB (default 1024 x BENCH_SCALE), BENCH_FIO_RUNTIME
 (seconds per random-read run, default 5 x BENCH_SCALE), BENCH_FIO_CACHE
 (coil_cache for the coil side, default 8M so the cache cannot hold the data
-set and random reads go to the device like the peer's do), BENCH_PROFILE
+set and random reads go to the device like the peer's do),
+BENCH_FIO_ZERO_FILL (coil_zero_fill of coil's stores, default 1: written
+whole like the peer's prefilled file; 0 = the default sparse store), BENCH_PROFILE
 (1 = after the repeats, one more coil run per workload under `perf record`
 to show where coil's time goes; default 1 when perf works).
 """
@@ -23,6 +25,7 @@ import bench_common as bc
 SIZE = int(os.environ.get('BENCH_FIO_SIZE_MIB', str(int(1024 * bc.SCALE)))) << 20
 RUNTIME = max(1, int(float(os.environ.get('BENCH_FIO_RUNTIME', str(5 * bc.SCALE)))))
 CACHE = os.environ.get('BENCH_FIO_CACHE', '8M')
+ZERO_FILL = os.environ.get('BENCH_FIO_ZERO_FILL', '1')
 
 PLAIN = os.path.join(bc.VAR, 'plain.dat')
 STORE_R = os.path.join(bc.VAR, 'fio-read.coil')
@@ -47,7 +50,12 @@ def common(name, rw, bs, qd, extra):
 
 
 def coil_opts():
-    return dict(compression='none', cache=CACHE, size=str(SIZE * 3))
+    # The peer's file is written whole before the runs (prefill), so its
+    # writes are overwrites; coil's store is made the same way (a store
+    # written whole at creation, never punched: docs/space.md).
+    # BENCH_FIO_ZERO_FILL=0 measures the default sparse store instead.
+    return dict(compression='none', cache=CACHE, size=str(SIZE * 3),
+                zero_fill=ZERO_FILL)
 
 
 def prefill():

@@ -50,9 +50,14 @@ def img(lines, path, alt):
 
 def fio_section(d, L):
     L.append('### 1. fio: coil ioengine vs fio\'s io_uring engine on a plain file\n')
-    L.append('%d MiB object / file, coil compression off, coil_cache=%s, %d repeats '
+    zf = d['coil_options'].get('zero_fill', '0') == '1'
+    L.append('%d MiB object / file, coil compression off, coil_cache=%s, %s, %d repeats '
              '(medians; ratio = coil / io_uring).\n' % (d['size_bytes'] >> 20,
-                                                       d['coil_options'].get('cache'), d['repeats']))
+                                                       d['coil_options'].get('cache'),
+                                                       'coil_zero_fill=1 (the store written whole at creation, '
+                                                       'like the peer\'s prefilled file)' if zf else
+                                                       'coil_zero_fill=0 (a sparse, fallocated store)',
+                                                       d['repeats']))
     L.append('| workload | io_uring MiB/s | coil MiB/s | ratio | target | p99 io_uring µs | p99 coil µs | CPU µs/IO io_uring | CPU µs/IO coil |')
     L.append('|---|---|---|---|---|---|---|---|---|')
     tp, lat = [], []

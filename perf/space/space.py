@@ -15,7 +15,9 @@ Phases:
   repeats   REPEATS x (coil, io_uring) time-based runs of RUNTIME s each
 
 Knobs (environment): SPACE_SIZE_MIB (1024), SPACE_RUNTIME (15 s),
-SPACE_REPEATS (3), SPACE_AGE_MIB (2.2 x size), BUILD (build/release),
+SPACE_REPEATS (3), SPACE_AGE_MIB (2.2 x size), SPACE_ZERO_FILL (1: the
+store is written whole at creation and never punched, like the peer's
+prefilled file; 0: the default sparse store), BUILD (build/release),
 SPACE_DIR (var/space).  The default run takes about 3-4 minutes.
 """
 import json
@@ -29,6 +31,9 @@ SIZE = int(os.environ.get('SPACE_SIZE_MIB', '1024')) << 20
 RUNTIME = int(os.environ.get('SPACE_RUNTIME', '15'))
 REPEATS = max(1, int(os.environ.get('SPACE_REPEATS', '3')))
 AGE = int(os.environ.get('SPACE_AGE_MIB', str(int(SIZE * 2.2) >> 20))) << 20
+# coil_zero_fill: 1 = the store is written whole at creation and never
+# punched, like the peer's prefilled file (docs/space.md); 0 = sparse.
+ZERO_FILL = os.environ.get('SPACE_ZERO_FILL', '1')
 DIR = os.path.abspath(os.environ.get('SPACE_DIR', os.path.join(bc.ROOT, 'var', 'space')))
 PLAIN = os.path.join(DIR, 'plain.dat')
 STORE = os.path.join(DIR, 'space.coil')
@@ -43,6 +48,7 @@ def coil(extra, env_stats=True):
         os.unlink(STATS)
     doc = bc.fio(['--name=coil', '--filename=obj'] + JOB + extra +
                  bc.coil_args(STORE, compression='none', size=str(SIZE * 3),
+                              zero_fill=ZERO_FILL,
                               cache='8M'),
                  env={'COIL_FIO_STATS': STATS} if env_stats else None)
     st = {}
@@ -125,6 +131,7 @@ def main():
                      'a 3 GiB store vs io_uring on a plain 1 GiB file',
         'command': 'perf/bench_space.sh',
         'size_bytes': SIZE, 'store_bytes': 3 * SIZE, 'runtime_s': RUNTIME,
+        'zero_fill': ZERO_FILL == '1',
         'age_bytes': AGE, 'fresh_age_phase': fresh,
         'runs': runs, 'median': med,
         'ratio': {'iops': iops_ratio, 'p99': p99_ratio},
