@@ -164,11 +164,39 @@ static uint32_t find_leaf(const struct extmap *m, uint64_t off)
 	return lo;
 }
 
-/* First index in @l whose extent ends after @off. */
-static uint32_t leaf_lower_end(const struct extmap_leaf *l, uint64_t off)
+/* First index in leaf @li whose extent ends after @off.
+ *
+ * A leaf is 1.5 KiB: a plain binary search in it is ~5 dependent cache
+ * misses, the largest part of a random 4 KiB read's map lookup (measured:
+ * extmap_iter_init 7-9 % of the fio randread profile).  The leaf's extents
+ * lie in [key[li], key[li + 1]), and a map written in blob-sized pieces
+ * spaces them evenly, so first guess the index by interpolation and check
+ * it and its neighbour (one or two lines); only if the guess is off does
+ * the binary search run, on the side of the guess the answer is on. */
+static uint32_t leaf_lower_end(const struct extmap *m, uint32_t li,
+			       uint64_t off)
 {
+	const struct extmap_leaf *l = m->leaf[li];
 	uint32_t lo = 0, hi = l->n;
 
+	if (hi > 4 && li + 1 < m->nleaf && off >= m->key[li] &&
+	    off < m->key[li + 1]) {
+		uint64_t per = (m->key[li + 1] - m->key[li]) / hi;
+		uint64_t g64 = per ? (off - m->key[li]) / per : 0;
+		uint32_t g = (uint32_t)COIL_MIN(g64, (uint64_t)hi - 1);
+
+		if (l->e[g].off + l->e[g].len <= off) {
+			/* the answer is after g */
+			lo = g + 1;
+			if (lo < hi && l->e[lo].off + l->e[lo].len > off)
+				return lo;
+		} else {
+			/* the answer is g or before it */
+			if (g == 0 || l->e[g - 1].off + l->e[g - 1].len <= off)
+				return g;
+			hi = g;
+		}
+	}
 	while (lo < hi) {
 		uint32_t mid = lo + (hi - lo) / 2;
 		if (l->e[mid].off + l->e[mid].len <= off)
@@ -196,7 +224,7 @@ static void punch_reserved(struct extmap *m, uint64_t off, uint64_t len,
 		return;
 	end = off + len < off ? UINT64_MAX : off + len;
 	li = find_leaf(m, off);
-	i = leaf_lower_end(m->leaf[li], off);
+	i = leaf_lower_end(m, li, off);
 	while (li < m->nleaf) {
 		struct extmap_leaf *l = m->leaf[li];
 
@@ -291,7 +319,7 @@ int extmap_insert(struct extmap *m, const struct ext *e, extmap_drop_fn drop,
 		return 0;
 	}
 	li = find_leaf(m, e->off);
-	i = leaf_lower_end(m->leaf[li], e->off);
+	i = leaf_lower_end(m, li, e->off);
 	put_at(m, li, i, e);
 	return 0;
 }
@@ -324,7 +352,7 @@ void extmap_iter_init(struct extmap_iter *it, const struct extmap *m,
 	if (m->nleaf == 0)
 		return;
 	it->li = find_leaf(m, off);
-	it->i = leaf_lower_end(m->leaf[it->li], off);
+	it->i = leaf_lower_end(m, it->li, off);
 }
 
 const struct ext *extmap_iter_next(struct extmap_iter *it)
