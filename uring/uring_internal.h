@@ -53,12 +53,21 @@ enum {
 #define URING_MERGE_MAX 32u
 #define URING_MERGE_BYTES (1u << 20)
 #define URING_MERGE_SLOTS 16u
+/* IORING_OP_WRITEV_FIXED (Linux 6.15): a vectored write whose iovecs lie
+ * in one registered buffer (sqe->buf_index), so no page is pinned per
+ * request.  liburing 2.3's headers predate it; the value is the kernel's
+ * (uapi enum io_uring_op, append-only), and it is used only when the
+ * ring's probe says the kernel supports it. */
+#define URING_OP_WRITEV_FIXED_ 61
 /* queued ios (from the head) searched for each continuation */
 #define URING_MERGE_LOOK 64u
 
 struct uring_merge {
 	struct uring_io io;      /* what the kernel sees: WRITEV of iov[] */
 	unsigned n;
+	int reg;                 /* caller region (xreg) holding every
+				  * member, or -1 */
+	bool vfixed;             /* issued as WRITEV_FIXED */
 	struct uring_merge *next_free;
 	struct uring_io *m[URING_MERGE_MAX];
 	struct iovec iov[URING_MERGE_MAX];
@@ -141,6 +150,7 @@ struct uring {
 	unsigned local_turn;      /* per-turn issue bound */
 	struct uring_merge merge[URING_MERGE_SLOTS];
 	struct uring_merge *mfree;
+	bool vfixed;              /* the kernel has WRITEV_FIXED */
 
 	/* startup handshake with the ring thread */
 	pthread_mutex_t start_lock;

@@ -174,6 +174,14 @@ static int ring_setup(struct uring *r)
 	}
 	/* saves an fd lookup per io_uring_enter; optional */
 	(void)io_uring_register_ring_fd(&r->ring);
+	if (r->xreg_ok) {
+		struct io_uring_probe *pr = io_uring_get_probe_ring(&r->ring);
+
+		r->vfixed = pr && io_uring_opcode_supported(
+				pr, URING_OP_WRITEV_FIXED_);
+		if (pr)
+			io_uring_free_probe(pr);
+	}
 	return 0;
 }
 
@@ -281,7 +289,17 @@ static int issue_one(struct uring *r, struct uring_io *io)
 		if (io->_iflags & IF_MERGED) {
 			struct uring_merge *g = io->arg;
 
-			io_uring_prep_writev(sqe, fdx, g->iov, g->n, io->off);
+			g->vfixed = r->vfixed && g->reg >= 0;
+			if (g->vfixed) {
+				io_uring_prep_rw(URING_OP_WRITEV_FIXED_, sqe,
+						 fdx, g->iov, g->n, io->off);
+				sqe->buf_index = (uint16_t)(r->nbufs +
+							    (unsigned)g->reg);
+				STAT_ADD(r, fixed_ios, 1);
+			} else {
+				io_uring_prep_writev(sqe, fdx, g->iov, g->n,
+						     io->off);
+			}
 			io->_sub_len = io->len;
 		} else {
 			prep_rw(r, sqe, io, fdx);
@@ -390,7 +408,10 @@ static struct uring_io *merge_writes(struct uring *r, struct uring_io *io)
 	g->io.arg = g;
 	g->io._iflags = IF_MERGED;
 	g->n = 0;
+	g->reg = xreg_find(r, io->buf, io->len);
 	for (;;) {
+		if (g->reg >= 0 && xreg_find(r, io->buf, io->len) != g->reg)
+			g->reg = -1;
 		g->m[g->n] = io;
 		g->iov[g->n].iov_base = io->buf;
 		g->iov[g->n].iov_len = io->len;
@@ -482,6 +503,15 @@ static void merged_done(struct uring *r, struct uring_merge *g, int res)
 {
 	bool fail = res < 0 && res != -EAGAIN && res != -EINTR;
 	uint32_t left = res > 0 ? (uint32_t)res : 0;
+
+	if (g->vfixed && (res == -EINVAL || res == -EFAULT ||
+			  res == -EOPNOTSUPP)) {
+		/* the kernel refused the fixed vectored form: plain WRITEV
+		 * from now on, and these go again alone (a real error then
+		 * reaches each of them) */
+		r->vfixed = false;
+		fail = false;
+	}
 
 	COIL_ASSERT(left <= g->io.len);
 	for (unsigned i = 0; i < g->n; i++) {
