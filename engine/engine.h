@@ -258,6 +258,7 @@ struct engine_stats {
 	_Atomic uint64_t dev_bytes_written, dev_bytes_read;
 	_Atomic uint64_t flushes, fsyncs;
 	_Atomic uint64_t chunks, chunk_bytes, records;
+	_Atomic uint64_t chunks_overlapped; /* started with another in flight */
 	_Atomic uint64_t ckpts, ckpt_bytes, ckpt_ns_last, ckpt_failures;
 	_Atomic uint64_t journal_waits;
 	_Atomic uint64_t replayed_chunks, replayed_records;

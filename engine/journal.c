@@ -426,6 +426,8 @@ void journal_kick(struct coil_store *s)
 	c->res = 0;
 	c->chunk_len = chunk_len;
 	if (chunk_len) {
+		if (s->cyc_n > 1)
+			stat_add(&s->st.chunks_overlapped, 1);
 		c->chunk_lin = s->j_head_lin + waste;
 		c->chunk_seq = s->j_next_seq++;
 		s->j_head_lin = c->chunk_lin + chunk_len;
