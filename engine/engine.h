@@ -540,6 +540,9 @@ void read_blob_resume(struct rblob *rb);
 /* read.c, shared with readahead.c (dedupe): fill a DECODE task for blob @b
  * read at @rd_off into @iobuf, decoding into @dst; and decode @n such tasks
  * on this thread when the pool is saturated. */
+/* The read wants all of @rb's blob, in one piece: it can be decoded
+ * straight into the caller's buffer. */
+bool read_blob_whole(const struct rblob *rb);
 void read_decode_task(struct pool_task *t, const struct fmt_blob *fb,
 		      const struct blobd *b, const uint8_t *iobuf,
 		      uint64_t rd_off, uint8_t *dst);

@@ -172,9 +172,8 @@ static void read_decoded(struct pool_req *preq, void *arg)
 
 /* ---- decode steps shared with readahead.c -------------------------------- */
 
-/* The read wants all of this blob, in one piece (readahead.c's adoption
- * tests the same with rb->lo/hi). */
-static bool read_blob_whole(const struct rblob *rb)
+/* The read wants all of this blob, in one piece (engine.h). */
+bool read_blob_whole(const struct rblob *rb)
 {
 	const struct rpiece *pc = &rb->r->pc[rb->piece];
 

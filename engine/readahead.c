@@ -747,8 +747,7 @@ int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb)
 					if (!jb->decoding && !jb->direct &&
 					    jb->iobuf &&
 					    rb->b->codec != FMT_CODEC_RAW &&
-					    rb->npieces == 1 && rb->lo == 0 &&
-					    rb->hi == rb->b->logical_len) {
+					    read_blob_whole(rb)) {
 						jb->direct = rb;
 						rb->direct = true;
 					}

@@ -41,17 +41,26 @@ static void list_push_front(struct io_list *l, struct uring_io *io)
 	l->n++;
 }
 
+/* Remove io, which follows prev (NULL: io is the head). */
+static void list_unlink(struct io_list *l, struct uring_io *prev,
+			struct uring_io *io)
+{
+	if (prev)
+		prev->_next = io->_next;
+	else
+		l->head = io->_next;
+	if (l->tail == io)
+		l->tail = prev;
+	io->_next = NULL;
+	l->n--;
+}
+
 static struct uring_io *list_pop(struct io_list *l)
 {
 	struct uring_io *io = l->head;
 
-	if (io) {
-		l->head = io->_next;
-		if (!l->head)
-			l->tail = NULL;
-		io->_next = NULL;
-		l->n--;
-	}
+	if (io)
+		list_unlink(l, NULL, io);
 	return io;
 }
 
@@ -368,19 +377,27 @@ static struct uring_io *take_continuation(struct uring *r, uint64_t end,
 
 	for (unsigned look = 0; io && look < URING_MERGE_LOOK;
 	     p = io, io = io->_next, look++) {
-		if (!continues(io, end, len))
-			continue;
-		if (p)
-			p->_next = io->_next;
-		else
-			r->local.head = io->_next;
-		if (r->local.tail == io)
-			r->local.tail = p;
-		r->local.n--;
-		io->_next = NULL;
-		return io;
+		if (continues(io, end, len)) {
+			list_unlink(&r->local, p, io);
+			return io;
+		}
 	}
 	return NULL;
+}
+
+/* Append io to group g; g->reg stays a region only while every member
+ * lies in it. */
+static void merge_add(struct uring *r, struct uring_merge *g,
+		      struct uring_io *io)
+{
+	int xi = xreg_find(r, io->buf, io->len);
+
+	g->reg = g->n == 0 || xi == g->reg ? xi : -1;
+	g->m[g->n] = io;
+	g->iov[g->n].iov_base = io->buf;
+	g->iov[g->n].iov_len = io->len;
+	g->n++;
+	g->io.len += io->len;
 }
 
 /* io was just popped: gather the queued writes that continue it on the
@@ -408,21 +425,11 @@ static struct uring_io *merge_writes(struct uring *r, struct uring_io *io)
 	g->io.arg = g;
 	g->io._iflags = IF_MERGED;
 	g->n = 0;
-	g->reg = xreg_find(r, io->buf, io->len);
-	for (;;) {
-		if (g->reg >= 0 && xreg_find(r, io->buf, io->len) != g->reg)
-			g->reg = -1;
-		g->m[g->n] = io;
-		g->iov[g->n].iov_base = io->buf;
-		g->iov[g->n].iov_len = io->len;
-		g->n++;
-		g->io.len += io->len;
-		if (!nx)
-			break;
-		io = nx;
-		nx = g->n + 1 == URING_MERGE_MAX ? NULL :
-		     take_continuation(r, g->io.off + g->io.len + io->len,
-				       g->io.len + io->len);
+	merge_add(r, g, io);
+	for (io = nx; io;) {
+		merge_add(r, g, io);
+		io = g->n == URING_MERGE_MAX ? NULL :
+		     take_continuation(r, g->io.off + g->io.len, g->io.len);
 	}
 	return &g->io;
 }
