@@ -98,36 +98,18 @@ static struct cache_shard *shard_of(struct cache *c, uint64_t hash)
 	return &c->shards[i];
 }
 
-void *cache_alloc_value(size_t len)
-{
-	void *p = NULL;
-
-	if (len == 0 || len > UINT32_MAX)
-		return NULL;
-	if (len < 4096)
-		return malloc(len);
-	if (posix_memalign(&p, 4096, len))
-		return NULL;
-	return p;
-}
-
-void cache_free_value(void *buf)
-{
-	free(buf);
-}
-
 static void defer_free(struct defer *d, void *v)
 {
 	if (d->n < DEFER_MAX)
 		d->v[d->n++] = v;
 	else
-		free(v);
+		cache_free_value(v);
 }
 
 static void defer_run(struct defer *d)
 {
 	for (unsigned i = 0; i < d->n; i++)
-		free(d->v[i]);
+		cache_free_value(d->v[i]);
 	d->n = 0;
 }
 
@@ -340,7 +322,7 @@ int cache_insert(struct cache *c, const struct cache_key *key, void *value,
 			*out = &n->pub;
 		}
 		pthread_mutex_unlock(&s->lock);
-		free(value);
+		cache_free_value(value);
 		return 1;
 	}
 	if (charge > s->bytes_max)

@@ -76,13 +76,26 @@ int cache_create(const struct cache_options *o, struct cache **out);
  * cache_get/cache_insert must have been put before. */
 void cache_destroy(struct cache *c);
 
-/* Value buffers.  A value inserted into the cache must come from
- * cache_alloc_value (malloc family, i.e. jemalloc in shipped builds; 4 KiB
- * aligned when @len >= 4096 so a raw blob can be read with O_DIRECT straight
- * into it).  @return NULL if @len is 0 or allocation fails. */
+/* Value buffers (cache_value.c).  A value inserted into the cache must come
+ * from cache_alloc_value: the malloc family, 4 KiB aligned and a whole
+ * number of pages when @len >= 4096 (so a raw blob can be read with
+ * O_DIRECT straight into it), reused from a bounded process-wide stash of
+ * freed buffers when one of that size is there.
+ * @return NULL if @len is 0 or allocation fails. */
 void *cache_alloc_value(size_t len);
-/* Free a buffer from cache_alloc_value that the cache does not own.  NULL ok. */
+/* Free a buffer from cache_alloc_value that the cache does not own; it may
+ * go to the stash instead of the allocator.  NULL ok. */
 void cache_free_value(void *buf);
+
+struct cache_value_stats {
+	uint64_t bytes;   /* held by the stash now */
+	uint64_t reused;  /* allocations served from the stash */
+	uint64_t kept;    /* frees the stash took */
+	uint64_t dropped; /* frees it passed to free(): full, or no class */
+};
+void cache_value_stash_stats(struct cache_value_stats *st);
+/* Free everything the stash holds. */
+void cache_value_stash_trim(void);
 
 /* cache_insert flags */
 #define CACHE_INSERT_PREFETCH 1u  /* inserted by readahead, not yet demanded */

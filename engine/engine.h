@@ -196,6 +196,7 @@ struct rblob {
 	uint32_t npieces;       /* pieces of the read that use this blob */
 	uint32_t piece;         /* index of its first piece */
 	bool direct;            /* decoded straight into the caller's buffer */
+	bool use_once;          /* a prefetched entry this read takes whole */
 	int res;
 	struct uring_io io;
 	struct fmt_blob fb;
@@ -264,6 +265,7 @@ struct engine_stats {
 	_Atomic uint64_t replayed_chunks, replayed_records;
 	_Atomic uint64_t inline_encodes, inline_decodes;
 	_Atomic uint64_t prefetch_hints;
+	_Atomic uint64_t ra_use_once;  /* prefetched entries dropped after a whole read */
 };
 
 struct coil_store {

@@ -68,6 +68,13 @@ int bcache_lookup(struct coil_store *s, struct rblob *rb)
 		return 0;
 	}
 	COIL_ASSERT(rb->ce->len == rb->b->logical_len);
+	/* Use-once: the first demand of a blob readahead brought, taking it
+	 * whole, is a scan passing by.  bcache_release drops the entry, so
+	 * the value's memory goes back to the allocator for the next
+	 * prefetch instead of the scan filling the budget with fresh pages
+	 * (each first touch a page fault) and evicting what other readers
+	 * reuse.  A blob read in part stays: its other bytes are next. */
+	rb->use_once = rc == CACHE_HIT_PREFETCHED && read_blob_whole(rb);
 	return 1;
 }
 
@@ -94,9 +101,16 @@ void bcache_publish(struct coil_store *s, struct rblob *rb)
 
 void bcache_release(struct coil_store *s, struct rblob *rb)
 {
+	if (rb->ce && rb->use_once) {
+		struct cache_key k = rb_key(rb);
+
+		if (cache_invalidate(s->cache, &k) > 0)
+			stat_add(&s->st.ra_use_once, 1);
+	}
 	if (rb->ce)
 		cache_put(s->cache, rb->ce);
 	rb->ce = NULL;
+	rb->use_once = false;
 }
 
 void bcache_drop_blob(struct coil_store *s, const struct blobd *b,

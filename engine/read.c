@@ -385,6 +385,7 @@ static int add_piece(struct coil_store *s, struct rreq *r, struct blobd *b,
 		rb->npieces = 0;
 		rb->piece = r->npc;
 		rb->direct = false;
+		rb->use_once = false;
 		rb->gen = s->segs[seg_of(s, b->dev_off)].gen;
 		rb->ce = NULL;
 		rb->pf_next = NULL;

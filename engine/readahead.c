@@ -880,7 +880,7 @@ int readahead_stats_json(struct coil_store *s, char *buf, size_t len)
 		"\"blobs_fetched\":%llu,\"blobs_skipped_nomem\":%llu,"
 		"\"blobs_discarded\":%llu,\"demand_promotions\":%llu,"
 		"\"failures_not_matching\":%llu,\"ready_no_wait\":%llu,"
-		"\"report\":%s,"
+		"\"used_once_dropped\":%llu,\"report\":%s,"
 		"\"readahead\":{\"reads\":%llu,\"sequential_reads\":%llu,"
 		"\"random_reads\":%llu,\"rereads\":%llu,\"windows_grown\":%llu,"
 		"\"blobs_advised\":%llu,\"hints\":%llu,\"cancel_pattern\":%llu,"
@@ -896,6 +896,7 @@ int readahead_stats_json(struct coil_store *s, char *buf, size_t len)
 		U(rs ? atomic_load(&rs->demand_promotions) : 0),
 		U(rs ? atomic_load(&rs->fail_mismatch) : 0),
 		U(rs ? atomic_load(&rs->ready_no_wait) : 0),
+		U(atomic_load(&s->st.ra_use_once)),
 		rj[0] ? rj : "{}",
 		U(ras.reads), U(ras.sequential_reads), U(ras.random_reads),
 		U(ras.rereads), U(ras.windows_grown), U(ras.blobs_advised),

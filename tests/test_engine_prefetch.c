@@ -98,6 +98,58 @@ Test(engine_prefetch, sequential_reads_are_prefetched)
 	free(dst);
 }
 
+/* Use-once: a scan that takes each prefetched blob whole drops it from the
+ * cache as it goes (its memory serves the next prefetch); a reader that
+ * takes blobs in parts keeps them, and reading them again hits. */
+Test(engine_prefetch, whole_blob_scan_uses_prefetched_blobs_once)
+{
+	char path[256], js[16384];
+	struct coil_options o;
+	coil_store *s;
+	coil_obj *h;
+	size_t n = 4u << 20;
+	uint8_t *src = malloc(n), *dst = malloc(n);
+	uint64_t dropped, bytes, hits0;
+
+	s = make_store("pf-once", path, sizeof(path), &o, "once", src, n);
+	cr_assert_eq(coil_obj_open(s, "once", 0, &h), 0);
+	for (size_t off = 0; off < n; off += 65536)
+		cr_assert_eq(coil_pread(h, dst + off, 65536, off), 65536);
+	cr_assert(memcmp(src, dst, n) == 0);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
+	dropped = json_u64(js, "\"prefetch\"", "used_once_dropped");
+	bytes = json_u64(js, "\"cache\"", "bytes");
+	/* 64 blobs: the ones read after readahead caught up were dropped,
+	 * and what stays cached is at most the window still ahead */
+	cr_assert_geq(dropped, 40, "%s", js);
+	cr_assert_leq(bytes, 40u * 65536, "%s", js);
+	cr_assert_eq(coil_close(s), 0);
+
+	/* The same blobs read 16 KiB at a time: nothing is dropped ... */
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(coil_obj_open(s, "once", 0, &h), 0);
+	for (size_t off = 0; off < n; off += 16384)
+		cr_assert_eq(coil_pread(h, dst + off, 16384, off), 16384);
+	cr_assert(memcmp(src, dst, n) == 0);
+	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
+	cr_assert_eq(json_u64(js, "\"prefetch\"", "used_once_dropped"), 0,
+		     "%s", js);
+	cr_assert_gt(json_u64(js, "\"cache\"", "bytes"), 40u * 65536, "%s", js);
+	/* ... and a second pass over them hits the cache */
+	hits0 = json_u64(js, "\"cache\"", "hits");
+	for (size_t off = 0; off < n; off += 65536)
+		cr_assert_eq(coil_pread(h, dst + off, 65536, off), 65536);
+	cr_assert(memcmp(src, dst, n) == 0);
+	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
+	cr_assert_geq(json_u64(js, "\"cache\"", "hits"), hits0 + 60, "%s", js);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+	free(src);
+	free(dst);
+}
+
 Test(engine_prefetch, off_means_no_readahead)
 {
 	char path[256];
