@@ -108,41 +108,128 @@ struct snap {
 	uint64_t lin, next_seq, next_obj_id;
 };
 
+/* The arrays of a snapshot and the checkpoint's write buffer, grown as
+ * needed and kept for the next checkpoint (s->ckmem, under ckpt_mu).  A
+ * store with 262k extents snapshots 8 MiB and writes 12.6 MiB; allocated
+ * anew each time (glibc maps blocks that large fresh), every page of both
+ * was faulted in again each time, the snapshot's while holding mlock.  The
+ * cost is holding about 1.6x the last checkpoint's size between
+ * checkpoints. */
+struct ckpt_mem {
+	struct snap_obj *obj;
+	struct ext *ext;
+	char *names;
+	uint64_t *seg_live;
+	uint8_t *seg_state;
+	uint8_t *buf;
+	size_t cap_obj, cap_ext, cap_names, cap_buf;
+};
+
+void ckpt_mem_free(struct coil_store *s)
+{
+	struct ckpt_mem *m = s->ckmem;
+
+	if (!m)
+		return;
+	free(m->obj);
+	free(m->ext);
+	free(m->names);
+	free(m->seg_live);
+	free(m->seg_state);
+	free(m->buf);
+	free(m);
+	s->ckmem = NULL;
+}
+
+/* Make *@p hold @n elements of @size (grow-only, 1/8 slack so a growing
+ * map does not reallocate at every checkpoint).  @return 0 or -ENOMEM. */
+static int mem_fit(void **p, size_t *cap, size_t n, size_t size)
+{
+	void *q;
+
+	n = COIL_MAX(n, 1);
+	if (n <= *cap)
+		return 0;
+	n += n / 8;
+	q = realloc(*p, n * size);
+	if (!q)
+		return -ENOMEM;
+	*p = q;
+	*cap = n;
+	return 0;
+}
+
+/* The checkpoint's write buffer, @len bytes, 4 KiB aligned for O_DIRECT. */
+static uint8_t *ckpt_buf(struct ckpt_mem *m, size_t len)
+{
+	void *p;
+
+	if (len <= m->cap_buf)
+		return m->buf;
+	len = COIL_ALIGN_UP(len + len / 8, 4096);
+	if (posix_memalign(&p, 4096, len))
+		return NULL;
+	free(m->buf);
+	m->buf = p;
+	m->cap_buf = len;
+	return m->buf;
+}
+
 static void snap_release(struct snap *sn)
 {
 	for (uint64_t i = 0; i < sn->next; i++)
 		blobd_unref(sn->ext[i].b);
-	free(sn->obj);
-	free(sn->ext);
-	free(sn->names);
-	free(sn->seg_live);
-	free(sn->seg_state);
+	/* the arrays belong to s->ckmem */
 	memset(sn, 0, sizeof(*sn));
 }
 
 static int snap_take(struct coil_store *s, struct snap *sn)
 {
+	struct ckpt_mem *m = s->ckmem;
 	uint64_t nobj = 0, next = 0;
 	size_t names = 0, name_pos = 0;
+	uint64_t t0, held;
 
+	if (!m) {
+		m = calloc(1, sizeof(*m));
+		if (!m)
+			return -ENOMEM;
+		m->seg_live = malloc(COIL_MAX(s->nseg, 1) * sizeof(*m->seg_live));
+		m->seg_state = malloc(COIL_MAX(s->nseg, 1));
+		s->ckmem = m;
+		if (!m->seg_live || !m->seg_state)
+			return -ENOMEM; /* ckpt_mem_free at close */
+	}
 	pthread_mutex_lock(&s->mlock);
-	for (uint32_t b = 0; b < s->tab_cap; b++) {
-		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
-			nobj++;
-			next += o->map.n;
-			names += o->name_len;
+	for (;;) {
+		t0 = coil_now_ns();
+		nobj = next = names = 0;
+		for (uint32_t b = 0; b < s->tab_cap; b++) {
+			for (struct object *o = s->by_id[b]; o; o = o->id_next) {
+				nobj++;
+				next += o->map.n;
+				names += o->name_len;
+			}
 		}
-	}
-	sn->obj = malloc(COIL_MAX(nobj, 1) * sizeof(*sn->obj));
-	sn->ext = malloc(COIL_MAX(next, 1) * sizeof(*sn->ext));
-	sn->names = malloc(COIL_MAX(names, 1));
-	sn->seg_live = malloc(COIL_MAX(s->nseg, 1) * sizeof(*sn->seg_live));
-	sn->seg_state = malloc(COIL_MAX(s->nseg, 1));
-	if (!sn->obj || !sn->ext || !sn->names || !sn->seg_live ||
-	    !sn->seg_state) {
+		if (m->cap_obj && nobj <= m->cap_obj && m->cap_ext &&
+		    next <= m->cap_ext && m->cap_names && names <= m->cap_names)
+			break;
+		/* Grow outside the lock, then count again: the metadata
+		 * may change meanwhile. */
 		pthread_mutex_unlock(&s->mlock);
-		return -ENOMEM;
+		if (mem_fit((void **)&m->obj, &m->cap_obj, nobj,
+			    sizeof(*m->obj)) ||
+		    mem_fit((void **)&m->ext, &m->cap_ext, next,
+			    sizeof(*m->ext)) ||
+		    mem_fit((void **)&m->names, &m->cap_names, names, 1))
+			return -ENOMEM;
+		pthread_mutex_lock(&s->mlock);
 	}
+	sn->obj = m->obj;
+	sn->ext = m->ext;
+	sn->names = m->names;
+	sn->seg_live = m->seg_live;
+	sn->seg_state = m->seg_state;
 	for (uint32_t i = 0; i < s->nseg; i++) {
 		struct seg *g = &s->segs[i];
 		/* A pending segment holds nothing any record after the
@@ -176,7 +263,11 @@ static int snap_take(struct coil_store *s, struct snap *sn)
 	sn->lin = s->applied_end_lin;
 	sn->next_seq = s->applied_next_seq;
 	sn->next_obj_id = s->next_obj_id;
+	held = coil_now_ns() - t0;
 	pthread_mutex_unlock(&s->mlock);
+	atomic_store(&s->st.ckpt_snap_ns_last, held);
+	if (held > atomic_load(&s->st.ckpt_snap_ns_max))
+		atomic_store(&s->st.ckpt_snap_ns_max, held);
 	COIL_ASSERT(sn->nobj == nobj && sn->next == next);
 	return 0;
 }
@@ -221,9 +312,8 @@ int ckpt_write(struct coil_store *s, bool clean)
 		rc = -ENOSPC;
 		goto unlock;
 	}
-	if (posix_memalign((void **)&buf, 4096,
-			   FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK))) {
-		buf = NULL;
+	buf = ckpt_buf(s->ckmem, FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK));
+	if (!buf) {
 		rc = -ENOMEM;
 		goto unlock;
 	}
@@ -304,7 +394,6 @@ unlock:
 	atomic_store(&s->st.ckpt_ns_last, coil_now_ns() - t0);
 out:
 	pthread_mutex_unlock(&s->ckpt_mu);
-	free(buf);
 	if (rc < 0)
 		stat_add(&s->st.ckpt_failures, 1);
 	return rc;

@@ -133,6 +133,7 @@ struct cleaner {
 	_Atomic uint64_t reloc_failures, discards, discard_bytes;
 	_Atomic uint64_t discard_errors, throttled, throttle_ns;
 	_Atomic uint64_t throttle_ns_max, enospc_hints;
+	_Atomic uint64_t pick_lock_ns_last, pick_lock_ns_max; /* mlock held */
 	_Atomic bool discard_off;
 	_Atomic bool stopping;   /* close: finish the batch in flight only */
 };
@@ -870,18 +871,24 @@ static int clean_pass(struct cleaner *cl, uint32_t max_v)
 	struct coil_store *s = cl->s;
 	struct cand *cand = malloc(s->nseg * sizeof(*cand));
 	uint32_t nv, free0, free1, npending = 0;
+	uint64_t t0, held;
 	int rc = 0;
 
 	if (!cand)
 		return -ENOMEM;
 	pthread_mutex_lock(&s->mlock);
+	t0 = coil_now_ns();
 	free0 = s->free_segs;
 	nv = pick_victims(cl, max_v, cand);
 	for (uint32_t i = 0; i < s->nseg; i++)
 		npending += s->segs[i].state == SEG_PENDING;
 	if (nv)
 		rc = collect(cl);
+	held = coil_now_ns() - t0;
 	pthread_mutex_unlock(&s->mlock);
+	atomic_store(&cl->pick_lock_ns_last, held);
+	if (held > atomic_load(&cl->pick_lock_ns_max))
+		atomic_store(&cl->pick_lock_ns_max, held);
 	free(cand);
 	stat_add(&cl->passes, 1);
 	if (nv == 0 && npending == 0)
@@ -1281,7 +1288,8 @@ int cleaner_stats_fmt(struct coil_store *s, char *buf, size_t len)
 		"\"throttled_writes\":%llu,\"throttle_wait_ns\":%llu,"
 		"\"throttle_wait_ns_max\":%llu,\"enospc_after_wait\":%llu,"
 		"\"write_amplification\":%.4f,\"device_bytes_written\":%llu,"
-		"\"logical_bytes_written\":%llu}",
+		"\"logical_bytes_written\":%llu,\"pick_lock_ns_last\":%llu,"
+		"\"pick_lock_ns_max\":%llu}",
 		cl ? "true" : "false", c->reserve, c->clean_lo, c->throttle,
 		(unsigned long long)hist[0], (unsigned long long)hist[1],
 		(unsigned long long)hist[2], (unsigned long long)hist[3],
@@ -1297,6 +1305,7 @@ int cleaner_stats_fmt(struct coil_store *s, char *buf, size_t len)
 		LDA(c->discard_errors), LDA(c->throttled), LDA(c->throttle_ns),
 		LDA(c->throttle_ns_max), LDA(c->enospc_hints),
 		logical ? (double)dev / (double)logical : 0.0,
-		(unsigned long long)dev, (unsigned long long)logical);
+		(unsigned long long)dev, (unsigned long long)logical,
+		LDA(c->pick_lock_ns_last), LDA(c->pick_lock_ns_max));
 	return n < 0 ? -EIO : n;
 }

@@ -261,6 +261,9 @@ struct engine_stats {
 	_Atomic uint64_t chunks, chunk_bytes, records;
 	_Atomic uint64_t chunks_overlapped; /* started with another in flight */
 	_Atomic uint64_t ckpts, ckpt_bytes, ckpt_ns_last, ckpt_failures;
+	/* issue 7: how long a checkpoint's snapshot held mlock (writers'
+	 * apply and every read wait that long) */
+	_Atomic uint64_t ckpt_snap_ns_last, ckpt_snap_ns_max;
 	_Atomic uint64_t journal_waits;
 	_Atomic uint64_t replayed_chunks, replayed_records;
 	_Atomic uint64_t inline_encodes, inline_decodes;
@@ -355,6 +358,10 @@ struct coil_store {
 
 	/* ---- checkpoint thread ---- */
 	pthread_mutex_t ckpt_mu;
+	/* ckpt_write's working memory, kept from one checkpoint to the next
+	 * (ckpt_mu): allocated fresh each time, its pages were faulted in
+	 * again each time, the snapshot's under mlock (ckpt.c) */
+	struct ckpt_mem *ckmem;
 	pthread_mutex_t ck_mu;
 	pthread_cond_t ck_cond;
 	pthread_t ck_thread;
@@ -482,6 +489,7 @@ int meta_truncate(struct coil_store *s, struct object *o, uint64_t size);
 
 /* ---- ckpt.c ---- */
 int ckpt_write(struct coil_store *s, bool clean);
+void ckpt_mem_free(struct coil_store *s);
 int ckpt_load(struct coil_store *s);
 int ckpt_thread_start(struct coil_store *s);
 void ckpt_thread_stop(struct coil_store *s);

@@ -164,8 +164,10 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  LD(s->st.journal_waits), LD(s->st.replayed_chunks),
 		  LD(s->st.replayed_records), LD(s->st.chunks_overlapped));
 	sb_printf(&b, "\"checkpoint\":{\"count\":%llu,\"bytes_written\":%llu,"
-		  "\"last_ns\":%llu,\"failures\":%llu,\"seq\":%llu},",
+		  "\"last_ns\":%llu,\"snapshot_lock_ns_last\":%llu,"
+		  "\"snapshot_lock_ns_max\":%llu,\"failures\":%llu,\"seq\":%llu},",
 		  LD(s->st.ckpts), LD(s->st.ckpt_bytes), LD(s->st.ckpt_ns_last),
+		  LD(s->st.ckpt_snap_ns_last), LD(s->st.ckpt_snap_ns_max),
 		  LD(s->st.ckpt_failures), (unsigned long long)s->sb.ckpt_seq);
 	sb_printf(&b, "\"pool\":{\"workers\":%u,\"mode\":\"%s\",\"capacity\":%llu,"
 		  "\"in_flight\":%llu,\"peak_in_flight\":%llu,"

@@ -98,6 +98,7 @@ static void store_free(struct coil_store *s)
 	bcache_destroy(s);
 	objtab_destroy(s);
 	journal_destroy(s);
+	ckpt_mem_free(s);
 	reqs_destroy(s);
 	while (s->handles_free) {
 		struct coil_obj *h = s->handles_free;

@@ -188,6 +188,9 @@ static coil_store *store_open(const char *path, unsigned flags,
 
 	coil_options_init(&co);
 	co.flags = flags;
+	/* COIL_BENCH_WORKERS: the pool's thread count (default: one a core) */
+	if (getenv("COIL_BENCH_WORKERS"))
+		co.workers = (unsigned)strtoul(getenv("COIL_BENCH_WORKERS"), NULL, 0);
 	if (compression)
 		co.compression = compression;
 	if (size > co.size)

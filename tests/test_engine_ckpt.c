@@ -1,0 +1,165 @@
+/* tests/test_engine_ckpt.c — checkpoints keep their working memory from one
+ * to the next (engine/ckpt.c, struct ckpt_mem): the metadata growing and
+ * shrinking between checkpoints, and writers changing it while a checkpoint
+ * sizes its snapshot, still give a checkpoint that reopens to exactly what
+ * was written; the snapshot's lock hold is reported. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coil.h"
+#include "engine/engine.h"
+#include "tests/engine_test_util.h"
+
+#define OBJ_LEN (8u << 20)
+
+static uint64_t rng_next(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+/* 4 KiB writes at random 4 KiB offsets: each a blob and an extent of its
+ * own, so the extent count (and the checkpoint) grows with the writes. */
+static void scatter(coil_obj *h, uint8_t *model, unsigned n, uint64_t *rng)
+{
+	uint8_t buf[4096];
+
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t off = (rng_next(rng) % (OBJ_LEN / 4096)) * 4096;
+
+		for (unsigned k = 0; k < sizeof(buf); k++)
+			buf[k] = (uint8_t)(rng_next(rng) >> 24);
+		cr_assert_eq(coil_pwrite(h, buf, sizeof(buf), off), 4096);
+		memcpy(model + off, buf, sizeof(buf));
+	}
+}
+
+static void verify(coil_store *s, const uint8_t *model, uint64_t size)
+{
+	uint8_t *got = malloc(OBJ_LEN);
+	coil_obj *h;
+	uint64_t sz;
+
+	cr_assert_not_null(got);
+	cr_assert_eq(coil_obj_open(s, "o", 0, &h), 0);
+	cr_assert_eq(coil_obj_size(h, &sz), 0);
+	cr_assert_eq(sz, size);
+	cr_assert_eq(coil_pread(h, got, size, 0), (int64_t)size);
+	cr_assert(memcmp(got, model, size) == 0, "contents differ after reopen");
+	cr_assert_eq(coil_obj_close(h), 0);
+	free(got);
+}
+
+Test(engine_ckpt, memory_kept_across_growing_and_shrinking_metadata,
+     .timeout = 120)
+{
+	char path[256], js[16384];
+	struct coil_options o;
+	uint8_t *model = calloc(1, OBJ_LEN);
+	uint64_t rng = 0x9e3779b97f4a7c15ull, size = OBJ_LEN;
+	coil_store *s;
+	coil_obj *h;
+
+	cr_assert_not_null(model);
+	et_path(path, sizeof(path), "ckpt-mem");
+	et_opts(&o, path);
+	o.compression = "none";
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(coil_obj_open(s, "o", COIL_CREATE, &h), 0);
+	cr_assert_eq(coil_obj_truncate(h, OBJ_LEN), 0);
+	/* grow: each checkpoint has more extents than the buffers held */
+	for (unsigned round = 1; round <= 4; round++) {
+		scatter(h, model, 200 * round, &rng);
+		cr_assert_eq(ckpt_write(s, false), 0);
+	}
+	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
+	cr_assert_gt(json_u64(js, "\"checkpoint\"", "snapshot_lock_ns_last"), 0,
+		     "%s", js);
+	cr_assert_geq(json_u64(js, "\"checkpoint\"", "snapshot_lock_ns_max"),
+		      json_u64(js, "\"checkpoint\"", "snapshot_lock_ns_last"));
+	/* shrink: a smaller checkpoint in the larger buffers must not carry
+	 * a stale tail */
+	size = OBJ_LEN / 4;
+	cr_assert_eq(coil_obj_truncate(h, size), 0);
+	memset(model + size, 0, OBJ_LEN - size);
+	cr_assert_eq(ckpt_write(s, false), 0);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+
+	o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	verify(s, model, size);
+	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
+	/* what reopened came from the checkpoint, not a replay */
+	cr_assert_eq(json_u64(js, "\"journal\"", "replayed_records"), 0, "%s", js);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+	free(model);
+}
+
+struct writer {
+	coil_store *s;
+	uint8_t *model;
+	atomic_bool stop;
+	unsigned writes;
+};
+
+static void *writer_main(void *arg)
+{
+	struct writer *w = arg;
+	uint64_t rng = 0xdeadbeefcafef00dull;
+	coil_obj *h;
+
+	cr_assert_eq(coil_obj_open(w->s, "o", 0, &h), 0);
+	while (!atomic_load(&w->stop)) {
+		scatter(h, w->model, 16, &rng);
+		w->writes += 16;
+	}
+	cr_assert_eq(coil_obj_close(h), 0);
+	return NULL;
+}
+
+/* The metadata grows while checkpoints size their snapshot (counted under
+ * mlock, grown outside it, counted again): every checkpoint is whole. */
+Test(engine_ckpt, checkpoints_while_writers_grow_the_map, .timeout = 180)
+{
+	char path[256];
+	struct coil_options o;
+	struct writer w = { 0 };
+	pthread_t t;
+	coil_store *s;
+	coil_obj *h;
+
+	w.model = calloc(1, OBJ_LEN);
+	cr_assert_not_null(w.model);
+	et_path(path, sizeof(path), "ckpt-race");
+	et_opts(&o, path);
+	o.compression = "none";
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(coil_obj_open(s, "o", COIL_CREATE, &h), 0);
+	cr_assert_eq(coil_obj_truncate(h, OBJ_LEN), 0);
+	cr_assert_eq(coil_obj_close(h), 0);
+	w.s = s;
+	cr_assert_eq(pthread_create(&t, NULL, writer_main, &w), 0);
+	for (int i = 0; i < 40; i++)
+		cr_assert_eq(ckpt_write(s, false), 0);
+	atomic_store(&w.stop, true);
+	pthread_join(t, NULL);
+	cr_assert_gt(w.writes, 0);
+	/* the last checkpoint is taken with nothing in flight: reopen from
+	 * it alone and compare */
+	cr_assert_eq(ckpt_write(s, false), 0);
+	cr_assert_eq(coil_close(s), 0);
+	o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	verify(s, w.model, OBJ_LEN);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+	free(w.model);
+}
