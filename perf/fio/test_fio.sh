@@ -31,7 +31,7 @@ run() { fio --ioengine=external:"$PLUGIN" "$@" >"$W/out" 2>&1; }
 # not strip the "external:" prefix; it takes the plain path.)
 fio --enghelp="$PLUGIN" >"$W/out" 2>&1
 miss=
-for o in coil_store coil_size coil_compression coil_pool coil_prefetch coil_cache coil_workers; do
+for o in coil_store coil_size coil_compression coil_pool coil_prefetch coil_cache coil_workers coil_zero_fill coil_poll_us; do
 	grep -q "^$o\b\|^ *$o" "$W/out" || miss="$miss $o"
 done
 [ -z "$miss" ] && ok "enghelp lists all options" || bad "enghelp misses:$miss"
@@ -149,6 +149,16 @@ then
 	ok "coil_size/compression/pool/workers/prefetch/cache applied"
 else
 	bad "coil_size/compression/pool/workers/prefetch/cache applied"
+fi
+
+# 13. coil_poll_us: the reaper polls before it sleeps; several threads on
+# one store, every block verified, reads and writes
+if run --name=p --thread --numjobs=2 --coil_store="$W/p.coil" --rw=randrw \
+	--bs=4k --size=4m --iodepth=16 --coil_poll_us=50 --verify=crc32c \
+	--do_verify=1 && [ "$(grep -c "err= 0" "$W/out")" -ge 2 ]; then
+	ok "coil_poll_us=50 with 2 threads, verified"
+else
+	bad "coil_poll_us=50 with 2 threads, verified"
 fi
 
 echo "fio plugin: $pass passed, $fail failed"
