@@ -28,6 +28,24 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+/* Under AddressSanitizer a stashed buffer is poisoned until it is handed
+ * out again, so a use after cache_free_value is still reported. */
+#if defined(__SANITIZE_ADDRESS__)
+#define STASH_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define STASH_ASAN 1
+#endif
+#endif
+#ifdef STASH_ASAN
+#include <sanitizer/asan_interface.h>
+#define STASH_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define STASH_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define STASH_POISON(p, n) ((void)(p), (void)(n))
+#define STASH_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 #define PAGE 4096u
 #define STASH_CLASSES 4u
 #define STASH_DEPTH 64u
@@ -57,6 +75,7 @@ static void *stash_pop(uint32_t len)
 
 		if (c->len == len && c->n) {
 			p = c->v[--c->n];
+			STASH_UNPOISON(p, len);
 			stash.bytes -= len;
 			stash.reused++;
 			break;
@@ -86,6 +105,7 @@ static bool stash_push(void *p, uint32_t len)
 		c->len = len;
 	}
 	if (c && c->n < STASH_DEPTH && stash.bytes + len <= STASH_BYTES) {
+		STASH_POISON(p, len);
 		c->v[c->n++] = p;
 		stash.bytes += len;
 		stash.kept++;
@@ -147,8 +167,12 @@ void cache_value_stash_trim(void)
 	for (unsigned i = 0; i < STASH_CLASSES; i++) {
 		struct stash_class *c = &stash.cls[i];
 
-		while (c->n)
-			free(c->v[--c->n]);
+		while (c->n) {
+			void *p = c->v[--c->n];
+
+			STASH_UNPOISON(p, c->len);
+			free(p);
+		}
 		c->len = 0;
 	}
 	stash.bytes = 0;

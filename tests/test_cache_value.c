@@ -111,6 +111,24 @@ Test(cache_value, the_stash_stays_within_its_bounds)
 	free(v);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+/* A stashed buffer stays poisoned until it is handed out again. */
+Test(cache_value, a_stashed_buffer_is_poisoned_under_asan)
+{
+	uint8_t *v = cache_alloc_value(8192);
+
+	cr_assert_not_null(v);
+	cache_free_value(v);
+	cr_assert(__asan_address_is_poisoned(v));
+	cr_assert(__asan_address_is_poisoned(v + 8191));
+	v = cache_alloc_value(8192);
+	cr_assert(!__asan_address_is_poisoned(v));
+	cr_assert(!__asan_address_is_poisoned(v + 8191));
+	cache_free_value(v);
+}
+#endif
+
 struct churn {
 	int id;
 	int bad;
