@@ -282,6 +282,7 @@ struct coil_store {
 	bool direct;
 	bool is_blk;            /* a block device, not a regular file */
 	bool sync_writes;
+	bool inline_cb;         /* COIL_INLINE_CB */
 	int level;              /* zstd level, 0 = no compression */
 	unsigned pool_mode;
 	unsigned prefetch;

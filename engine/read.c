@@ -413,6 +413,7 @@ static int read_submit(struct coil_obj *h, void *buf, size_t len,
 	const struct ext *e;
 	struct rreq *r;
 	uint64_t end, pos;
+	uint32_t nio = 0;	/* blobs this call sent to the device */
 	int rc = 0;
 
 	r = rreq_get(s);
@@ -502,16 +503,18 @@ static int read_submit(struct coil_obj *h, void *buf, size_t len,
 		default:
 			break;
 		}
+		nio++;
 		rc = uring_submit(s->ring, &rb->io);
 		if (rc < 0)
 			read_io_done(&rb->io, rc);
 	}
 	readahead_on_read(h, off, r->len ? r->len : len);
 	if (atomic_fetch_sub(&r->pending, 1) == 1) {
-		if (inline_ok) {
-			/* The synchronous wrapper's own waiter: finishing
-			 * here is safe, and a read served by the cache then
-			 * costs no ring round trip (two thread switches). */
+		if (inline_ok || (s->inline_cb && nio == 0)) {
+			/* The synchronous wrapper's own waiter, or a caller
+			 * that asked for it (COIL_INLINE_CB): finishing here
+			 * is safe, and a read served by the cache then costs
+			 * no ring round trip (two thread switches). */
 			read_all_done(r);
 			return 0;
 		}

@@ -71,7 +71,7 @@ static int validate_options(const struct coil_options *o, int *level)
 	if (rc < 0)
 		return rc;
 	if (o->flags & ~(COIL_CREATE | COIL_RDONLY | COIL_NO_DIRECT |
-			 COIL_ZERO_FILL))
+			 COIL_ZERO_FILL | COIL_INLINE_CB))
 		return -EINVAL;
 	if ((o->flags & COIL_CREATE) && (o->flags & COIL_RDONLY))
 		return -EINVAL;
@@ -321,6 +321,7 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	s->rdonly = o->flags & COIL_RDONLY;
 	s->direct = !(o->flags & COIL_NO_DIRECT);
 	s->sync_writes = o->sync_writes != 0;
+	s->inline_cb = (o->flags & COIL_INLINE_CB) != 0;
 	s->level = level;
 	s->pool_mode = o->pool_mode;
 	s->prefetch = o->prefetch;

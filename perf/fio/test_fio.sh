@@ -31,7 +31,7 @@ run() { fio --ioengine=external:"$PLUGIN" "$@" >"$W/out" 2>&1; }
 # not strip the "external:" prefix; it takes the plain path.)
 fio --enghelp="$PLUGIN" >"$W/out" 2>&1
 miss=
-for o in coil_store coil_size coil_compression coil_pool coil_prefetch coil_cache coil_workers coil_zero_fill coil_poll_us; do
+for o in coil_store coil_size coil_compression coil_pool coil_prefetch coil_cache coil_workers coil_zero_fill coil_poll_us coil_inline_cb; do
 	grep -q "^$o\b\|^ *$o" "$W/out" || miss="$miss $o"
 done
 [ -z "$miss" ] && ok "enghelp lists all options" || bad "enghelp misses:$miss"
