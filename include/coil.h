@@ -60,7 +60,8 @@ typedef void (*coil_cb)(void *arg, int64_t res);
  * before coil_read returns, instead of a round trip through the ring thread
  * (two thread wake-ups, tens of microseconds on a virtual machine).  Only
  * for callers whose callback may run inside their own submitting call: it
- * must not take a lock the submitter holds. */
+ * must not take a lock the submitter holds, and a callback that submits the
+ * next read runs that read's callback nested (bound such chains). */
 #define COIL_INLINE_CB 0x20u
 
 /* Worker pool scheduling (coil_options.pool_mode). */
