@@ -51,9 +51,10 @@ def img(lines, path, alt):
 def fio_section(d, L):
     L.append('### 1. fio: coil ioengine vs fio\'s io_uring engine on a plain file\n')
     zf = d['coil_options'].get('zero_fill', '0') == '1'
-    L.append('%d MiB object / file, coil compression off, coil_cache=%s, %s, %d repeats '
+    L.append('%d MiB object / file, coil compression off, coil_cache=%s, coil_poll_us=%s, %s, %d repeats '
              '(medians; ratio = coil / io_uring).\n' % (d['size_bytes'] >> 20,
                                                        d['coil_options'].get('cache'),
+                                                       d['coil_options'].get('poll_us', '0'),
                                                        'coil_zero_fill=1 (the store written whole at creation, '
                                                        'like the peer\'s prefilled file)' if zf else
                                                        'coil_zero_fill=0 (a sparse, fallocated store)',
@@ -226,6 +227,8 @@ def main():
          'coil_cache=64m                ; decoded-blob cache (default: coil\'s)',
          'coil_workers=0                ; pool threads, 0 = one per core',
          'coil_zero_fill=0              ; 1 = create the store written whole, never punched',
+         'coil_poll_us=0                ; poll for completions up to N us before sleeping',
+         'coil_inline_cb=1              ; cache hits complete inside the submit (COIL_INLINE_CB)',
          'thread=1                      ; jobs in one process share the store',
          '',
          '[job]',
