@@ -78,6 +78,7 @@ static void child_run(const char *path, const struct coil_options *o,
 	}
 	if (rel_objs_open(s, l, h) < 0)
 		_exit(3);
+	atomic_fetch_add(&t->opened, 1);
 	for (int i = 0; i < NTHREADS; i++) {
 		th[i] = (struct child_thread){ .s = s, .h = h, .l = l, .t = t,
 					       .seed = seed, .idx = i,
@@ -87,6 +88,22 @@ static void child_run(const char *path, const struct coil_options *o,
 	}
 	for (;;)
 		pause();
+}
+
+/* Until the child of @pid is past coil_open (or gone, or 10 s). */
+static void wait_opened(struct rel_track *t, uint64_t opened0, pid_t pid)
+{
+	for (int i = 0; i < 50000 && atomic_load(&t->opened) == opened0; i++) {
+		siginfo_t si;
+
+		/* ended on its own? (WNOWAIT: the caller's waitpid still
+		 * reaps and reports it) */
+		memset(&si, 0, sizeof(si));
+		if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 ||
+		    si.si_pid != 0)
+			return;
+		usleep(200);
+	}
 }
 
 Test(rel, kill9, .timeout = 900)
@@ -115,16 +132,22 @@ Test(rel, kill9, .timeout = 900)
 		pid_t pid;
 		int wst;
 
+		uint64_t opened0 = atomic_load(&t->opened);
+
 		fflush(NULL);
 		pid = fork();
 		cr_assert_geq(pid, 0);
 		if (pid == 0)
 			child_run(path, &o, &l, t, seed, rel_mix(seed ^ c));
 		if (r % 3 == 0) {
+			/* from the fork: often inside open and recovery */
 			us = (useconds_t)(r >> 8) % 4000;
 			early++;
 		} else {
+			/* from the end of open, so a slow machine's recovery
+			 * does not eat the writing time */
 			us = 5000 + (useconds_t)((r >> 8) % 40000);
+			wait_opened(t, opened0, pid);
 		}
 		usleep(us);
 		kill(pid, SIGKILL);

@@ -82,6 +82,7 @@ struct rel_track {
 	_Atomic uint64_t submitted[REL_SLOTS_MAX]; /* highest version issued */
 	_Atomic uint64_t completed[REL_SLOTS_MAX]; /* highest version acked */
 	_Atomic uint64_t durable[REL_SLOTS_MAX];   /* acked before an ok flush */
+	_Atomic uint64_t opened;                   /* children past coil_open */
 };
 
 /* @nslots slots over @nobj objects with sizes from 512 B to ~200 KiB (one
