@@ -56,6 +56,22 @@ static void verify(coil_store *s, const uint8_t *model, uint64_t size)
 	free(got);
 }
 
+/* A new uncompressed store with object "o" of OBJ_LEN bytes (a hole), open
+ * in *@h. */
+static coil_store *new_store(const char *name, char *path, size_t plen,
+			     struct coil_options *o, coil_obj **h)
+{
+	coil_store *s;
+
+	et_path(path, plen, name);
+	et_opts(o, path);
+	o->compression = "none";
+	cr_assert_eq(coil_open(path, o, &s), 0);
+	cr_assert_eq(coil_obj_open(s, "o", COIL_CREATE, h), 0);
+	cr_assert_eq(coil_obj_truncate(*h, OBJ_LEN), 0);
+	return s;
+}
+
 Test(engine_ckpt, memory_kept_across_growing_and_shrinking_metadata,
      .timeout = 120)
 {
@@ -67,12 +83,7 @@ Test(engine_ckpt, memory_kept_across_growing_and_shrinking_metadata,
 	coil_obj *h;
 
 	cr_assert_not_null(model);
-	et_path(path, sizeof(path), "ckpt-mem");
-	et_opts(&o, path);
-	o.compression = "none";
-	cr_assert_eq(coil_open(path, &o, &s), 0);
-	cr_assert_eq(coil_obj_open(s, "o", COIL_CREATE, &h), 0);
-	cr_assert_eq(coil_obj_truncate(h, OBJ_LEN), 0);
+	s = new_store("ckpt-mem", path, sizeof(path), &o, &h);
 	/* grow: each checkpoint has more extents than the buffers held */
 	for (unsigned round = 1; round <= 4; round++) {
 		scatter(h, model, 200 * round, &rng);
@@ -138,12 +149,7 @@ Test(engine_ckpt, checkpoints_while_writers_grow_the_map, .timeout = 180)
 
 	w.model = calloc(1, OBJ_LEN);
 	cr_assert_not_null(w.model);
-	et_path(path, sizeof(path), "ckpt-race");
-	et_opts(&o, path);
-	o.compression = "none";
-	cr_assert_eq(coil_open(path, &o, &s), 0);
-	cr_assert_eq(coil_obj_open(s, "o", COIL_CREATE, &h), 0);
-	cr_assert_eq(coil_obj_truncate(h, OBJ_LEN), 0);
+	s = new_store("ckpt-race", path, sizeof(path), &o, &h);
 	cr_assert_eq(coil_obj_close(h), 0);
 	w.s = s;
 	cr_assert_eq(pthread_create(&t, NULL, writer_main, &w), 0);

@@ -78,6 +78,16 @@ static coil_store *open_store(const char *name, char *path, size_t plen,
 	return s;
 }
 
+static void finish(coil_store *s, coil_obj *h, const char *path, void *src,
+		   void *dst)
+{
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+	free(src);
+	free(dst);
+}
+
 Test(engine_inline_cb, cache_hits_complete_inside_the_call)
 {
 	char path[256];
@@ -105,11 +115,7 @@ Test(engine_inline_cb, cache_hits_complete_inside_the_call)
 	cr_assert(read_and_wait(h, dst, 8192, n + 65536, 8192));
 	for (int i = 0; i < 8192; i++)
 		cr_assert_eq(dst[i], 0);
-	cr_assert_eq(coil_obj_close(h), 0);
-	cr_assert_eq(coil_close(s), 0);
-	unlink(path);
-	free(src);
-	free(dst);
+	finish(s, h, path, src, dst);
 }
 
 Test(engine_inline_cb, without_the_flag_hits_complete_on_a_coil_thread)
@@ -127,11 +133,7 @@ Test(engine_inline_cb, without_the_flag_hits_complete_on_a_coil_thread)
 		      "a cache hit completed inside coil_read without the flag");
 	cr_assert(memcmp(dst, src + 65536 + 16384, 16384) == 0);
 	cr_assert_not(read_and_wait(h, dst, 4096, n + 8192, 0));
-	cr_assert_eq(coil_obj_close(h), 0);
-	cr_assert_eq(coil_close(s), 0);
-	unlink(path);
-	free(src);
-	free(dst);
+	finish(s, h, path, src, dst);
 }
 
 Test(engine_inline_cb, unknown_flags_are_still_refused)
