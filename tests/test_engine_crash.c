@@ -7,7 +7,10 @@
  *  powercut: >= 500 simulated power cuts through the uring fault seam at
  *            random I/O counts, reverting unflushed writes (all, a random
  *            subset, or torn sectors); every flushed write must come back,
- *            nothing torn or wrong. */
+ *            nothing torn or wrong.
+ * Those counts are the release run's.  COIL_REL_SCALE (tools/dev.sh sets
+ * 0.25 for the sanitizer run, where each cycle is several times slower)
+ * scales them, as it scales the rel suites. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
@@ -22,6 +25,16 @@
 #include "coil.h"
 #include "tests/engine_test_util.h"
 #include "uring/uring_fault.h"
+
+/* @base cycles times COIL_REL_SCALE (default 1), at least @base / 8. */
+static int scaled(int base)
+{
+	const char *e = getenv("COIL_REL_SCALE");
+	double f = e ? strtod(e, NULL) : 1.0;
+	int n = (int)(base * (f > 0 ? f : 1.0) + 0.5);
+
+	return n < base / 8 ? base / 8 : n;
+}
 
 #define SLOTS 8
 #define REC (200u * 1024 + 1000) /* 4 blobs of 64 KiB, the last partial */
@@ -247,7 +260,7 @@ Test(engine_crash, kill9_cycles, .timeout = 600)
 	struct shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
 				 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	uint64_t seed = 0x1234567 ^ (uint64_t)time(NULL);
-	int cycles = 100;
+	int cycles = scaled(100);
 
 	cr_assert_neq(sh, MAP_FAILED);
 	memset((void *)sh, 0, sizeof(*sh));
@@ -297,7 +310,7 @@ Test(engine_crash, powercut_cycles, .timeout = 900)
 	struct coil_options o;
 	struct shared *sh = calloc(1, sizeof(*sh));
 	uint64_t seed = 0xabcdef ^ (uint64_t)time(NULL);
-	int cycles = 500;
+	int cycles = scaled(500);
 	int64_t cuts = 0, open_cuts = 0;
 
 	make_store(path, sizeof(path), "powercut", &o);
@@ -348,7 +361,7 @@ Test(engine_crash, powercut_sync_writes, .timeout = 600)
 	struct coil_options o;
 	struct shared *sh = calloc(1, sizeof(*sh));
 	uint64_t seed = 0x5eed5 ^ (uint64_t)time(NULL);
-	int cycles = 150;
+	int cycles = scaled(150);
 	int64_t cuts = 0;
 
 	make_store(path, sizeof(path), "powercut-sync", &o);

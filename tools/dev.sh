@@ -188,18 +188,42 @@ run_suites() {
 	return $rc
 }
 
+# One fuzz target for $secs on a copy of its checked-in corpus; its verdict
+# goes to build/fuzz/NAME.status.
+fuzz_one() {
+	local exe=$1 secs=$2
+	local name=${exe##*/fuzz_}
+	local corpus="tests/fuzz/corpus/$name"
+	local work="build/fuzz/corpus-$name"
+	rm -rf "$work" && mkdir -p "$work"
+	[ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
+	if "$exe" -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=0 \
+		"$work" >"build/fuzz/$name.log" 2>&1; then
+		echo ok >"build/fuzz/$name.status"
+	else
+		echo FAILED >"build/fuzz/$name.status"
+	fi
+}
+
 run_fuzzers() {
-	local secs=${FUZZ_SECONDS:-15} rc=0 n=0
-	log "fuzz targets (${secs}s each, on their checked-in corpus)"
+	local secs=${FUZZ_SECONDS:-15} rc=0 n=0 running=0
+	local exes=()
+	log "fuzz targets (${secs}s each, on their checked-in corpus, $JOBS at a time)"
 	for exe in build/fuzz/tests/fuzz_*; do
 		[ -f "$exe" ] && [ -x "$exe" ] || continue
+		exes+=("$exe")
+		rm -f "build/fuzz/${exe##*/fuzz_}.status"
+		fuzz_one "$exe" "$secs" &
+		running=$((running + 1))
+		if [ "$running" -ge "$JOBS" ]; then
+			wait -n || true
+			running=$((running - 1))
+		fi
+	done
+	wait
+	for exe in "${exes[@]}"; do
 		local name=${exe##*/fuzz_}
-		local corpus="tests/fuzz/corpus/$name"
-		local work="build/fuzz/corpus-$name"
-		rm -rf "$work" && mkdir -p "$work"
-		[ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
-		if "$exe" -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=0 \
-			"$work" >"build/fuzz/$name.log" 2>&1; then
+		if [ "$(cat "build/fuzz/$name.status" 2>/dev/null)" = ok ]; then
 			echo "fuzz $name: ok ($(grep -c '' "build/fuzz/$name.log") log lines, 0 crashes)"
 		else
 			echo "fuzz $name: FAILED"; tail -n 40 "build/fuzz/$name.log"; rc=1
