@@ -13,7 +13,8 @@
  * What goes into the cache: every compressed blob a demand read wants part
  * of (decoded straight into a cache value, no extra copy) and every blob the
  * readahead fetches (compressed or raw, whole) unless a demand read that
- * wants it whole adopted it before its decode started.  A compressed blob a
+ * wants it whole adopted it before its decode started; the first demand
+ * read that takes such a blob whole drops it again (use-once, below).  A compressed blob a
  * read wants whole is decoded into the caller's buffer and not cached: no
  * value to allocate and fault in, no copy, and a scan does not evict.  A demand read of a raw blob
  * keeps the sector-only path (4 KiB read + verify) and inserts nothing: a

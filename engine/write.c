@@ -4,9 +4,11 @@
  *                            into blobs, one pool request of ENCODE tasks
  *   write_encoded (worker)   place the blobs in the active segment (packing
  *                            in place), build the journal record, submit the
- *                            data write(s)
- *   wreq_run_done (ring)     when every run is on the device, the record is
- *                            ready for its turn in the journal
+ *                            data write(s); the record joins the journal at
+ *                            once, its chunk written alongside the data
+ *                            (replay verifies every blob a record names)
+ *   wreq_run_done (ring)     when every run is on the device, the record may
+ *                            be applied and completed once its chunk is
  *   write_apply (ring, mlock) after the chunk: shadow the extents
  *   write_done (ring)        the user callback
  *
