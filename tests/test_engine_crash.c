@@ -9,7 +9,7 @@
  *            subset, or torn sectors); every flushed write must come back,
  *            nothing torn or wrong.
  * Those counts are the release run's.  COIL_REL_SCALE (tools/dev.sh sets
- * 0.25 for the sanitizer run, where each cycle is several times slower)
+ * 0.15 for the sanitizer run, where each cycle is several times slower)
  * scales them, as it scales the rel suites. */
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -244,7 +244,7 @@ cmd_test() {
 	build_asan
 	# The sanitizer pass runs every suite; the long crash/fault loops are
 	# scaled down there (their full counts run in the release pass above).
-	COIL_REL_SCALE=${COIL_ASAN_SCALE:-0.25} \
+	COIL_REL_SCALE=${COIL_ASAN_SCALE:-0.15} \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	LSAN_OPTIONS=suppressions="$ROOT/tests/lsan.supp":print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
