@@ -122,7 +122,7 @@ struct ckpt_mem {
 	uint64_t *seg_live;
 	uint8_t *seg_state;
 	uint8_t *buf;
-	size_t cap_obj, cap_ext, cap_names, cap_buf;
+	size_t cap_obj, cap_ext, cap_names, cap_live, cap_state, cap_buf;
 };
 
 void ckpt_mem_free(struct coil_store *s)
@@ -194,12 +194,12 @@ static int snap_take(struct coil_store *s, struct snap *sn)
 		m = calloc(1, sizeof(*m));
 		if (!m)
 			return -ENOMEM;
-		m->seg_live = malloc(COIL_MAX(s->nseg, 1) * sizeof(*m->seg_live));
-		m->seg_state = malloc(COIL_MAX(s->nseg, 1));
-		s->ckmem = m;
-		if (!m->seg_live || !m->seg_state)
-			return -ENOMEM; /* ckpt_mem_free at close */
+		s->ckmem = m; /* ckpt_mem_free at close */
 	}
+	if (mem_fit((void **)&m->seg_live, &m->cap_live, s->nseg,
+		    sizeof(*m->seg_live)) ||
+	    mem_fit((void **)&m->seg_state, &m->cap_state, s->nseg, 1))
+		return -ENOMEM;
 	pthread_mutex_lock(&s->mlock);
 	for (;;) {
 		t0 = coil_now_ns();
@@ -266,8 +266,7 @@ static int snap_take(struct coil_store *s, struct snap *sn)
 	held = coil_now_ns() - t0;
 	pthread_mutex_unlock(&s->mlock);
 	atomic_store(&s->st.ckpt_snap_ns_last, held);
-	if (held > atomic_load(&s->st.ckpt_snap_ns_max))
-		atomic_store(&s->st.ckpt_snap_ns_max, held);
+	stat_max(&s->st.ckpt_snap_ns_max, held);
 	COIL_ASSERT(sn->nobj == nobj && sn->next == next);
 	return 0;
 }

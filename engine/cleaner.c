@@ -887,8 +887,7 @@ static int clean_pass(struct cleaner *cl, uint32_t max_v)
 	held = coil_now_ns() - t0;
 	pthread_mutex_unlock(&s->mlock);
 	atomic_store(&cl->pick_lock_ns_last, held);
-	if (held > atomic_load(&cl->pick_lock_ns_max))
-		atomic_store(&cl->pick_lock_ns_max, held);
+	stat_max(&cl->pick_lock_ns_max, held);
 	free(cand);
 	stat_add(&cl->passes, 1);
 	if (nv == 0 && npending == 0)
@@ -1119,9 +1118,7 @@ void cleaner_throttle(struct coil_store *s, uint64_t need)
 	waited = coil_now_ns() - t0;
 	stat_add(&cl->throttled, 1);
 	stat_add(&cl->throttle_ns, waited);
-	for (uint64_t m = atomic_load(&cl->throttle_ns_max); waited > m &&
-	     !atomic_compare_exchange_weak(&cl->throttle_ns_max, &m, waited);)
-		;
+	stat_max(&cl->throttle_ns_max, waited);
 }
 
 /* ---- start / stop ---------------------------------------------------------- */

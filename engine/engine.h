@@ -572,6 +572,16 @@ static inline void stat_add(_Atomic uint64_t *c, uint64_t v)
 	atomic_fetch_add_explicit(c, v, memory_order_relaxed);
 }
 
+/* Raise *c to v if v is larger (a high-water mark). */
+static inline void stat_max(_Atomic uint64_t *c, uint64_t v)
+{
+	uint64_t m = atomic_load_explicit(c, memory_order_relaxed);
+
+	while (v > m && !atomic_compare_exchange_weak_explicit(
+			c, &m, v, memory_order_relaxed, memory_order_relaxed))
+		;
+}
+
 /* dedupe: the store is broken by @err unless an earlier error already
  * broke it (the first one is what later writes fail with). */
 static inline void store_break(struct coil_store *s, int err)
