@@ -132,6 +132,7 @@ struct ra_store {
 	struct ra_stats ra_closed;
 	_Atomic uint64_t jobs_started, blobs_fetched, blobs_skipped;
 	_Atomic uint64_t discarded_blobs, demand_promotions, fail_mismatch;
+	_Atomic uint64_t demand_takeovers; /* queued units demand read itself */
 	/* first demands of a unit whose prefetch had published and whose
 	 * blob was in the cache: ready before demand without any wait (the
 	 * report's ready_before_demand also counts demands that waited) */
@@ -727,6 +728,13 @@ int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb)
 			obs = PF_OBS_IN_FLIGHT;
 		}
 	}
+	if (obs == PF_OBS_QUEUED && pf_withdraw(&st->m, u) == 1) {
+		/* No slot to promote it: this read fetches the unit itself,
+		 * and the queued prefetch must not fetch it a second time
+		 * (a cache value nobody takes: fresh memory, and a page
+		 * fault per page, for every such blob of a scan). */
+		atomic_fetch_add(&s->ras->demand_takeovers, 1);
+	}
 	if (obs == PF_OBS_IN_FLIGHT) {
 		for (uint32_t i = 0; st->jobs && i < RA_JOBS && !ret; i++) {
 			j = &st->jobs[i];
@@ -879,7 +887,7 @@ int readahead_stats_json(struct coil_store *s, char *buf, size_t len)
 		"\"streams_total\":%llu,\"jobs_started\":%llu,"
 		"\"blobs_fetched\":%llu,\"blobs_skipped_nomem\":%llu,"
 		"\"blobs_discarded\":%llu,\"demand_promotions\":%llu,"
-		"\"failures_not_matching\":%llu,\"ready_no_wait\":%llu,"
+		"\"demand_takeovers\":%llu,\"failures_not_matching\":%llu,\"ready_no_wait\":%llu,"
 		"\"used_once_dropped\":%llu,\"report\":%s,"
 		"\"readahead\":{\"reads\":%llu,\"sequential_reads\":%llu,"
 		"\"random_reads\":%llu,\"rereads\":%llu,\"windows_grown\":%llu,"
@@ -894,6 +902,7 @@ int readahead_stats_json(struct coil_store *s, char *buf, size_t len)
 		U(rs ? atomic_load(&rs->blobs_skipped) : 0),
 		U(rs ? atomic_load(&rs->discarded_blobs) : 0),
 		U(rs ? atomic_load(&rs->demand_promotions) : 0),
+		U(rs ? atomic_load(&rs->demand_takeovers) : 0),
 		U(rs ? atomic_load(&rs->fail_mismatch) : 0),
 		U(rs ? atomic_load(&rs->ready_no_wait) : 0),
 		U(atomic_load(&s->st.ra_use_once)),

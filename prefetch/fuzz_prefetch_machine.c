@@ -97,9 +97,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		}
 		case 7:
-			w = (struct pf_work){ id, take(&in) % 4 };
-			rc = pf_rollback_admission(&m, &w);
-			COIL_ASSERT(rc == 0 || rc == -EINVAL);
+			if (take(&in) & 1) {
+				w = (struct pf_work){ id, take(&in) % 4 };
+				rc = pf_rollback_admission(&m, &w);
+				COIL_ASSERT(rc == 0 || rc == -EINVAL);
+			} else {
+				bool queued = pf_observe_demand(&m, id) ==
+					      PF_OBS_QUEUED;
+
+				rc = pf_withdraw(&m, id);
+				COIL_ASSERT(rc == (queued ? 1 : 0));
+				COIL_ASSERT(!queued || pf_observe_demand(&m, id) ==
+						       PF_OBS_UNSCHEDULED);
+			}
 			break;
 		case 8:
 			COIL_ASSERT(ra_on_read(&ra, (uint64_t)take(&in) * 1024,

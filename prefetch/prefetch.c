@@ -316,9 +316,9 @@ int pf_admit(struct pf_machine *m, struct pf_unit id, bool resident,
 	return PF_ADMITTED;
 }
 
-/* Takes slot @s out of the middle of the FIFO.  Only rollback and demand
- * promotion do this, both rare, so closing the gap by shifting is fine; the
- * order of the rest is kept. */
+/* Takes slot @s out of the middle of the FIFO (rollback, demand promotion,
+ * withdrawal).  The queue is at most its capacity long, so closing the gap
+ * by shifting is fine; the order of the rest is kept. */
 static void queue_remove(struct pf_machine *m, uint32_t s)
 {
 	uint32_t cap = m->queue_capacity, k;
@@ -391,6 +391,21 @@ int pf_begin_unit(struct pf_machine *m, struct pf_unit id,
 	m->report.started = sat_inc(m->report.started);
 	out->id = sl->id;
 	out->gen = sl->gen;
+	return 1;
+}
+
+int pf_withdraw(struct pf_machine *m, struct pf_unit id)
+{
+	if (!m || !m->slots)
+		return -EINVAL;
+
+	uint32_t s = slot_lookup(m, id);
+
+	if (s == NIL || m->slots[s].state != ST_QUEUED)
+		return 0;
+	queue_remove(m, s);
+	slot_free(m, s);
+	m->report.cancelled = sat_inc(m->report.cancelled);
 	return 1;
 }
 

@@ -115,7 +115,8 @@ struct pf_report {
 	uint64_t coalesced;            /* duplicates / resident folded in */
 	uint64_t started;              /* handed to the backend (begin_next) */
 	uint64_t completed;            /* published successfully */
-	uint64_t cancelled;            /* queued or in-flight work discarded */
+	uint64_t cancelled;            /* queued or in-flight work discarded
+					* (pf_cancel_all, pf_withdraw) */
 	uint64_t failed;               /* failures retained for demand */
 	uint64_t queue_capacity;       /* bound on admitted, unbegun work */
 	uint64_t peak_queue_occupancy; /* largest observed queue length */
@@ -214,6 +215,15 @@ int pf_begin_next(struct pf_machine *m, struct pf_work *out);
  * @return 1 with *@out filled, 0 if @id is not queued, -EINVAL on NULL. */
 int pf_begin_unit(struct pf_machine *m, struct pf_unit id,
 		  struct pf_work *out);
+
+/* Demand takeover: the demand read of @id will read the unit itself (it
+ * found it queued and the backend had no slot to promote it), so the queued
+ * operation is dropped, counted as cancelled.  Without this the dispatcher
+ * would fetch the unit again after demand had it: the same bytes read
+ * twice, and a published result nobody consumes.
+ * @return 1 if @id was queued and is gone, 0 if it was not queued (in
+ * flight or terminal work is never touched), -EINVAL on NULL. */
+int pf_withdraw(struct pf_machine *m, struct pf_unit id);
 
 /* Applies one exact backend completion.  @result: >= 0 success, < 0 the
  * backend's -errno (retained for demand).  @return enum pf_completion;

@@ -150,6 +150,91 @@ Test(engine_prefetch, whole_blob_scan_uses_prefetched_blobs_once)
 	free(dst);
 }
 
+/* A window of async reads, each many blobs long: QD @qd of @bs requests. */
+struct scan_win {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	unsigned inflight;
+	int err;
+};
+
+static void scan_cb(void *arg, int64_t res)
+{
+	struct scan_win *w = arg;
+
+	pthread_mutex_lock(&w->mu);
+	if (res < 0 && !w->err)
+		w->err = (int)res;
+	w->inflight--;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+static void scan_async(coil_obj *h, uint8_t *dst, size_t n, size_t bs,
+		       unsigned qd)
+{
+	struct scan_win w = { PTHREAD_MUTEX_INITIALIZER,
+			      PTHREAD_COND_INITIALIZER, 0, 0 };
+
+	for (size_t off = 0; off < n; off += bs) {
+		pthread_mutex_lock(&w.mu);
+		while (w.inflight >= qd)
+			pthread_cond_wait(&w.cv, &w.mu);
+		w.inflight++;
+		pthread_mutex_unlock(&w.mu);
+		cr_assert_eq(coil_read(h, dst + off, bs, off, scan_cb, &w), 0);
+	}
+	pthread_mutex_lock(&w.mu);
+	while (w.inflight)
+		pthread_cond_wait(&w.cv, &w.mu);
+	pthread_mutex_unlock(&w.mu);
+	cr_assert_eq(w.err, 0);
+}
+
+/* A scan with more blob demands in flight than readahead has job slots
+ * (QD 4 of 1 MiB reads: 64 blobs, 4 slots kept for demand).  A demand that
+ * finds its unit queued and cannot promote it reads the blob itself; the
+ * queued prefetch must then be withdrawn, or it fetches and decodes the
+ * blob a second time into a cache value nobody takes.  So: every blob is
+ * decoded exactly once, and every prefetched value is consumed. */
+Test(engine_prefetch, deep_scan_reads_each_blob_once, .timeout = 120)
+{
+	char path[256], js[16384];
+	struct coil_options o;
+	struct pf_report r;
+	coil_store *s;
+	coil_obj *h;
+	size_t n = 16u << 20;
+	uint8_t *src = malloc(n), *dst = malloc(n);
+	uint64_t decodes, zstd_blobs, inserts, hits;
+
+	s = make_store("pf-deep", path, sizeof(path), &o, "deep", src, n);
+	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
+	cr_assert_eq(json_u64(js, "\"pool\"", "tasks_run"), 0, "%s", js);
+	cr_assert_eq(coil_obj_open(s, "deep", 0, &h), 0);
+	scan_async(h, dst, n, 1u << 20, 4);
+	cr_assert(memcmp(src, dst, n) == 0);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
+	decodes = json_u64(js, "\"pool\"", "tasks_run") +
+		  json_u64(js, "\"io\"", "inline_decodes");
+	/* et_fill's blobs are half text: every one of the 256 compresses */
+	zstd_blobs = n / 65536;
+	cr_assert_eq(decodes, zstd_blobs, "decodes %llu for %llu blobs: %s",
+		     (unsigned long long)decodes,
+		     (unsigned long long)zstd_blobs, js);
+	inserts = json_u64(js, "\"cache\"", "inserts");
+	hits = json_u64(js, "\"cache\"", "hits");
+	cr_assert_eq(inserts, hits, "%s", js);
+	cr_assert_eq(json_u64(js, "\"cache\"", "entries"), 0, "%s", js);
+	get_report(s, &r);
+	check_report_adds_up(&r);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+	free(src);
+	free(dst);
+}
+
 Test(engine_prefetch, off_means_no_readahead)
 {
 	char path[256];

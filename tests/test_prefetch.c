@@ -533,3 +533,47 @@ Test(prefetch, demand_promotes_a_queued_unit_out_of_fifo_order)
 	cr_assert_eq(pf_begin_unit(NULL, U(0), &w), -EINVAL);
 	pf_destroy(&m);
 }
+
+/* Demand takeover: a queued unit demand reads itself is withdrawn — gone
+ * from the queue (the rest keep FIFO order), counted as cancelled so the
+ * report still adds up; work in flight or published is never touched. */
+Test(prefetch, demand_withdraws_a_queued_unit_it_reads_itself)
+{
+	struct pf_machine m;
+	struct pf_work w, first;
+	struct pf_report r;
+
+	cr_assert_eq(pf_init(&m, 8, 64), 0);
+	for (uint64_t b = 0; b < 4; b++)
+		pf_admit(&m, U(b), false, NULL);
+	cr_assert_eq(pf_begin_next(&m, &first), 1); /* unit 0 in flight */
+	cr_assert_eq(pf_withdraw(&m, U(2)), 1);
+	cr_assert_eq(pf_queue_len(&m), 2);
+	cr_assert_eq(pf_observe_demand(&m, U(2)), PF_OBS_UNSCHEDULED);
+	cr_assert_eq(pf_withdraw(&m, U(2)), 0, "already withdrawn");
+	cr_assert_eq(pf_withdraw(&m, U(0)), 0, "in flight stays");
+	cr_assert_eq(pf_withdraw(&m, U(9)), 0, "never admitted");
+	cr_assert_eq(pf_withdraw(NULL, U(0)), -EINVAL);
+	/* a withdrawn unit can be admitted again, like any unknown one */
+	cr_assert_eq(pf_admit(&m, U(2), false, NULL), PF_ADMITTED);
+	cr_assert_eq(pf_complete(&m, &first, 0), PF_PUBLISHED);
+	cr_assert_eq(pf_withdraw(&m, U(0)), 0, "published stays");
+	cr_assert_eq(pf_resolve_demand(&m, U(0), PF_NOT_WAITED, NULL),
+		     PF_RES_READY);
+
+	const uint64_t rest[] = { 1, 3, 2 };
+
+	for (unsigned i = 0; i < 3; i++) {
+		cr_assert_eq(pf_begin_next(&m, &w), 1);
+		cr_assert(pf_unit_eq(w.id, U(rest[i])), "FIFO order kept");
+		cr_assert_eq(pf_complete(&m, &w, 0), PF_PUBLISHED);
+	}
+	r = rep(&m);
+	cr_assert_eq(r.cancelled, 1);
+	cr_assert_eq(r.submitted, r.completed + r.failed + r.cancelled,
+		     "submitted %llu completed %llu cancelled %llu",
+		     (unsigned long long)r.submitted,
+		     (unsigned long long)r.completed,
+		     (unsigned long long)r.cancelled);
+	pf_destroy(&m);
+}
