@@ -102,6 +102,8 @@ def run_coil():
     return {'write_mb_per_cpu_s': wd['mb_per_cpu_s'],
             'read_mb_per_cpu_s': rd['mb_per_cpu_s'],
             'write_mb_s': wd['mb_s'], 'read_mb_s': rd['mb_s'],
+            'write_page_faults': wd.get('page_faults', 0),
+            'read_page_faults': rd.get('page_faults', 0),
             'write_p99_us': wd['latency']['p99_us'],
             'read_p99_us': rd['latency']['p99_us'],
             'ratio': logical / stored if stored else 0.0,
