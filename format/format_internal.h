@@ -20,4 +20,9 @@ static inline int fmt_name_ok(const char *name, size_t len)
 	return name && len >= 1 && len <= FMT_NAME_MAX && !memchr(name, 0, len);
 }
 
+#ifdef COIL_CSUM_AVX2
+/* format/csum_avx2.c: fmt_csum's AVX2 build, same values. */
+uint64_t fmt_csum_avx2(const void *p, size_t len);
+#endif
+
 #endif

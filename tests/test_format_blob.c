@@ -2,6 +2,7 @@
  * the 12.5 % rule, every corruption is -EIO, partial sector verification. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
+#include <xxhash.h>
 
 #include "format/format.h"
 
@@ -320,4 +321,32 @@ Test(format_blob, partial_sector_verification)
 	cr_assert_gt(fmt_blob_encode(cctx, 1, NULL, 0, src, len, enc, len, &z), 0);
 	cr_assert_eq(z.codec, FMT_CODEC_ZSTD);
 	cr_assert_eq(fmt_blob_verify_sectors(&z, 0, enc, 4096), -EINVAL);
+}
+
+/* fmt_csum is XXH3-64 whatever code computes it (an AVX2 build is picked at
+ * run time when the CPU has it): every length and alignment, against this
+ * file's own XXH3 (built without AVX2) and a known value, so a store
+ * written on one machine verifies on any other. */
+Test(format_blob, csum_is_xxh3_on_every_path)
+{
+	uint64_t x = 0x9E3779B97F4A7C15ull;
+
+	/* XXH3_64bits("") is 0x2D06800538D394C2 (xxHash's own test vector) */
+	cr_assert_eq(fmt_csum(src, 0), 0x2D06800538D394C2ull);
+	for (size_t i = 0; i < FMT_BLOB_MAX + 8192; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		src[i] = (uint8_t)x;
+	}
+	for (size_t len = 0; len <= 4200; len++)
+		cr_assert_eq(fmt_csum(src + (len % 61), len),
+			     XXH3_64bits(src + (len % 61), len), "len %zu", len);
+	for (size_t len = 4096; len <= FMT_BLOB_MAX; len = len * 2 + 13) {
+		cr_assert_eq(fmt_csum(src + 3, len), XXH3_64bits(src + 3, len),
+			     "len %zu", len);
+		cr_assert_eq(fmt_csum(src, len), XXH3_64bits(src, len),
+			     "len %zu", len);
+	}
+	cr_assert_eq(fmt_csum(src, FMT_BLOB_MAX), XXH3_64bits(src, FMT_BLOB_MAX));
 }
