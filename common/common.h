@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
+#include <stdio.h>
 
 #define COIL_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define COIL_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -74,6 +76,19 @@ static inline uint64_t coil_now_ns(void)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+/* Name the calling thread "coil-<what><n>" (n < 0: no number), so top -H,
+ * perf and gdb tell coil's threads from the application's.  Best effort:
+ * Linux keeps 15 characters. */
+static inline void coil_thread_name(const char *what, int n)
+{
+	char name[16];
+	int len = snprintf(name, 12, "coil-%s", what);
+
+	if (n >= 0 && len > 0)
+		snprintf(name + COIL_MIN(len, 11), 4, "%u", (unsigned)n % 1000u);
+	(void)pthread_setname_np(pthread_self(), name);
+}
+
 static inline uint64_t coil_thread_cpu_ns(void)
 {
 	struct timespec ts;

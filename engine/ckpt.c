@@ -434,6 +434,8 @@ static void *ckpt_main(void *arg)
 {
 	struct coil_store *s = arg;
 
+	coil_thread_name("ckpt", -1);
+
 	pthread_mutex_lock(&s->ck_mu);
 	for (;;) {
 		int rc;

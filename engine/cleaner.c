@@ -946,6 +946,7 @@ static void *cleaner_main(void *arg)
 	struct cleaner *cl = arg;
 	struct coil_store *s = cl->s;
 
+	coil_thread_name("clean", -1);
 	pthread_mutex_lock(&cl->mu);
 	for (;;) {
 		uint32_t force;

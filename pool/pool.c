@@ -377,6 +377,7 @@ static void *worker_main(void *arg)
 	struct pool *p = w->pool;
 
 	tls_worker = w;
+	coil_thread_name("pool", (int)w->index);
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
 		struct pool_req *r;

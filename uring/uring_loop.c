@@ -722,6 +722,7 @@ void *uring_thread_main(void *arg)
 	struct uring *r = arg;
 	int ret;
 
+	coil_thread_name("ring", -1);
 	uring_set_ring_thread(r);
 	ret = ring_setup(r);
 	pthread_mutex_lock(&r->start_lock);
