@@ -102,7 +102,9 @@ def codec_section(d, L):
     L.append('%d MiB of a tar of /usr/include, %d-byte blocks, level %d. Per core = logical bytes / '
              'CPU seconds: for coil, of the whole process (every coil thread); for libzstd, the '
              'codec alone on the same blocks on one thread; `zstd -b` prints wall-clock speed, '
-             'which a busy machine lowers, so it is shown for reference only. '
+             'which a busy machine lowers, so it is shown for reference only. Both coil_bench '
+             'sides touch the data from user space before their clocks start (a first touch '
+             'traps on these guests). '
              'Overhead = libzstd / coil − 1 (target ≤ 15 %%).\n' % (d['bytes'] >> 20, d['blob'], d['level']))
     z, c = d['median']['libzstd'], d['median']['coil']
     zc = d['median'].get('zstd_cli', {})
