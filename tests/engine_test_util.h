@@ -2,6 +2,7 @@
 #ifndef COIL_TEST_ENGINE_UTIL_H
 #define COIL_TEST_ENGINE_UTIL_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -16,6 +17,52 @@
 
 #ifndef TMPFS_MAGIC
 #define TMPFS_MAGIC 0x01021994
+/* Async completions counted: counter_add before each submit, count_cb as
+ * its callback, then counter_wait (all done) or counter_wait_below (a
+ * window: fewer than @n in flight). */
+struct counter {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int pending;
+	int calls;
+	int errors;
+};
+
+#define COUNTER_INIT { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0 }
+
+static inline void count_cb(void *arg, int64_t res)
+{
+	struct counter *c = arg;
+
+	pthread_mutex_lock(&c->mu);
+	c->pending--;
+	c->calls++;
+	if (res < 0)
+		c->errors++;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static inline void counter_wait_below(struct counter *c, int n)
+{
+	pthread_mutex_lock(&c->mu);
+	while (c->pending >= n)
+		pthread_cond_wait(&c->cv, &c->mu);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static inline void counter_wait(struct counter *c)
+{
+	counter_wait_below(c, 1);
+}
+
+static inline void counter_add(struct counter *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->pending++;
+	pthread_mutex_unlock(&c->mu);
+}
+
 #endif
 
 /* Stores live in the build dir (the tests' working directory): O_DIRECT

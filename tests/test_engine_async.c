@@ -13,41 +13,6 @@
 #include "coil.h"
 #include "tests/engine_test_util.h"
 
-struct counter {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int pending;
-	int calls;
-	int errors;
-};
-
-static void count_cb(void *arg, int64_t res)
-{
-	struct counter *c = arg;
-
-	pthread_mutex_lock(&c->mu);
-	c->pending--;
-	c->calls++;
-	if (res < 0)
-		c->errors++;
-	pthread_cond_signal(&c->cv);
-	pthread_mutex_unlock(&c->mu);
-}
-
-static void counter_wait(struct counter *c)
-{
-	pthread_mutex_lock(&c->mu);
-	while (c->pending)
-		pthread_cond_wait(&c->cv, &c->mu);
-	pthread_mutex_unlock(&c->mu);
-}
-
-static void counter_add(struct counter *c)
-{
-	pthread_mutex_lock(&c->mu);
-	c->pending++;
-	pthread_mutex_unlock(&c->mu);
-}
 
 static coil_store *open_store(char *path, size_t len, const char *tag)
 {
@@ -65,7 +30,7 @@ Test(engine_async, hundreds_in_flight, .timeout = 120)
 {
 	char path[256];
 	coil_store *s = open_store(path, sizeof(path), "async-many");
-	struct counter c = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0 };
+	struct counter c = COUNTER_INIT;
 	const int n = 400, sz = 12288;
 	uint8_t *data = malloc((size_t)n * sz), *rd = malloc((size_t)n * sz);
 	coil_obj *h;
@@ -104,7 +69,7 @@ Test(engine_async, overlapping_apply_in_submission_order, .timeout = 120)
 {
 	char path[256];
 	coil_store *s = open_store(path, sizeof(path), "async-order");
-	struct counter c = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0 };
+	struct counter c = COUNTER_INIT;
 	const uint32_t region = 1u << 20;
 	const int n = 300;
 	uint8_t *model = calloc(1, region), *rd = malloc(region);

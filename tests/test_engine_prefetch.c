@@ -150,45 +150,19 @@ Test(engine_prefetch, whole_blob_scan_uses_prefetched_blobs_once)
 	free(dst);
 }
 
-/* A window of async reads, each many blobs long: QD @qd of @bs requests. */
-struct scan_win {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	unsigned inflight;
-	int err;
-};
-
-static void scan_cb(void *arg, int64_t res)
-{
-	struct scan_win *w = arg;
-
-	pthread_mutex_lock(&w->mu);
-	if (res < 0 && !w->err)
-		w->err = (int)res;
-	w->inflight--;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->mu);
-}
-
+/* Read [0, n) in @bs requests, @qd in flight. */
 static void scan_async(coil_obj *h, uint8_t *dst, size_t n, size_t bs,
-		       unsigned qd)
+		       int qd)
 {
-	struct scan_win w = { PTHREAD_MUTEX_INITIALIZER,
-			      PTHREAD_COND_INITIALIZER, 0, 0 };
+	struct counter c = COUNTER_INIT;
 
 	for (size_t off = 0; off < n; off += bs) {
-		pthread_mutex_lock(&w.mu);
-		while (w.inflight >= qd)
-			pthread_cond_wait(&w.cv, &w.mu);
-		w.inflight++;
-		pthread_mutex_unlock(&w.mu);
-		cr_assert_eq(coil_read(h, dst + off, bs, off, scan_cb, &w), 0);
+		counter_wait_below(&c, qd);
+		counter_add(&c);
+		cr_assert_eq(coil_read(h, dst + off, bs, off, count_cb, &c), 0);
 	}
-	pthread_mutex_lock(&w.mu);
-	while (w.inflight)
-		pthread_cond_wait(&w.cv, &w.mu);
-	pthread_mutex_unlock(&w.mu);
-	cr_assert_eq(w.err, 0);
+	counter_wait(&c);
+	cr_assert_eq(c.errors, 0);
 }
 
 /* A scan with more blob demands in flight than readahead has job slots
