@@ -82,10 +82,12 @@ static inline uint64_t coil_now_ns(void)
 static inline void coil_thread_name(const char *what, int n)
 {
 	char name[16];
-	int len = snprintf(name, 12, "coil-%s", what);
 
-	if (n >= 0 && len > 0)
-		snprintf(name + COIL_MIN(len, 11), 4, "%u", (unsigned)n % 1000u);
+	if (n >= 0)
+		snprintf(name, sizeof(name), "coil-%.5s%u", what,
+			 (unsigned)n % 1000u);
+	else
+		snprintf(name, sizeof(name), "coil-%.10s", what);
 	(void)pthread_setname_np(pthread_self(), name);
 }
 

@@ -211,8 +211,10 @@ static int snap_take(struct coil_store *s, struct snap *sn)
 				names += o->name_len;
 			}
 		}
-		if (m->cap_obj && nobj <= m->cap_obj && m->cap_ext &&
-		    next <= m->cap_ext && m->cap_names && names <= m->cap_names)
+		/* mem_fit sizes for at least one element, as here */
+		if (COIL_MAX(nobj, 1) <= m->cap_obj &&
+		    COIL_MAX(next, 1) <= m->cap_ext &&
+		    COIL_MAX(names, 1) <= m->cap_names)
 			break;
 		/* Grow outside the lock, then count again: the metadata
 		 * may change meanwhile. */

@@ -727,8 +727,7 @@ int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb)
 			}
 			obs = PF_OBS_IN_FLIGHT;
 		}
-	}
-	if (obs == PF_OBS_QUEUED && pf_withdraw(&st->m, u) == 1) {
+	} else if (obs == PF_OBS_QUEUED && pf_withdraw(&st->m, u) == 1) {
 		/* No slot to promote it: this read fetches the unit itself,
 		 * and the queued prefetch must not fetch it a second time
 		 * (a cache value nobody takes: fresh memory, and a page
