@@ -196,6 +196,9 @@ struct rblob {
 	uint32_t npieces;       /* pieces of the read that use this blob */
 	uint32_t piece;         /* index of its first piece */
 	bool direct;            /* decoded straight into the caller's buffer */
+	bool dec_value;         /* dec came from the cache's allocator: it may
+				 * be handed to the cache (a bufpool fallback
+				 * may not) */
 	bool use_once;          /* a prefetched entry this read takes whole */
 	int res;
 	struct uring_io io;
@@ -384,6 +387,10 @@ struct coil_store {
 	/* issue 8: decoded-blob cache (NULL: cache_bytes 0) and the
 	 * store-wide readahead state (live streams, closed reports) */
 	struct cache *cache;
+	/* tests: bcache_value_alloc fails (the read falls back to bufpool);
+	 * only the COIL_FAULT_SEAM build looks at it.  Not under the #ifdef
+	 * itself, so every translation unit sees one layout. */
+	atomic_bool fault_value_alloc;
 	struct ra_store *ras;
 };
 

@@ -83,6 +83,10 @@ void *bcache_value_alloc(struct coil_store *s, uint32_t len)
 {
 	if (!s->cache)
 		return NULL;
+#ifdef COIL_FAULT_SEAM
+	if (atomic_load(&s->fault_value_alloc))
+		return NULL;
+#endif
 	return cache_alloc_value(len);
 }
 

@@ -163,7 +163,8 @@ static void read_decoded(struct pool_req *preq, void *arg)
 		if (r->tasks[i].result < 0) {
 			rb->res = -EIO;
 			stat_add(&r->s->st.csum_failures, 1);
-		} else if (rb->dec) {
+		} else if (rb->dec && rb->dec_value) {
+			/* a bufpool fallback is never the cache's to free */
 			bcache_publish(r->s, rb);
 		}
 	}
@@ -286,6 +287,7 @@ static void read_all_done(struct rreq *r)
 		rb->direct = read_blob_whole(rb);
 		if (!rb->direct)
 			rb->dec = bcache_value_alloc(s, rb->b->logical_len);
+		rb->dec_value = rb->dec != NULL;
 		if (!rb->direct && !rb->dec)
 			rb->dec = bufpool_get(&s->bp, rb->b->logical_len);
 		if (!rb->direct && !rb->dec) {
@@ -385,6 +387,7 @@ static int add_piece(struct coil_store *s, struct rreq *r, struct blobd *b,
 		rb->npieces = 0;
 		rb->piece = r->npc;
 		rb->direct = false;
+		rb->dec_value = false;
 		rb->use_once = false;
 		rb->gen = s->segs[seg_of(s, b->dev_off)].gen;
 		rb->ce = NULL;
