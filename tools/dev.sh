@@ -68,8 +68,11 @@ deps_fio_source() {
 	local ver dir
 	ver=$(dpkg-query -W -f='${Version}' fio)
 	dir="$CACHE/fio-src-$ver"
+	# The link is relative: a checkout whose .cache is a symlink to
+	# another's (a worktree sharing the download) must not point the
+	# shared link into itself.
 	if [ -f "$dir/.configured" ]; then
-		ln -sfn "$dir" "$CACHE/fio-src"
+		ln -sfn "fio-src-$ver" "$CACHE/fio-src"
 		return
 	fi
 	log "fetching fio $ver source (apt-get source)"
@@ -83,7 +86,7 @@ deps_fio_source() {
 	(cd "$tree" && ./configure >/dev/null)
 	rm -rf "$dir" && mv "$tree" "$dir" && rm -rf "$dir.tmp"
 	touch "$dir/.configured"
-	ln -sfn "$dir" "$CACHE/fio-src"
+	ln -sfn "fio-src-$ver" "$CACHE/fio-src"
 }
 
 cmd_deps() {
