@@ -8,18 +8,30 @@
 
 #include "engine/engine.h"
 
-/* A handle is checked by its magic: closed handles keep their memory (in
- * the store's free list) until the store closes, so use after close is
- * -EBADF rather than a crash. */
-static int handle_check(struct coil_obj *h)
+/* Every call on a handle runs between handle_enter and handle_leave.
+ * Closed handles keep their memory (in the store's free list) until the
+ * store closes, so use after close is -EBADF rather than a crash; and a
+ * close racing a call on another thread is either seen by the call
+ * (-EBADF) or waits for it: the call counts itself in h->inflight before
+ * it looks at the magic, coil_obj_close marks the magic dead before it
+ * waits for h->inflight to drain (both sequentially consistent, so at
+ * least one of them sees the other).  Only then does close drop h->obj. */
+static int handle_enter(struct coil_obj *h)
 {
 	if (!h)
 		return -EINVAL;
-	if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_MAGIC)
+	atomic_fetch_add(&h->inflight, 1);
+	if (__atomic_load_n(&h->magic, __ATOMIC_SEQ_CST) != HANDLE_MAGIC ||
+	    __atomic_load_n(&h->obj->removed, __ATOMIC_ACQUIRE)) {
+		atomic_fetch_sub(&h->inflight, 1);
 		return -EBADF;
-	if (__atomic_load_n(&h->obj->removed, __ATOMIC_ACQUIRE))
-		return -EBADF;
+	}
 	return 0;
+}
+
+static void handle_leave(struct coil_obj *h)
+{
+	atomic_fetch_sub(&h->inflight, 1);
 }
 
 /* An open store and an object name of 1..COIL_NAME_MAX bytes before its
@@ -141,15 +153,16 @@ COIL_API int coil_obj_close(coil_obj *h)
 	s = h->s;
 	if (engine_on_coil_thread(s))
 		return -EDEADLK;
-	while (atomic_load(&h->inflight))
-		usleep(100);
 	pthread_mutex_lock(&s->mlock);
 	if (h->magic != HANDLE_MAGIC) {
 		pthread_mutex_unlock(&s->mlock);
 		return -EBADF; /* closed concurrently */
 	}
-	__atomic_store_n(&h->magic, HANDLE_MAGIC_DEAD, __ATOMIC_RELEASE);
+	__atomic_store_n(&h->magic, HANDLE_MAGIC_DEAD, __ATOMIC_SEQ_CST);
 	pthread_mutex_unlock(&s->mlock);
+	/* calls that got past handle_enter, and their requests in flight */
+	while (atomic_load(&h->inflight))
+		usleep(100);
 	/* issue 8: cancel its readahead and wait for the prefetch I/O (the
 	 * stream maps units through h->obj, so before the put) */
 	readahead_close(h);
@@ -191,12 +204,10 @@ COIL_API int coil_obj_remove(coil_store *s, const char *name)
 	return rc;
 }
 
-COIL_API int coil_obj_size(coil_obj *h, uint64_t *size)
+static int obj_size(struct coil_obj *h, uint64_t *size)
 {
-	int rc = handle_check(h);
+	int rc = 0;
 
-	if (rc < 0)
-		return rc;
 	if (!size)
 		return -EINVAL;
 	pthread_mutex_lock(&h->s->mlock);
@@ -208,12 +219,21 @@ COIL_API int coil_obj_size(coil_obj *h, uint64_t *size)
 	return rc;
 }
 
-COIL_API int coil_obj_truncate(coil_obj *h, uint64_t size)
+COIL_API int coil_obj_size(coil_obj *h, uint64_t *size)
 {
-	int rc = handle_check(h);
+	int rc = handle_enter(h);
 
 	if (rc < 0)
 		return rc;
+	rc = obj_size(h, size);
+	handle_leave(h);
+	return rc;
+}
+
+static int obj_truncate(struct coil_obj *h, uint64_t size)
+{
+	int rc;
+
 	if (size > ENGINE_OBJ_SIZE_MAX)
 		return -EFBIG;
 	rc = store_writable_check(h->s);
@@ -225,14 +245,21 @@ COIL_API int coil_obj_truncate(coil_obj *h, uint64_t size)
 	return meta_truncate(h->s, h->obj, size);
 }
 
-static int io_check(struct coil_obj *h, const void *buf, size_t len,
-		    uint64_t off)
+COIL_API int coil_obj_truncate(coil_obj *h, uint64_t size)
 {
-	uint64_t end;
-	int rc = handle_check(h);
+	int rc = handle_enter(h);
 
 	if (rc < 0)
 		return rc;
+	rc = obj_truncate(h, size);
+	handle_leave(h);
+	return rc;
+}
+
+static int io_args(const void *buf, size_t len, uint64_t off)
+{
+	uint64_t end;
+
 	if (!buf && len)
 		return -EINVAL;
 	if (coil_add_overflows(off, len, &end))
@@ -240,10 +267,10 @@ static int io_check(struct coil_obj *h, const void *buf, size_t len,
 	return 0;
 }
 
-COIL_API int coil_write(coil_obj *h, const void *buf, size_t len, uint64_t off,
-			coil_cb cb, void *arg)
+static int write_submit(struct coil_obj *h, const void *buf, size_t len,
+			uint64_t off, coil_cb cb, void *arg)
 {
-	int rc = io_check(h, buf, len, off);
+	int rc = io_args(buf, len, off);
 
 	if (rc < 0)
 		return rc;
@@ -257,17 +284,45 @@ COIL_API int coil_write(coil_obj *h, const void *buf, size_t len, uint64_t off,
 	return engine_write(h, buf, len, off, cb, arg);
 }
 
-COIL_API int coil_read(coil_obj *h, void *buf, size_t len, uint64_t off,
-		       coil_cb cb, void *arg)
+COIL_API int coil_write(coil_obj *h, const void *buf, size_t len, uint64_t off,
+			coil_cb cb, void *arg)
 {
-	int rc = io_check(h, buf, len, off);
+	int rc = handle_enter(h);
+
+	if (rc < 0)
+		return rc;
+	rc = write_submit(h, buf, len, off, cb, arg);
+	handle_leave(h);
+	return rc;
+}
+
+/* @inline: engine_read_inline (a read that sends nothing to the device
+ * completes in this call), for the synchronous wrapper's own waiter. */
+static int read_submit(struct coil_obj *h, void *buf, size_t len,
+		       uint64_t off, coil_cb cb, void *arg, bool inline_cb)
+{
+	int rc = io_args(buf, len, off);
 
 	if (rc < 0)
 		return rc;
 	/* Reads of any length are fine: they are clipped to the object. */
 	if (len > (size_t)ENGINE_OBJ_SIZE_MAX)
 		len = (size_t)ENGINE_OBJ_SIZE_MAX;
+	if (inline_cb)
+		return engine_read_inline(h, buf, len, off, cb, arg);
 	return engine_read(h, buf, len, off, cb, arg);
+}
+
+COIL_API int coil_read(coil_obj *h, void *buf, size_t len, uint64_t off,
+		       coil_cb cb, void *arg)
+{
+	int rc = handle_enter(h);
+
+	if (rc < 0)
+		return rc;
+	rc = read_submit(h, buf, len, off, cb, arg, false);
+	handle_leave(h);
+	return rc;
 }
 
 COIL_API int coil_flush(coil_store *s, coil_cb cb, void *arg)
@@ -284,16 +339,21 @@ COIL_API int coil_flush(coil_store *s, coil_cb cb, void *arg)
 COIL_API int coil_prefetch(coil_obj *h, uint64_t off, uint64_t len)
 {
 	uint64_t end;
-	int rc = handle_check(h);
+	int rc = handle_enter(h);
 
 	if (rc < 0)
 		return rc;
-	if (coil_add_overflows(off, len, &end))
-		return -EINVAL;
-	/* issue 8: admitted through the handle's readahead stream (dropped
-	 * when prefetch or the cache is off, which the API allows) */
-	stat_add(&h->s->st.prefetch_hints, 1);
-	return readahead_hint(h, off, len);
+	if (coil_add_overflows(off, len, &end)) {
+		rc = -EINVAL;
+	} else {
+		/* issue 8: admitted through the handle's readahead stream
+		 * (dropped when prefetch or the cache is off, which the API
+		 * allows) */
+		stat_add(&h->s->st.prefetch_hints, 1);
+		rc = readahead_hint(h, off, len);
+	}
+	handle_leave(h);
+	return rc;
 }
 
 /* ---- synchronous wrappers ------------------------------------------------ */
@@ -343,46 +403,47 @@ static int64_t waiter_wait(struct waiter *w, int rc)
 }
 
 /* A synchronous call waits for a callback that a coil thread would have to
- * run itself: refuse it there. */
-static int sync_io_check(struct coil_obj *h, const void *buf, size_t len,
-			 uint64_t off)
-{
-	int rc = io_check(h, buf, len, off);
-
-	if (rc < 0)
-		return rc;
-	if (engine_on_coil_thread(h->s))
-		return -EDEADLK;
-	return 0;
-}
-
+ * run itself: refuse it there.  The handle stays entered until the
+ * request completes (a close waits for it). */
 COIL_API int64_t coil_pwrite(coil_obj *h, const void *buf, size_t len,
 			     uint64_t off)
 {
 	struct waiter w;
-	int rc = sync_io_check(h, buf, len, off);
+	int64_t ret;
+	int rc = handle_enter(h);
 
 	if (rc < 0)
 		return rc;
+	if (engine_on_coil_thread(h->s)) {
+		handle_leave(h);
+		return -EDEADLK;
+	}
 	waiter_init(&w);
-	rc = coil_write(h, buf, len, off, waiter_cb, &w);
-	return waiter_wait(&w, rc);
+	rc = write_submit(h, buf, len, off, waiter_cb, &w);
+	ret = waiter_wait(&w, rc);
+	handle_leave(h);
+	return ret;
 }
 
 COIL_API int64_t coil_pread(coil_obj *h, void *buf, size_t len, uint64_t off)
 {
 	struct waiter w;
-	int rc = sync_io_check(h, buf, len, off);
+	int64_t ret;
+	int rc = handle_enter(h);
 
 	if (rc < 0)
 		return rc;
+	if (engine_on_coil_thread(h->s)) {
+		handle_leave(h);
+		return -EDEADLK;
+	}
 	waiter_init(&w);
 	/* as coil_read, but a read served wholly by the cache (or holes)
 	 * completes in this call: no ring round trip for our own waiter */
-	if (len > (size_t)ENGINE_OBJ_SIZE_MAX)
-		len = (size_t)ENGINE_OBJ_SIZE_MAX;
-	rc = engine_read_inline(h, buf, len, off, waiter_cb, &w);
-	return waiter_wait(&w, rc);
+	rc = read_submit(h, buf, len, off, waiter_cb, &w, true);
+	ret = waiter_wait(&w, rc);
+	handle_leave(h);
+	return ret;
 }
 
 int coil_sync_internal(struct coil_store *s)
