@@ -234,12 +234,20 @@ static int snap_take(struct coil_store *s, struct snap *sn)
 	sn->seg_state = m->seg_state;
 	for (uint32_t i = 0; i < s->nseg; i++) {
 		struct seg *g = &s->segs[i];
-		/* A pending segment holds nothing any record after the
-		 * snapshot can reference: it is free in the checkpoint. */
-		sn->seg_state[i] = (g->state == SEG_FREE ||
-				    g->state == SEG_PENDING) ? SEG_FREE : SEG_SEALED;
+		/* A pending segment is free in the checkpoint, and freed
+		 * (and discarded) once it is written, unless a record after
+		 * the replay point may still reference it: a chunk applied
+		 * only in part (its entries apply as their data lands) can
+		 * have filled the segment and emptied it again, and replay
+		 * from the replay point verifies that record's blobs.  It
+		 * stays pending for the next checkpoint then. */
+		bool freeable = g->state == SEG_PENDING &&
+				g->pending_lin <= s->applied_end_lin;
+
+		sn->seg_state[i] = (g->state == SEG_FREE || freeable) ?
+				   SEG_FREE : SEG_SEALED;
 		sn->seg_live[i] = g->live;
-		g->in_ckpt = g->state == SEG_PENDING;
+		g->in_ckpt = freeable;
 	}
 	for (uint32_t b = 0; b < s->tab_cap; b++) {
 		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
@@ -838,6 +846,7 @@ out:
 	/* New chunks start where replay ended, with a sequence no chunk left
 	 * on disk can carry (ENGINE_SEQ_GAP). */
 	s->applied_end_lin = lin;
+	s->applied_hi_lin = lin;
 	s->j_head_lin = lin;
 	s->j_tail_lin = s->sb.replay_off % jlen;
 	s->j_next_seq = seq + ENGINE_SEQ_GAP;

@@ -58,6 +58,9 @@ struct ra_store;
  * chunk is built and written while earlier ones are still on their way;
  * they are applied and completed strictly in order. */
 #define ENGINE_JCYCLES 4u
+/* Checkpoints a write that found no free segment, with emptied ones
+ * pending, waits for before it fails with -ENOSPC (write.c). */
+#define ENGINE_SPACE_CKPT_TRIES 3
 /* Checkpoint when the journal is this full (percent). */
 #define ENGINE_CKPT_PERCENT 50u
 
@@ -74,7 +77,13 @@ struct seg {
 	uint32_t gen;         /* bumped on reuse (cache keys) */
 	_Atomic uint32_t readers; /* reads in flight holding blobs here */
 	uint8_t state;
-	uint8_t in_ckpt;      /* pending when the running checkpoint began */
+	uint8_t in_ckpt;      /* pending when the running checkpoint began,
+				 and freeable by it (pending_lin) */
+	/* s->applied_hi_lin when it went PENDING: every record that placed
+	 * data here ends in a chunk at or before it.  A checkpoint whose
+	 * replay point is before it must not free the segment: replay from
+	 * there verifies those records' blobs (ckpt.c). */
+	uint64_t pending_lin;
 };
 
 struct object {
@@ -115,7 +124,7 @@ struct jent {
 	bool in_chunk;         /* its record is in the cycle's chunk */
 	bool chunk_last;       /* last entry of a chunk: applying it moves the
 				  applied point to chunk_end_lin/next_seq */
-	uint64_t chunk_end_lin;
+	uint64_t chunk_end_lin; /* end of its cycle's chunk; 0: not in one */
 	uint64_t chunk_next_seq;
 	/* under mlock, in ticket order, after the chunk is durable enough */
 	void (*apply)(struct coil_store *s, struct jent *e);
@@ -315,6 +324,10 @@ struct coil_store {
 	uint32_t nhandles;       /* open handles */
 	uint64_t applied_end_lin;/* journal linear offset after the last applied chunk */
 	uint64_t applied_next_seq;
+	/* the largest chunk end of any record applied: ahead of
+	 * applied_end_lin while a chunk is applied in part (its entries
+	 * apply as their data lands, and mlock is released in between) */
+	uint64_t applied_hi_lin;
 
 	/* ---- journal (jlock) ---- */
 	pthread_mutex_t jlock;

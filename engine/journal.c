@@ -154,6 +154,8 @@ static void journal_drain(struct coil_store *s)
 				s->apply_err = e->status;
 			if (s->apply_err && e->status == 0)
 				e->status = s->apply_err;
+			if (e->chunk_end_lin > s->applied_hi_lin)
+				s->applied_hi_lin = e->chunk_end_lin;
 			e->apply(s, e);
 			if (e->chunk_last) {
 				s->applied_end_lin = e->chunk_end_lin;
@@ -204,6 +206,8 @@ static void cycle_retire(struct coil_store *s, struct jcycle *c)
 		if (res < 0 && e->status == 0)
 			e->status = res;
 		e->chunk_last = false;
+		e->chunk_end_lin = res == 0 && c->chunk_len && e->in_chunk ?
+				   c->chunk_lin + c->chunk_len : 0;
 	}
 	if (c->last && res == 0 && c->chunk_len) {
 		c->last->chunk_last = true;

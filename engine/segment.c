@@ -27,8 +27,10 @@ void seg_maybe_pending(struct coil_store *s, uint32_t idx)
 {
 	struct seg *g = &s->segs[idx];
 
-	if (g->state == SEG_SEALED && g->live == 0 && g->inflight == 0)
+	if (g->state == SEG_SEALED && g->live == 0 && g->inflight == 0) {
 		g->state = SEG_PENDING;
+		g->pending_lin = s->applied_hi_lin;
+	}
 }
 
 void seg_drop_live(void *arg, struct blobd *b, uint32_t len)

@@ -299,11 +299,14 @@ static void write_encoded_go(struct wreq *w, int rc)
 	for (uint32_t k = 0; k < w->nblobs; k++)
 		w->bd[k] = NULL;
 	rc = seg_place_write(s, w);
-	if (rc == -ENOSPC && w->space_pending &&
-	    !uring_on_ring_thread(s->ring) && ckpt_wait(s) == 0) {
+	for (int tries = 0; rc == -ENOSPC && w->space_pending &&
+	     tries < ENGINE_SPACE_CKPT_TRIES && !uring_on_ring_thread(s->ring) &&
+	     ckpt_wait(s) == 0; tries++) {
 		/* Emptied segments come back through a checkpoint: wait for
-		 * it (a pool worker may; the ring thread may not) and retry
-		 * once — -ENOSPC only when space is really gone. */
+		 * it (a pool worker may; the ring thread may not) and retry.
+		 * One may not free them all: a segment emptied by a chunk
+		 * still applied in part waits for the next (ckpt.c).
+		 * -ENOSPC only when space is really gone. */
 		rc = seg_place_write(s, w);
 	}
 	if (rc < 0) {
