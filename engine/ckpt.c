@@ -84,6 +84,49 @@ int super_write(struct coil_store *s, bool clean)
 
 /* ---- checkpoint --------------------------------------------------------- */
 
+uint64_t ckpt_payload_now(const struct coil_store *s)
+{
+	return (uint64_t)s->nseg * FMT_CKPT_SEG_SIZE +
+	       s->nobj * (FMT_CKPT_OBJ_MIN - 1) + s->name_bytes +
+	       s->ext_acct.n * FMT_EXTENT_FIXED + 8u * s->ext_acct.csums;
+}
+
+/* What admission leaves free of the area: a sixteenth, for the cleaner's
+ * relocations (not admitted: they replace extents one for one) and for
+ * objects still mapped by open handles after their removal. */
+static uint64_t payload_limit(const struct coil_store *s)
+{
+	uint64_t area = s->sb.ckpt_len - FMT_BLOCK;
+
+	return area - area / 16;
+}
+
+int ckpt_reserve_write(struct coil_store *s, struct wreq *w)
+{
+	uint64_t need = 2u * (FMT_EXTENT_FIXED + 8u * FMT_CSUMS_MAX);
+
+	w->ckpt_res = 0;
+	if (w->use_reserve)
+		return 0;
+	for (uint32_t k = 0; k < w->nblobs; k++)
+		need += FMT_EXTENT_FIXED + 8u * w->fb[k].n_csums;
+	if (ckpt_payload_now(s) + s->ckpt_reserved + need > payload_limit(s)) {
+		stat_add(&s->st.ckpt_area_full, 1);
+		return -ENOSPC;
+	}
+	s->ckpt_reserved += need;
+	w->ckpt_res = need;
+	return 0;
+}
+
+int ckpt_room_for_object(const struct coil_store *s, size_t name_len)
+{
+	uint64_t need = FMT_CKPT_OBJ_MIN - 1 + name_len;
+
+	return ckpt_payload_now(s) + s->ckpt_reserved + need > payload_limit(s) ?
+	       -ENOSPC : 0;
+}
+
 /* One extent of a snapshot: the map's {off, len, skip} and a copy of its
  * blob's descriptor.  Copying takes no reference: a reference is an atomic
  * increment on a descriptor that lies wherever malloc put it, and those
@@ -758,8 +801,15 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r)
 		if (o)
 			return (o->name_len == cr.name_len &&
 				!memcmp(o->name, cr.name, cr.name_len)) ? 0 : 1;
-		if (objtab_find_name(s, cr.name, cr.name_len))
-			return 1;
+		o = objtab_find_name(s, cr.name, cr.name_len);
+		if (o)	/* A later object holds the name: this one was
+			 * removed after (create and remove change the table
+			 * when they take their ticket, so a checkpoint may
+			 * hold their effect before its replay point reaches
+			 * their records; ids only grow).  Its WRITEs and
+			 * REMOVE find no id and are skipped.  An older
+			 * holder is a contradiction: stop. */
+			return o->id > cr.obj_id ? 0 : 1;
 		rc = objtab_add(s, cr.obj_id, cr.name, cr.name_len, &o);
 		return rc < 0 ? rc : 0;
 	}

@@ -184,6 +184,7 @@ struct wreq {
 	size_t batch_len;       /* sum of the slots: an upper bound of the runs */
 	bool space_pending;     /* -ENOSPC, but a checkpoint would free space */
 	bool use_reserve;       /* issue 7: a relocation may use the reserve */
+	uint64_t ckpt_res;      /* checkpoint bytes reserved at placement */
 	struct wrun *runs;
 	uint32_t nruns, cap_runs;
 	_Atomic uint32_t runs_pending;
@@ -276,6 +277,7 @@ struct engine_stats {
 	/* issue 7: how long a checkpoint's snapshot held mlock (writers'
 	 * apply and every read wait that long) */
 	_Atomic uint64_t ckpt_snap_ns_last, ckpt_snap_ns_max;
+	_Atomic uint64_t ckpt_area_full; /* writes refused: checkpoint area full */
 	_Atomic uint64_t journal_waits;
 	_Atomic uint64_t replayed_chunks, replayed_records;
 	_Atomic uint64_t inline_encodes, inline_decodes;
@@ -314,6 +316,13 @@ struct coil_store {
 	uint32_t tab_cap;       /* buckets (power of two) */
 	uint64_t nobj;
 	uint64_t next_obj_id;
+	/* What the next checkpoint's payload holds (ckpt_payload_bound): the
+	 * maps' extents and checksums, the names; and what placed writes not
+	 * yet applied may add to it (ckpt_reserved, released with their
+	 * segments' inflight counts). */
+	struct extmap_acct ext_acct;
+	uint64_t name_bytes;
+	uint64_t ckpt_reserved;
 	struct seg *segs;
 	uint32_t nseg;
 	uint32_t active;        /* UINT32_MAX: none */
@@ -510,6 +519,18 @@ int meta_truncate(struct coil_store *s, struct object *o, uint64_t size);
 
 /* ---- ckpt.c ---- */
 int ckpt_write(struct coil_store *s, bool clean);
+/* The payload the next checkpoint would write for the metadata as it is
+ * now: ckpt_write's sizing, from running totals (mlock held). */
+uint64_t ckpt_payload_now(const struct coil_store *s);
+/* mlock held.  May @w's extents (each blob's extent, and a split at each
+ * end) join the metadata and still fit the checkpoint area?  If so they
+ * are reserved (w->ckpt_res, released by seg_inflight_done); if not,
+ * -ENOSPC: a store whose metadata outgrew its checkpoint area could never
+ * checkpoint again, its journal would fill and it would break. */
+int ckpt_reserve_write(struct coil_store *s, struct wreq *w);
+/* mlock held.  Room in the checkpoint area for one more object named with
+ * @name_len bytes?  0 or -ENOSPC. */
+int ckpt_room_for_object(const struct coil_store *s, size_t name_len);
 void ckpt_mem_free(struct coil_store *s);
 int ckpt_load(struct coil_store *s);
 int ckpt_thread_start(struct coil_store *s);

@@ -13,9 +13,26 @@
  * is touched. */
 #define EXTMAP_SPARES 2
 
-void extmap_init(struct extmap *m)
+void extmap_init(struct extmap *m, struct extmap_acct *acct)
 {
 	memset(m, 0, sizeof(*m));
+	m->acct = acct;
+}
+
+static void acct_add(struct extmap *m, const struct ext *e)
+{
+	if (m->acct) {
+		m->acct->n++;
+		m->acct->csums += e->b->n_csums;
+	}
+}
+
+static void acct_sub(struct extmap *m, const struct ext *e)
+{
+	if (m->acct) {
+		m->acct->n--;
+		m->acct->csums -= e->b->n_csums;
+	}
 }
 
 static struct extmap_leaf **spares(struct extmap *m)
@@ -141,6 +158,7 @@ static void put_at(struct extmap *m, uint32_t li, uint32_t i,
 	l->e[i] = *e;
 	l->n++;
 	m->n++;
+	acct_add(m, e);
 	m->bytes += e->len;
 	if (i == 0)
 		fix_key(m, li);
@@ -275,6 +293,7 @@ static void punch_reserved(struct extmap *m, uint64_t off, uint64_t len,
 			}
 			drop_piece(drop, arg, e->b, e->len);
 			m->bytes -= e->len;
+			acct_sub(m, e);
 			blobd_unref(e->b);
 			memmove(&l->e[i], &l->e[i + 1],
 				(l->n - i - 1) * sizeof(l->e[0]));
@@ -330,6 +349,7 @@ void extmap_destroy(struct extmap *m, extmap_drop_fn drop, void *arg)
 		struct extmap_leaf *l = m->leaf[li];
 		for (uint32_t i = 0; i < l->n; i++) {
 			drop_piece(drop, arg, l->e[i].b, l->e[i].len);
+			acct_sub(m, &l->e[i]);
 			blobd_unref(l->e[i].b);
 		}
 		free(l);

@@ -32,6 +32,14 @@ struct extmap_leaf {
 	struct ext e[EXTMAP_LEAF_MAX];
 };
 
+/* Totals over every map that shares it (a store's): how many extents and
+ * how many blob checksums they carry, which is what a checkpoint's size
+ * depends on.  Kept by the maps; read under the same lock. */
+struct extmap_acct {
+	uint64_t n;
+	uint64_t csums;
+};
+
 struct extmap {
 	struct extmap_leaf **leaf;
 	uint64_t *key;    /* key[i] = leaf[i]->e[0].off, dense for search */
@@ -39,13 +47,14 @@ struct extmap {
 	uint32_t cap;
 	uint64_t n;       /* extents in the map */
 	uint64_t bytes;   /* sum of extent lengths (logical bytes mapped) */
+	struct extmap_acct *acct; /* NULL: none */
 };
 
 /* Called for each piece an insert or punch removes from the map: @len bytes
  * of blob @b stop being referenced (live-byte accounting). */
 typedef void (*extmap_drop_fn)(void *arg, struct blobd *b, uint32_t len);
 
-void extmap_init(struct extmap *m);
+void extmap_init(struct extmap *m, struct extmap_acct *acct);
 /* Drop every extent (reporting each through @drop if not NULL), free. */
 void extmap_destroy(struct extmap *m, extmap_drop_fn drop, void *arg);
 

@@ -151,7 +151,9 @@ int meta_create(struct coil_store *s, const char *name, size_t len,
 	/* mlock is held by the caller; the ticket slot was reserved. */
 	if (!m)
 		return -ENOMEM;
-	rc = objtab_add(s, s->next_obj_id, name, len, &o);
+	rc = ckpt_room_for_object(s, len);
+	if (rc == 0)
+		rc = objtab_add(s, s->next_obj_id, name, len, &o);
 	if (rc < 0) {
 		free(m);
 		return rc;

@@ -138,7 +138,7 @@ int objtab_add(struct coil_store *s, uint64_t id, const char *name,
 	o->name_len = (uint16_t)len;
 	o->id = id;
 	o->refs = 1;
-	extmap_init(&o->map);
+	extmap_init(&o->map, &s->ext_acct);
 	if (s->nobj + 1 > (uint64_t)s->tab_cap)
 		tab_grow(s);
 	h = name_hash(name, len) & (s->tab_cap - 1);
@@ -148,6 +148,7 @@ int objtab_add(struct coil_store *s, uint64_t id, const char *name,
 	o->id_next = s->by_id[h];
 	s->by_id[h] = o;
 	s->nobj++;
+	s->name_bytes += len;
 	if (id >= s->next_obj_id)
 		s->next_obj_id = id + 1;
 	*out = o;
@@ -170,6 +171,7 @@ void objtab_unlink(struct coil_store *s, struct object *o)
 		pp = &(*pp)->id_next;
 	*pp = o->id_next;
 	s->nobj--;
+	s->name_bytes -= o->name_len;
 	extmap_destroy(&o->map, seg_drop_live, s);
 	o->size = 0;
 	o->removed = true;

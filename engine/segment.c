@@ -170,6 +170,7 @@ int seg_place_write(struct coil_store *s, struct wreq *w)
 
 	w->nruns = 0;
 	w->space_pending = false;
+	w->ckpt_res = 0;
 	pthread_mutex_lock(&s->mlock);
 	/* Refuse before touching the batch (placement packs it in place, so
 	 * a write cannot be placed twice): a caller that sees -ENOSPC with
@@ -183,6 +184,11 @@ int seg_place_write(struct coil_store *s, struct wreq *w)
 		if (w->space_pending)
 			ckpt_trigger(s);
 		return -ENOSPC;
+	}
+	rc = ckpt_reserve_write(s, w);
+	if (rc < 0) {
+		pthread_mutex_unlock(&s->mlock);
+		return rc;
 	}
 	for (uint32_t k = 0; k < w->nblobs; k++) {
 		struct fmt_blob *fb = &w->fb[k];
@@ -232,10 +238,7 @@ int seg_place_write(struct coil_store *s, struct wreq *w)
 fail:
 	/* Space already taken by closed runs is dead: their segments get no
 	 * live bytes and become reusable once sealed. */
-	for (uint32_t i = 0; i < w->nruns; i++) {
-		s->segs[w->runs[i].seg].inflight--;
-		seg_maybe_pending(s, w->runs[i].seg);
-	}
+	seg_inflight_done(s, w);
 	w->nruns = 0;
 	pthread_mutex_unlock(&s->mlock);
 	return rc;
@@ -251,6 +254,9 @@ void seg_inflight_done(struct coil_store *s, struct wreq *w)
 		g->inflight--;
 		seg_maybe_pending(s, w->runs[i].seg);
 	}
+	COIL_ASSERT(s->ckpt_reserved >= w->ckpt_res);
+	s->ckpt_reserved -= w->ckpt_res;
+	w->ckpt_res = 0;
 }
 
 bool seg_recount_live(struct coil_store *s, uint64_t *live)

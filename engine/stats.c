@@ -49,7 +49,7 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...)
 int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 {
 	struct sbuf b = { .p = malloc(4096), .cap = 4096 };
-	uint64_t logical = 0, stored = 0, allocated = 0, free_b = 0, nobj, next;
+	uint64_t logical = 0, stored = 0, allocated = 0, free_b = 0, nobj, next, meta;
 	uint64_t nsealed = 0, nfree = 0, npending = 0, nactive = 0, next_total = 0;
 	uint64_t jused, jlen;
 	struct pool_stats ps;
@@ -88,6 +88,7 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		free_b += s->sb.segment_size - s->active_head;
 	nobj = s->nobj;
 	next = s->next_obj_id;
+	meta = ckpt_payload_now(s);
 	pthread_mutex_unlock(&s->mlock);
 	journal_usage(s, &jused, &jlen);
 	pool_stats(s->pool, &ps);
@@ -165,10 +166,14 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  LD(s->st.replayed_records), LD(s->st.chunks_overlapped));
 	sb_printf(&b, "\"checkpoint\":{\"count\":%llu,\"bytes_written\":%llu,"
 		  "\"last_ns\":%llu,\"snapshot_lock_ns_last\":%llu,"
-		  "\"snapshot_lock_ns_max\":%llu,\"failures\":%llu,\"seq\":%llu},",
+		  "\"snapshot_lock_ns_max\":%llu,\"failures\":%llu,\"seq\":%llu,"
+		  "\"area_bytes\":%llu,\"metadata_bytes\":%llu,"
+		  "\"area_full_refusals\":%llu},",
 		  LD(s->st.ckpts), LD(s->st.ckpt_bytes), LD(s->st.ckpt_ns_last),
 		  LD(s->st.ckpt_snap_ns_last), LD(s->st.ckpt_snap_ns_max),
-		  LD(s->st.ckpt_failures), (unsigned long long)s->sb.ckpt_seq);
+		  LD(s->st.ckpt_failures), (unsigned long long)s->sb.ckpt_seq,
+		  (unsigned long long)s->sb.ckpt_len, (unsigned long long)meta,
+		  LD(s->st.ckpt_area_full));
 	sb_printf(&b, "\"pool\":{\"workers\":%u,\"mode\":\"%s\",\"capacity\":%llu,"
 		  "\"in_flight\":%llu,\"peak_in_flight\":%llu,"
 		  "\"tasks_run\":%llu,\"tasks_failed\":%llu,"

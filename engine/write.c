@@ -421,6 +421,7 @@ int engine_write(struct coil_obj *h, const void *buf, size_t len, uint64_t off,
 	w->arg = arg;
 	w->nblobs = n;
 	w->nruns = 0;
+	w->ckpt_res = 0;
 	w->stored = 0;
 	pos = off;
 	for (uint32_t k = 0; k < n; k++) {

@@ -74,7 +74,7 @@ Test(engine_extmap, random_shadowing_vs_model, .timeout = 60)
 	struct extmap m;
 	uint64_t x = 42, inserted = 0, id = 1;
 
-	extmap_init(&m);
+	extmap_init(&m, NULL);
 	dropped = 0;
 	for (int op = 0; op < 6000; op++) {
 		x ^= x << 13; x ^= x >> 7; x ^= x << 17;
@@ -118,7 +118,7 @@ Test(engine_extmap, middle_split_keeps_both_sides)
 	const struct ext *e;
 	struct blobd *big = new_blob(65536, 1);
 
-	extmap_init(&m);
+	extmap_init(&m, NULL);
 	struct ext a = { 0, 65536, 0, big };
 	cr_assert_eq(extmap_insert(&m, &a, NULL, NULL), 0);
 	struct ext b = { 4096, 4096, 0, new_blob(4096, 2) };

@@ -14,6 +14,12 @@
  *   zero_fill_keeps_the_file_written  COIL_ZERO_FILL: no hole or unwritten
  *                      extent (FIEMAP), never punched, also after reopen;
  *                      a fallocated store is punched
+ *   metadata_outgrows_checkpoint_area  4 KiB blobs of zeros (15 stored
+ *                      bytes each) add extents far faster than segments:
+ *                      writes fail with -ENOSPC once the next checkpoint
+ *                      would not fit its area, nothing breaks, the store
+ *                      closes, reopens read-write, and a truncate makes
+ *                      room again
  * Every test recounts live bytes from the extent maps (cleaner_check_live).
  * COIL_REL_SCALE (e.g. 0.3 under ASan) scales the overwrite counts. */
 #include <criterion/criterion.h>
@@ -554,4 +560,62 @@ Test(engine_space, zero_fill_keeps_the_file_written, .timeout = 120)
 	cr_assert_gt(stat_u64(s, "\"discards\":"), 0);
 	cr_assert_eq(coil_close(s), 0);
 	unlink(path);
+}
+
+Test(engine_space, metadata_outgrows_checkpoint_area, .timeout = 300)
+{
+	char path[256], js[16384];
+	struct coil_options o;
+	const size_t len = 4u << 20;
+	uint8_t *zero = calloc(1, len), *got = malloc(len);
+	uint64_t written = 0;
+	int64_t r = 0;
+	coil_store *s;
+	coil_obj *h;
+
+	cr_assert(zero && got);
+	et_path(path, sizeof(path), "space-ckpt-area");
+	et_opts(&o, path);
+	o.max_blob = 4096;
+	o.compression = "zstd:1";
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(coil_obj_open(s, "z", COIL_CREATE, &h), 0);
+	/* a 2 MiB area holds ~40k extents: ~160 MiB of 4 KiB blobs */
+	for (int i = 0; i < 256; i++) {
+		r = coil_pwrite(h, zero, len, written);
+		if (r < 0)
+			break;
+		cr_assert_eq(r, (int64_t)len);
+		written += len;
+	}
+	cr_assert_eq(r, -ENOSPC, "no -ENOSPC after %llu bytes",
+		     (unsigned long long)written);
+	cr_assert_gt(written, 0);
+	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
+	cr_assert_gt(json_u64(js, "\"checkpoint\"", "area_full_refusals"), 0);
+	cr_assert_eq(json_u64(js, "\"store\"", "broken"), 0, "%s", js);
+	/* most segments are still free: it is the metadata that is full */
+	cr_assert_gt(json_u64(js, "\"space\"", "segments_free"), 30, "%s", js);
+	/* the store still checkpoints, closes and reopens read-write */
+	cr_assert_eq(ckpt_write(s, false), 0);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(coil_obj_open(s, "z", 0, &h), 0);
+	for (uint64_t off = 0; off < written; off += len) {
+		memset(got, 0xee, len);
+		cr_assert_eq(coil_pread(h, got, len, off), (int64_t)len);
+		cr_assert(memcmp(got, zero, len) == 0, "at %llu",
+			  (unsigned long long)off);
+	}
+	/* dropping extents makes room for new ones */
+	cr_assert_eq(coil_obj_truncate(h, written / 2), 0);
+	cr_assert_eq(coil_pwrite(h, zero, len, written / 2), (int64_t)len);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+	free(zero);
+	free(got);
 }
