@@ -756,3 +756,81 @@ Test(uring, tmpfs_buffered)
 	uring_destroy(r);
 	close(fd);
 }
+
+/* uring_submit_many is all or nothing, also when destroy begins while a
+ * batch larger than the free inbox space is part-posted: either 0 and
+ * every callback runs, or -ESHUTDOWN and none does (a caller that frees
+ * ios it was told were refused must not see their callbacks). */
+static atomic_int sm_gate, sm_done;
+
+static void sm_block_cb(struct uring_io *io, int res)
+{
+	(void)io;
+	(void)res;
+	while (!atomic_load(&sm_gate))
+		usleep(100);
+}
+
+static void sm_count_cb(struct uring_io *io, int res)
+{
+	(void)io;
+	(void)res;
+	atomic_fetch_add(&sm_done, 1);
+}
+
+struct sm_batch {
+	struct uring *r;
+	struct uring_io *v[4];
+	int ret;
+};
+
+static void *sm_submit_main(void *arg)
+{
+	struct sm_batch *b = arg;
+
+	b->ret = uring_submit_many(b->r, b->v, 4);
+	return NULL;
+}
+
+static void *sm_destroy_main(void *arg)
+{
+	uring_destroy(arg);
+	return NULL;
+}
+
+Test(uring, submit_many_is_all_or_nothing_across_destroy, .timeout = 30)
+{
+	int fd = tmpfile_open(false);
+	struct uring *r = ring_make(fd, false, 2);
+	static struct uring_io blocker, ios[4];
+	struct sm_batch b = { .r = r };
+	struct uring_stats st;
+	pthread_t ts, td;
+
+	atomic_store(&sm_gate, 0);
+	atomic_store(&sm_done, 0);
+	/* the ring thread is stuck in this callback: the inbox (2) fills */
+	uring_io_prep(&blocker, URING_OP_NOP, NULL, 0, 0, sm_block_cb, NULL);
+	cr_assert_eq(uring_submit(r, &blocker), 0);
+	for (int i = 0; i < 4; i++) {
+		uring_io_prep(&ios[i], URING_OP_NOP, NULL, 0, 0, sm_count_cb, NULL);
+		b.v[i] = &ios[i];
+	}
+	cr_assert_eq(pthread_create(&ts, NULL, sm_submit_main, &b), 0);
+	do {
+		usleep(1000);
+		uring_stats(r, &st);
+	} while (st.inbox_full_waits == 0); /* two posted, parked for more */
+	cr_assert_eq(pthread_create(&td, NULL, sm_destroy_main, r), 0);
+	usleep(50000); /* destroy has begun */
+	atomic_store(&sm_gate, 1);
+	pthread_join(ts, NULL);
+	pthread_join(td, NULL);
+	if (b.ret == 0)
+		cr_assert_eq(atomic_load(&sm_done), 4);
+	else
+		cr_assert(b.ret == -ESHUTDOWN && atomic_load(&sm_done) == 0,
+			  "ret %d with %d callbacks run", b.ret,
+			  atomic_load(&sm_done));
+	close(fd);
+}

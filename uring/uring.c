@@ -281,17 +281,22 @@ static void io_reset(struct uring_io *io)
 	io->_rec = NULL;
 }
 
-/* Post up to n checked ios; blocks while full.  @return how many were
- * posted before stopping was seen, or -ESHUTDOWN if none. */
+/* Post n checked ios; blocks while full.  All or nothing: a batch larger
+ * than the free space goes in parts, and once its first part is posted the
+ * rest follows even if destroy begins meanwhile (the ring thread does not
+ * exit while a batch is part-posted, inbox_partial), so a caller never
+ * sees -ESHUTDOWN for ios whose callbacks will run.  @return n, or
+ * -ESHUTDOWN if none was posted. */
 static int inbox_post(struct uring *r, struct uring_io **ios, unsigned n)
 {
 	unsigned done = 0;
+	bool partial = false;
 
 	pthread_mutex_lock(&r->inbox_lock);
 	while (done < n) {
 		unsigned cnt = atomic_load_explicit(&r->inbox_count,
 						    memory_order_relaxed);
-		if (r->stopping)
+		if (r->stopping && done == 0)
 			break;
 		if (cnt == r->inbox_max) {
 			/* producers write these under the lock; relaxed
@@ -317,11 +322,17 @@ static int inbox_post(struct uring *r, struct uring_io **ios, unsigned n)
 		atomic_store(&r->inbox_count, cnt);
 		if (done < n) {
 			/* full mid-batch: wake the consumer before waiting */
+			if (!partial) {
+				partial = true;
+				r->inbox_partial++;
+			}
 			pthread_mutex_unlock(&r->inbox_lock);
 			kick(r);
 			pthread_mutex_lock(&r->inbox_lock);
 		}
 	}
+	if (partial)
+		r->inbox_partial--;
 	pthread_mutex_unlock(&r->inbox_lock);
 	if (done)
 		kick(r);
@@ -349,11 +360,7 @@ int uring_submit_many(struct uring *r, struct uring_io **ios, unsigned n)
 		return 0;
 	}
 	ret = inbox_post(r, ios, n);
-	if (ret < 0)
-		return ret;
-	/* stopping mid-batch: the rest was never posted; the caller owns
-	 * those (cb will not be called for them) */
-	return (unsigned)ret == n ? 0 : -ESHUTDOWN;
+	return ret < 0 ? ret : 0;
 }
 
 int uring_submit(struct uring *r, struct uring_io *io)

@@ -131,9 +131,13 @@ void uring_destroy(struct uring *r);
  * -ESHUTDOWN if uring_destroy has begun. */
 int uring_submit(struct uring *r, struct uring_io *io);
 
-/* Post n ios in order (one inbox lock per batch).  All are validated first:
- * if any is malformed, none is posted and -EINVAL is returned.
- * @return 0 or -errno as uring_submit. */
+/* Post n ios in order.  All are validated first: if any is malformed, none
+ * is posted and -EINVAL is returned.  A batch that fits the inbox's free
+ * space is posted under one lock; a larger one in parts (other producers'
+ * ios may come between them, each producer's order is kept).  All or
+ * nothing also across uring_destroy: once a part is posted the rest
+ * follows.  @return 0 (every cb will be called) or -errno as uring_submit
+ * (no cb will be). */
 int uring_submit_many(struct uring *r, struct uring_io **ios, unsigned n);
 
 /* Submit io (cb/arg are overwritten) and wait for it.  Not from the ring

@@ -125,6 +125,7 @@ struct uring {
 	unsigned inbox_head;
 	_Atomic unsigned inbox_count; /* written under inbox_lock */
 	unsigned inbox_waiters;
+	unsigned inbox_partial; /* producers with a batch part-posted */
 	bool stopping;                /* under inbox_lock */
 	/* Wake protocol (Dekker-style, both sides seq_cst): the ring thread
 	 * stores sleeping=1 and then re-reads inbox_count before it sleeps; a

@@ -664,7 +664,8 @@ static bool drain_inbox(struct uring *r)
 	atomic_store_explicit(&r->inbox_count, 0, memory_order_relaxed);
 	if (n && r->inbox_waiters)
 		pthread_cond_broadcast(&r->inbox_cond);
-	stop = r->stopping;
+	/* not while a producer is part-way through a batch (inbox_post) */
+	stop = r->stopping && !r->inbox_partial;
 	pthread_mutex_unlock(&r->inbox_lock);
 	return stop;
 }
