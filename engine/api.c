@@ -120,7 +120,6 @@ COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 		o->refs++;
 		h->s = s;
 		h->obj = o;
-		atomic_store(&h->inflight, 0);
 		h->next = NULL;
 		__atomic_store_n(&h->magic, HANDLE_MAGIC, __ATOMIC_RELEASE);
 		s->nhandles++;

@@ -372,3 +372,55 @@ Test(api_badinput, close_racing_calls_on_the_handle, .timeout = 120)
 	cr_assert_eq(coil_close(s), 0);
 	unlink(path);
 }
+
+/* A closed handle's memory is reused by the next open.  Calls through the
+ * stale pointer meanwhile count themselves in the reused handle; reopening
+ * must not wipe that count, or a close of the new handle would not wait for
+ * them and they would find its object gone. */
+struct stale {
+	coil_obj *h;
+	atomic_bool stop;
+	unsigned other;
+};
+
+static void *stale_main(void *arg)
+{
+	struct stale *st = arg;
+	uint64_t size;
+
+	while (!atomic_load(&st->stop)) {
+		int rc = coil_obj_size(st->h, &size);
+
+		if (rc != 0 && rc != -EBADF)
+			st->other++;
+	}
+	return NULL;
+}
+
+Test(api_badinput, stale_handle_calls_while_its_memory_is_reused,
+     .timeout = 120)
+{
+	coil_store *s = mk("stale-reuse");
+	struct stale st[2] = { 0 };
+	pthread_t t[2];
+	coil_obj *h, *stale;
+
+	cr_assert_eq(coil_obj_open(s, "o", COIL_CREATE, &stale), 0);
+	cr_assert_eq(coil_obj_close(stale), 0);
+	for (int i = 0; i < 2; i++) {
+		st[i].h = stale;
+		cr_assert_eq(pthread_create(&t[i], NULL, stale_main, &st[i]), 0);
+	}
+	for (int i = 0; i < 100000; i++) {
+		cr_assert_eq(coil_obj_open(s, "o", 0, &h), 0);
+		cr_assert_eq(h, stale); /* the one free handle, reused */
+		cr_assert_eq(coil_obj_close(h), 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		atomic_store(&st[i].stop, true);
+		pthread_join(t[i], NULL);
+		cr_assert_eq(st[i].other, 0);
+	}
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+}
