@@ -39,6 +39,7 @@
 SQLITE_EXTENSION_INIT1
 
 #include <errno.h>
+#include <stdbool.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -65,6 +66,7 @@ SQLITE_EXTENSION_INIT1
  * open one store (the loser would see -EBUSY from coil's own lock). */
 pthread_mutex_t vfs_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct vstore *g_stores;
+static struct vfile *g_dbfiles; /* open main databases (vfile.db_next) */
 static char *g_store_default; /* from coil_sqlite_register(), or NULL */
 static sqlite3_vfs *g_root;   /* the VFS temp files and utilities go to */
 static int g_registered;
@@ -276,14 +278,16 @@ static void store_put(struct vstore *st)
 
 /* The store holding @name when no URI says: the store of an open object
  * whose name is the longest prefix of @name (a journal, WAL or super
- * journal follows its database), else the only open store.  Takes a
- * reference.  vfs_mu held. */
-static struct vstore *store_by_sibling(const char *name)
+ * journal follows its database), else the only open store.  Two stores
+ * with an equally long match (the same database name open in both) is no
+ * answer: *@ambiguous, NULL.  Takes a reference.  vfs_mu held. */
+static struct vstore *store_by_sibling(const char *name, bool *ambiguous)
 {
 	struct vstore *st, *best = NULL;
 	size_t best_len = 0;
 	int nstores = 0;
 
+	*ambiguous = false;
 	for (st = g_stores; st; st = st->next) {
 		struct vnode *n;
 
@@ -291,12 +295,19 @@ static struct vstore *store_by_sibling(const char *name)
 		for (n = st->nodes; n; n = n->next) {
 			size_t len = strlen(n->name);
 
-			if (len > best_len && !strncmp(name, n->name, len)) {
+			if (strncmp(name, n->name, len))
+				continue;
+			if (len > best_len) {
 				best = st;
 				best_len = len;
+				*ambiguous = false;
+			} else if (len == best_len && st != best) {
+				*ambiguous = true;
 			}
 		}
 	}
+	if (*ambiguous)
+		return NULL;
 	if (!best && nstores == 1)
 		best = g_stores;
 	if (best)
@@ -397,6 +408,14 @@ static int vfile_close(sqlite3_file *file)
 	}
 
 	pthread_mutex_lock(&vfs_mu);
+	if (f->flags & SQLITE_OPEN_MAIN_DB) {
+		struct vfile **pp = &g_dbfiles;
+
+		while (*pp && *pp != f)
+			pp = &(*pp)->db_next;
+		if (*pp)
+			*pp = f->db_next;
+	}
 	vfs_shm_unmap_locked(f);
 	vfile_unlock_locked(f, SQLITE_LOCK_NONE);
 	node_put(st, f->node);
@@ -523,6 +542,12 @@ static int vfile_write(sqlite3_file *file, const void *buf, int amt,
 	if (amt < 0 || off < 0)
 		return SQLITE_IOERR_WRITE;
 	pthread_mutex_lock(&st->wmu);
+	if (f->node->wb_err) {
+		/* earlier writes of this object were lost (vnode.wb_err) */
+		rc = vfs_err_to_sqlite(f->node->wb_err, SQLITE_IOERR_WRITE);
+		pthread_mutex_unlock(&st->wmu);
+		return rc;
+	}
 	st->n_writes++;
 	if (f->flags & SQLITE_OPEN_MAIN_DB)
 		st->b_write_db += len;
@@ -597,6 +622,8 @@ static int vfile_truncate(sqlite3_file *file, sqlite3_int64 size)
 	/* Under the I/O mutex, so no read refills the cache in between. */
 	pthread_mutex_lock(&f->st->wmu);
 	rc = vfs_wb_flush_locked(f->st);
+	if (rc == SQLITE_OK && f->node->wb_err)
+		rc = vfs_err_to_sqlite(f->node->wb_err, SQLITE_IOERR_TRUNCATE);
 	if (rc == SQLITE_OK) {
 		vcache_drop(&f->st->rc, f->node);
 		f->node->size = (uint64_t)size;
@@ -616,7 +643,7 @@ static int vfile_sync(sqlite3_file *file, int flags)
 	int rc;
 
 	(void)flags;
-	rc = vfs_wb_flush(f->st);
+	rc = vfs_wb_flush_for(f->st, f->node, SQLITE_IOERR_FSYNC);
 	if (rc != SQLITE_OK)
 		return rc;
 	__atomic_fetch_add(&f->st->n_syncs, 1, __ATOMIC_RELAXED);
@@ -773,8 +800,9 @@ static int vfile_file_control(sqlite3_file *file, int op, void *arg)
 		 * completed in coil, so it survives the process being killed
 		 * — as with the default VFS, whose writes sit in the page
 		 * cache — even with synchronous=OFF or WAL's NORMAL, which
-		 * never call xSync at commit. */
-		return vfs_wb_flush(f->st);
+		 * never call xSync at commit.  A write of this object lost
+		 * in another connection's failed send fails it too. */
+		return vfs_wb_flush_for(f->st, f->node, SQLITE_IOERR_WRITE);
 	case SQLITE_FCNTL_PRAGMA: {
 		char **args = arg;
 
@@ -850,9 +878,16 @@ static int store_for_open(const char *name, int flags, struct vstore **out)
 		     SQLITE_OPEN_WAL))
 		path = sqlite3_uri_parameter(name, "coil_store");
 	if (!path && !(flags & SQLITE_OPEN_MAIN_DB)) {
-		*out = store_by_sibling(name);
+		bool ambiguous;
+
+		*out = store_by_sibling(name, &ambiguous);
 		if (*out)
 			return SQLITE_OK;
+		if (ambiguous) {
+			sqlite3_log(SQLITE_CANTOPEN, "coil: %s: its database "
+				    "is open in more than one store", name);
+			return SQLITE_CANTOPEN;
+		}
 	}
 	if (!path)
 		path = store_default_path();
@@ -914,6 +949,12 @@ static int vfs_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *file,
 	f->st = st;
 	f->flags = flags;
 	f->base.pMethods = &vfile_methods;
+	if (flags & SQLITE_OPEN_MAIN_DB) {
+		f->jname = sqlite3_filename_journal(name);
+		f->wname = sqlite3_filename_wal(name);
+		f->db_next = g_dbfiles;
+		g_dbfiles = f;
+	}
 	if (out_flags)
 		*out_flags = flags;
 out:
@@ -927,11 +968,25 @@ out:
 static int store_for_name(const char *name, struct vstore **out)
 {
 	const char *path;
+	bool ambiguous;
 	int rc;
 
-	*out = store_by_sibling(name);
+	/* A journal or WAL name SQLite built for an open database: its store */
+	for (struct vfile *f = g_dbfiles; f; f = f->db_next) {
+		if (name == f->jname || name == f->wname) {
+			*out = f->st;
+			f->st->refs++;
+			return SQLITE_OK;
+		}
+	}
+	*out = store_by_sibling(name, &ambiguous);
 	if (*out)
 		return SQLITE_OK;
+	if (ambiguous) {
+		sqlite3_log(SQLITE_IOERR, "coil: %s: its database is open in "
+			    "more than one store", name);
+		return SQLITE_IOERR;
+	}
 	path = store_default_path();
 	if (!path || !*path)
 		return SQLITE_OK;

@@ -13,6 +13,8 @@ static const sqlite3_api_routines direct_api = {
 	.vfs_find = sqlite3_vfs_find,
 	.vfs_register = sqlite3_vfs_register,
 	.uri_parameter = sqlite3_uri_parameter,
+	.filename_journal = sqlite3_filename_journal,
+	.filename_wal = sqlite3_filename_wal,
 	.mprintf = sqlite3_mprintf,
 	.log = sqlite3_log,
 };

@@ -46,6 +46,12 @@ struct vnode {
 	unsigned char shm_writer[SQLITE_SHM_NLOCK]; /* slot held exclusive */
 	int wb_runs;     /* runs of this object in the arena; under wmu */
 	uint64_t size;   /* size as SQLite's writes left it; under wmu */
+	/* A send (any connection's) that failed with writes of this object
+	 * in the window dropped them: every later write, sync, truncate,
+	 * size and commit of the object fails with this until its handles
+	 * are all closed (the next open rolls a hot journal back).  Under
+	 * wmu. */
+	int64_t wb_err;
 };
 
 struct vfile;
@@ -97,6 +103,13 @@ struct vfile {
 	int shm_mapped;
 	unsigned shm_shared_mask; /* WAL-index slots held shared */
 	unsigned shm_excl_mask;   /* ... and exclusive */
+	/* A main database: the journal and WAL names SQLite built with it
+	 * (sqlite3_filename_journal/_wal), the very pointers its pager later
+	 * hands to xAccess and xDelete, so those find this file's store even
+	 * when the same name is open in several stores.  Linked in g_dbfiles
+	 * under vfs_mu. */
+	const char *jname, *wname;
+	struct vfile *db_next;
 };
 
 /* Guards the store list, every store's node list and every lock state
@@ -109,6 +122,9 @@ int vfs_err_to_sqlite(int64_t err, int ioerr);
 /* vfs_writeback.c (st->wmu held for the _locked ones) */
 int vfs_wb_flush_locked(struct vstore *st);
 int vfs_wb_flush(struct vstore *st);
+/* vfs_wb_flush, then @node's remembered failure (vnode.wb_err) as @deflt's
+ * SQLite code: what a sync or commit of @node must report. */
+int vfs_wb_flush_for(struct vstore *st, struct vnode *node, int deflt);
 int vfs_wb_flush_node(struct vstore *st, struct vnode *node);
 uint32_t vfs_wb_overlay(struct vstore *st, const struct vnode *node,
 			uint64_t chunk, unsigned char *data, uint32_t clen);

@@ -152,9 +152,14 @@ int vfs_wb_flush_locked(struct vstore *st)
 		struct vnode *n = st->runs[i].f->node;
 
 		/* On failure the cache may hold bytes coil never took (@bad,
-		 * or any object whose writes were then not sent). */
-		if (err < 0)
+		 * or any object whose writes were then not sent), and the
+		 * connection that wrote them may not be the one this error
+		 * returns to: the object remembers it (vnode.wb_err). */
+		if (err < 0) {
 			vcache_drop(&st->rc, n);
+			if (!n->wb_err)
+				n->wb_err = err;
+		}
 		n->wb_runs = 0;
 	}
 	st->nruns = 0;
@@ -172,6 +177,18 @@ int vfs_wb_flush(struct vstore *st)
 	return rc;
 }
 
+int vfs_wb_flush_for(struct vstore *st, struct vnode *node, int deflt)
+{
+	int rc;
+
+	pthread_mutex_lock(&st->wmu);
+	rc = vfs_wb_flush_locked(st);
+	if (rc == SQLITE_OK && node->wb_err)
+		rc = vfs_err_to_sqlite(node->wb_err, deflt);
+	pthread_mutex_unlock(&st->wmu);
+	return rc;
+}
+
 /* Flush only when @node has writes pending: reads and sizes of other
  * objects need not wait. */
 int vfs_wb_flush_node(struct vstore *st, struct vnode *node)
@@ -181,6 +198,8 @@ int vfs_wb_flush_node(struct vstore *st, struct vnode *node)
 	pthread_mutex_lock(&st->wmu);
 	if (node->wb_runs > 0)
 		rc = vfs_wb_flush_locked(st);
+	if (rc == SQLITE_OK && node->wb_err)
+		rc = vfs_err_to_sqlite(node->wb_err, SQLITE_IOERR_FSTAT);
 	pthread_mutex_unlock(&st->wmu);
 	return rc;
 }

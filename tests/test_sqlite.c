@@ -621,6 +621,49 @@ static void two_connections(const char *mode)
 Test(sqlite, two_connections_wal) { two_connections("wal"); }
 Test(sqlite, two_connections_rollback) { two_connections("delete"); }
 
+/* The same database name open in two stores (the store is the namespace):
+ * SQLite's xAccess and xDelete of a journal carry no store, and must reach
+ * the journal's own store, not whichever store was opened last. */
+Test(sqlite, same_name_in_two_stores)
+{
+	struct scratch s;
+	char other[PATH_MAX + 16], *script, *out;
+	size_t len;
+	FILE *m;
+	int status;
+
+	scratch_init(&s, "two-stores");
+	snprintf(other, sizeof(other), "%s/other.coil", s.dir);
+	m = open_memstream(&script, &len);
+	coil_preamble(m, &s, NULL);
+	fprintf(m, "CREATE TABLE t(x);\nINSERT INTO t VALUES (1);\n"
+		   "ATTACH 'file:db.sqlite?vfs=coil&coil_store=%s' AS y;\n"
+		   "CREATE TABLE y.u(x);\nINSERT INTO y.u VALUES (10);\n"
+		   "INSERT INTO main.t VALUES (2);\n"
+		   "INSERT INTO y.u VALUES (20);\n"
+		   "SELECT 'main', count(*) FROM main.t;\n"
+		   "SELECT 'y', count(*) FROM y.u;\n", other);
+	fclose(m);
+	out = shell_run(&s, script, NULL, &status);
+	cr_assert_eq(status, 0, "%s", out);
+	cr_assert_not_null(strstr(out, "main|2\n"), "%s", out);
+	cr_assert_not_null(strstr(out, "y|2\n"), "%s", out);
+	free(out);
+	free(script);
+	/* a new process sees both committed, and no journal left behind */
+	m = open_memstream(&script, &len);
+	coil_preamble(m, &s, NULL);
+	fprintf(m, "SELECT 'again', count(*) FROM t;\n");
+	fclose(m);
+	out = shell_run(&s, script, NULL, &status);
+	cr_assert_eq(status, 0, "%s", out);
+	cr_assert_not_null(strstr(out, "again|2\n"), "%s", out);
+	cr_assert_lt(store_obj_size(&s, "db.sqlite-journal"), 1, "journal left");
+	free(out);
+	free(script);
+	scratch_fini(&s);
+}
+
 /* --- the C entry point: a program linking both libraries ------------------ */
 
 /* The program side of coil_sqlite_register(): libsqlite3 and the extension
