@@ -209,7 +209,7 @@ fuzz_one() {
 }
 
 run_fuzzers() {
-	local secs=${FUZZ_SECONDS:-15} rc=0 n=0 running=0
+	local secs=${FUZZ_SECONDS:-10} rc=0 n=0 running=0
 	local exes=()
 	log "fuzz targets (${secs}s each, on their checked-in corpus, $JOBS at a time)"
 	for exe in build/fuzz/tests/fuzz_*; do
@@ -247,7 +247,7 @@ cmd_test() {
 	build_asan
 	# The sanitizer pass runs every suite; the long crash/fault loops are
 	# scaled down there (their full counts run in the release pass above).
-	COIL_REL_SCALE=${COIL_ASAN_SCALE:-0.15} \
+	COIL_REL_SCALE=${COIL_ASAN_SCALE:-0.08} \
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	LSAN_OPTIONS=suppressions="$ROOT/tests/lsan.supp":print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
