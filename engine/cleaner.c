@@ -8,8 +8,8 @@
  *      their reader counts (so no checkpoint frees one under the pass);
  *   2. under mlock: walk the extent maps once, collect every extent whose
  *      blob lies in a victim (object and blob references taken);
- *   3. per victim: one sequential read of the segment (up to its last live
- *      byte), verify each live blob, copy its stored bytes VERBATIM into a
+ *   3. per victim: a sequential read of the segment (up to its last live
+ *      byte, in CLEAN_READ_PIECE pieces one after another), verify each live blob, copy its stored bytes VERBATIM into a
  *      batch; per object and batch one relocation through the write path's
  *      placement (seg_place_write, allowed into the reserve), its data runs
  *      and one WRITE record with the REMAP flag in the journal;
@@ -52,8 +52,13 @@
 #define CLEAN_PASS_SPAN (256ull << 20)
 /* Relocated bytes per pass at most (keeps a pass bounded). */
 #define CLEAN_PASS_BYTES_MAX (64ull << 20)
-/* One relocation batch: stored bytes, blobs, extents. */
-#define CLEAN_BATCH_BYTES (1u << 20)
+/* One relocation batch: stored bytes, blobs, extents.  The byte bound and
+ * the read piece are small because the device serves requests about in
+ * order: a foreground write queued behind a 1 MiB cleaner read or
+ * relocation waited for all of it (the issue 7 benchmark's p99 and IOPS
+ * both moved with these, docs/space.md). */
+#define CLEAN_BATCH_BYTES (256u << 10)
+#define CLEAN_READ_PIECE (128u << 10)
 #define CLEAN_BATCH_BLOBS 256u
 #define CLEAN_BATCH_EXTS 1024u
 /* A segment more than this full (per mille of its capacity) is not worth
@@ -774,9 +779,17 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 		end = COIL_MAX(end, cl->items[i].b->dev_off +
 				cl->items[i].b->stored_len - base);
 	end = COIL_ALIGN_UP(end, FMT_BLOCK);
-	rc = store_io_sync(s, URING_OP_READ, cl->seg_buf, (uint32_t)end, base);
-	if (rc < 0)
-		return rc;
+	/* In pieces, one at a time: the device serves requests in order, and
+	 * a foreground write queued behind one long read waits for all of
+	 * it. */
+	for (uint64_t at = 0; at < end; at += CLEAN_READ_PIECE) {
+		uint32_t n = (uint32_t)COIL_MIN(end - at, CLEAN_READ_PIECE);
+
+		rc = store_io_sync(s, URING_OP_READ, cl->seg_buf + at, n,
+				   base + at);
+		if (rc < 0)
+			return rc;
+	}
 	stat_add(&cl->bytes_read, end);
 
 	for (size_t r = 0; r < nrun; r++) {

@@ -375,11 +375,13 @@ void journal_kick(struct coil_store *s)
 		pthread_mutex_unlock(&s->jlock);
 		return;
 	}
-	if (s->cyc_n && size <= FMT_BLOCK &&
+	if (s->cyc_n && size <= ENGINE_JCHUNK_ALONGSIDE &&
 	    !atomic_load(&s->broken)) {
-		/* A chunk is on its way and this one would fit in one block:
-		 * let it grow until that one retires (which kicks again).
-		 * Only chunks worth more than a block go out alongside. */
+		/* A chunk is on its way and this one is tiny: let it grow
+		 * until that one retires (which kicks again).  Starting a
+		 * cycle per ready record would triple the chunk count; making
+		 * every record wait for the chunk ahead puts two device round
+		 * trips on a write's path (see ENGINE_JCHUNK_ALONGSIDE). */
 		pthread_mutex_unlock(&s->jlock);
 		return;
 	}
