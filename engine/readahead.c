@@ -692,6 +692,7 @@ int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb)
 	struct pf_unit u;
 	struct pf_work w;
 	int obs, ret = 0, e = 0;
+	bool recheck = false;
 
 	if (!st)
 		return rb->ce ? 2 : 0;
@@ -767,20 +768,31 @@ int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb)
 			}
 		}
 	} else if (obs == PF_OBS_READY || obs == PF_OBS_FAILED) {
-		if (pf_resolve_demand(&st->m, u, PF_NOT_WAITED, &e) ==
-			    PF_RES_FAILED) {
+		int res = pf_resolve_demand(&st->m, u, PF_NOT_WAITED, &e);
+
+		if (res == PF_RES_FAILED) {
 			if (fail_matches(st, u, rb)) {
 				rb->res = e;
 				ret = 2;
 			} else {
 				atomic_fetch_add(&s->ras->fail_mismatch, 1);
 			}
+		} else if (res == PF_RES_READY) {
+			/* The job put the value in the cache before it
+			 * published READY; the caller looked before that.
+			 * Look again (outside st->mu): a second fetch and
+			 * decode of the blob is the alternative.  Not there:
+			 * evicted, read it. */
+			recheck = true;
 		}
-		/* READY but not in the cache: evicted, read it */
 	}
 out:
 	pthread_mutex_unlock(&st->mu);
 	jobs_submit(list);
+	if (recheck && bcache_lookup(s, rb)) {
+		atomic_fetch_add(&s->ras->ready_no_wait, 1);
+		ret = 2;
+	}
 	return ret;
 }
 

@@ -373,7 +373,7 @@ static void write_encoded(struct pool_req *preq, void *arg)
  * this thread with the store's spare context. */
 static void write_encode_inline(struct coil_store *s, struct wreq *w)
 {
-	stat_add(&s->st.inline_encodes, 1);
+	stat_add(&s->st.inline_encodes, w->nblobs); /* per blob */
 	pthread_mutex_lock(&s->zmu);
 	for (uint32_t k = 0; k < w->nblobs; k++) {
 		struct pool_task *t = &w->tasks[k];
