@@ -129,6 +129,10 @@ struct cleaner {
 	uint32_t clean_lo;       /* start cleaning below */
 	uint32_t clean_hi;       /* stop cleaning at */
 	uint32_t throttle;       /* delay writers below */
+	uint32_t need_free;      /* free segments a waiting writer needs
+				  * (under mu; 0 = none): a round cleans
+				  * until there are this many, even above
+				  * the high mark */
 	uint32_t victims_max;    /* per pass (normal policy) */
 
 	/* per segment, for age: the gen last seen and when */
@@ -1086,7 +1090,7 @@ static void *cleaner_main(void *arg)
 	coil_thread_name("clean", -1);
 	pthread_mutex_lock(&cl->mu);
 	for (;;) {
-		uint32_t force;
+		uint32_t force, goal;
 		bool stuck = true;
 
 		while (!cl->want && !cl->stop) {
@@ -1095,8 +1099,11 @@ static void *cleaner_main(void *arg)
 			abstime_in(&ts, CLEANER_TICK_NS);
 			if (pthread_cond_timedwait(&cl->cv, &cl->mu, &ts) ==
 			    ETIMEDOUT) {
+				uint32_t goal = COIL_MAX(cl->clean_lo,
+							 cl->need_free);
+
 				pthread_mutex_unlock(&cl->mu);
-				if (free_now(s) < cl->clean_lo)
+				if (free_now(s) < goal)
 					cl->want = true;
 				pthread_mutex_lock(&cl->mu);
 			}
@@ -1107,6 +1114,8 @@ static void *cleaner_main(void *arg)
 		cl->running = true;
 		force = (uint32_t)cl->force_victims;
 		cl->force_victims = 0;
+		goal = COIL_MAX(cl->clean_hi, cl->need_free);
+		cl->need_free = 0;  /* a writer still short sets it again */
 		pthread_mutex_unlock(&cl->mu);
 
 		/* A round: passes until free space is back above the high
@@ -1116,7 +1125,7 @@ static void *cleaner_main(void *arg)
 
 			if (atomic_load(&s->broken))
 				break;
-			if (!force && free_now(s) >= cl->clean_hi)
+			if (!force && free_now(s) >= goal)
 				break;
 			rc = clean_pass(cl, force ? force : cl->victims_max);
 			pthread_mutex_lock(&cl->mu);
@@ -1187,6 +1196,21 @@ int cleaner_run_now(struct coil_store *s, uint32_t max_victims)
 
 /* ---- throttling ------------------------------------------------------------ */
 
+/* A writer needs @need bytes that the free segments above the reserve do
+ * not hold: the next round cleans until they do, even when free space is
+ * above the marks (a write larger than the room the marks keep would
+ * otherwise fail with -ENOSPC while dead space waits).  cl->mu held. */
+static void want_room_locked(struct cleaner *cl, struct coil_store *s,
+			     uint64_t need)
+{
+	uint64_t segs = cl->reserve + (need + per_seg(s) - 1) / per_seg(s) + 1;
+
+	if (segs > s->nseg)
+		segs = s->nseg;
+	if (segs > cl->need_free)
+		cl->need_free = (uint32_t)segs;
+}
+
 void cleaner_throttle(struct coil_store *s, uint64_t need)
 {
 	struct cleaner *cl = s->cl;
@@ -1200,9 +1224,11 @@ void cleaner_throttle(struct coil_store *s, uint64_t need)
 	f = s->free_segs;
 	cap = fg_cap_locked(s);
 	pthread_mutex_unlock(&s->mlock);
-	if (f >= cl->clean_lo)
+	if (f >= cl->clean_lo && cap >= need)
 		return;
 	pthread_mutex_lock(&cl->mu);
+	if (cap < need)
+		want_room_locked(cl, s, need);
 	if (!cl->running)
 		kick_locked(cl);
 	pthread_mutex_unlock(&cl->mu);
@@ -1240,6 +1266,8 @@ void cleaner_throttle(struct coil_store *s, uint64_t need)
 			break;
 		if (cl->rounds_done >= target) {
 			target = cl->rounds_done + (cl->running ? 2 : 1);
+			if (cap < need)
+				want_room_locked(cl, s, need);
 			kick_locked(cl);
 		}
 		/* Checkpoints free segments without telling us: poll. */

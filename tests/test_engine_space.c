@@ -9,6 +9,9 @@
  *                      right, the cleaner ran, write amplification reported
  *   cas_race           forced cleaning passes while the same blocks are
  *                      overwritten: the newest data always wins
+ *   large_write_above_the_low_mark_waits_for_room  a 10 MiB write into
+ *                      a store whose free space is above the cleaning mark
+ *                      but short of 10 MiB starts the cleaner and waits
  *   victims_are_read_where_live  a pass over sparse raw segments reads
  *                      their live sectors (in waves, long runs in pieces),
  *                      not whole segments; content exact, also reopened
@@ -407,6 +410,66 @@ Test(engine_space, cas_race, .timeout = 120)
 	cr_assert_eq(coil_close(s), 0);
 	unlink(path);
 	free(buf);
+}
+
+/* A write larger than the room the cleaning marks keep free: above the
+ * low mark nothing else starts the cleaner, so the write itself must,
+ * and wait for the room (half-dead segments, none wholly dead, so no
+ * checkpoint alone frees any). */
+Test(engine_space, large_write_above_the_low_mark_waits_for_room,
+     .timeout = 120)
+{
+	const size_t size = 28u << 20, big = 10u << 20;
+	char path[256];
+	struct coil_options o;
+	coil_store *s;
+	coil_obj *a, *b;
+	uint8_t *buf = malloc(big), *rd = malloc(big);
+	uint64_t free_segs, clean_lo;
+
+	et_path(path, sizeof(path), "space-big-write");
+	et_opts(&o, path);
+	o.compression = "none";
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(coil_obj_open(s, "a", COIL_CREATE, &a), 0);
+	for (size_t off = 0; off < size; off += BLK) {
+		block_fill(buf, BLK, off / BLK, 1);
+		cr_assert_eq(coil_pwrite(a, buf, BLK, off), BLK);
+	}
+	/* every other 64 KiB block again: the first copies' segments are
+	 * half dead */
+	for (size_t off = 0; off < size; off += 2 * BLK) {
+		block_fill(buf, BLK, off / BLK, 2);
+		cr_assert_eq(coil_pwrite(a, buf, BLK, off), BLK);
+	}
+	cr_assert_eq(coil_sync(s), 0);
+	free_segs = stat_u64(s, "\"segments_free\":");
+	clean_lo = stat_u64(s, "\"clean_below_free_segments\":");
+	cr_log_info("big write: %lu free segments, cleaning below %lu",
+		    (unsigned long)free_segs, (unsigned long)clean_lo);
+	cr_assert_geq(free_segs, clean_lo, "the scenario needs free space "
+		      "above the low mark");
+	cr_assert_lt(free_segs * (1u << 20), big + (4u << 20),
+		     "the scenario needs a write that does not fit as is");
+	et_fill(buf, big, 99, 0);
+	cr_assert_eq(coil_obj_open(s, "b", COIL_CREATE, &b), 0);
+	cr_assert_eq(coil_pwrite(b, buf, big, 0), (ssize_t)big);
+	cr_assert_eq(coil_pread(b, rd, big, 0), (ssize_t)big);
+	cr_assert_eq(memcmp(rd, buf, big), 0);
+	for (size_t off = 0; off < size; off += BLK) {
+		uint64_t ver = (off / BLK) % 2 == 0 ? 2 : 1;
+
+		block_fill(buf, BLK, off / BLK, ver);
+		cr_assert_eq(coil_pread(a, rd, BLK, off), BLK);
+		cr_assert_eq(memcmp(rd, buf, BLK), 0, "block %zu", off / BLK);
+	}
+	cr_assert_eq(cleaner_check_live(s), 0);
+	coil_obj_close(a);
+	coil_obj_close(b);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+	free(buf);
+	free(rd);
 }
 
 /* A victim is read where it is live: raw 64 KiB blobs overwritten down
