@@ -827,7 +827,6 @@ static int read_live(struct cleaner *cl, uint64_t base, size_t nrun,
 	struct cwave *wv = &cl->wave;
 	struct uring_io *ios[CLEAN_READ_WAVE];
 	size_t n = 0, k = 0;
-	uint32_t at = 0;
 
 	for (size_t r = 0; r < nrun; r++) {
 		const struct crun *run = &cl->runs[r];
@@ -845,45 +844,36 @@ static int read_live(struct cleaner *cl, uint64_t base, size_t nrun,
 			.end = (uint32_t)COIL_ALIGN_UP(hi, FMT_BLOCK) };
 	}
 	qsort(cl->ranges, n, sizeof(*cl->ranges), cmp_range);
+	/* merged across short dead stretches, in place */
+	for (size_t r = 1; r < n; r++) {
+		struct crange *g = &cl->ranges[k];
+
+		if (cl->ranges[r].off <= g->end + CLEAN_READ_GAP)
+			g->end = COIL_MAX(g->end, cl->ranges[r].end);
+		else
+			cl->ranges[++k] = cl->ranges[r];
+	}
+	n = n ? k + 1 : 0;
 	*bytes = 0;
-	while (k < n) {
+	for (k = 0; k < n;) {
 		unsigned m = 0;
 		int rc;
 
-		/* the next wave: merged ranges, split into pieces */
-		while (m < CLEAN_READ_WAVE && k < n) {
-			struct crange g = cl->ranges[k];
-			uint32_t len;
+		/* the next wave: pieces of the merged ranges, in order */
+		for (; m < CLEAN_READ_WAVE && k < n; m++) {
+			struct crange *g = &cl->ranges[k];
+			uint32_t len = COIL_MIN(g->end - g->off,
+						CLEAN_READ_PIECE);
 
-			if (at > g.off)
-				g.off = at;     /* continues a split range */
-			while (k + 1 < n &&
-			       cl->ranges[k + 1].off <= g.end + CLEAN_READ_GAP) {
-				g.end = COIL_MAX(g.end, cl->ranges[k + 1].end);
-				k++;
-			}
-			len = COIL_MIN(g.end - g.off, CLEAN_READ_PIECE);
-			if (len == 0) {
-				k++;
-				continue;
-			}
 			uring_io_prep(&wv->io[m], URING_OP_READ,
-				      cl->seg_buf + g.off, len, base + g.off,
+				      cl->seg_buf + g->off, len, base + g->off,
 				      wave_done, wv);
 			ios[m] = &wv->io[m];
-			m++;
 			*bytes += len;
-			if (g.off + len < g.end) {
-				at = g.off + len;
-				cl->ranges[k].off = at;
-				cl->ranges[k].end = g.end;
-			} else {
-				at = 0;
+			g->off += len;
+			if (g->off == g->end)
 				k++;
-			}
 		}
-		if (m == 0)
-			break;
 		wv->left = m;
 		wv->res = 0;
 		rc = uring_submit_many(s->ring, ios, m);

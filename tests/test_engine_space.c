@@ -412,6 +412,26 @@ Test(engine_space, cas_race, .timeout = 120)
 	free(buf);
 }
 
+/* Reopen the closed store at @path: live bytes recount right, and object
+ * @name reads back as @model's @len bytes (asking for @size). */
+static void reopen_and_compare(const char *path, struct coil_options *o,
+			       const char *name, const uint8_t *model,
+			       uint8_t *rd, size_t size, size_t len)
+{
+	coil_store *s;
+	coil_obj *h;
+
+	o->flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, o, &s), 0);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_obj_open(s, name, 0, &h), 0);
+	memset(rd, 0, size);
+	cr_assert_eq(coil_pread(h, rd, size, 0), (int64_t)len);
+	cr_assert_eq(memcmp(rd, model, len), 0);
+	coil_obj_close(h);
+	cr_assert_eq(coil_close(s), 0);
+}
+
 /* A write larger than the room the cleaning marks keep free: above the
  * low mark nothing else starts the cleaner, so the write itself must,
  * and wait for the room (half-dead segments, none wholly dead, so no
@@ -526,15 +546,7 @@ Test(engine_space, victims_are_read_where_live, .timeout = 120)
 	cr_assert_eq(memcmp(rd, model, size), 0);
 	coil_obj_close(h);
 	cr_assert_eq(coil_close(s), 0);
-	o.flags &= ~COIL_CREATE;
-	cr_assert_eq(coil_open(path, &o, &s), 0);
-	cr_assert_eq(cleaner_check_live(s), 0);
-	cr_assert_eq(coil_obj_open(s, "sparse", 0, &h), 0);
-	memset(rd, 0, size);
-	cr_assert_eq(coil_pread(h, rd, size, 0), (ssize_t)size);
-	cr_assert_eq(memcmp(rd, model, size), 0);
-	coil_obj_close(h);
-	cr_assert_eq(coil_close(s), 0);
+	reopen_and_compare(path, &o, "sparse", model, rd, size, size);
 	unlink(path);
 	free(model);
 	free(rd);
@@ -576,14 +588,7 @@ Test(engine_space, small_blobs_zstd, .timeout = 120)
 	cr_assert_gt(stat_u64(s, "\"blobs_relocated\":"), 0);
 	coil_obj_close(h);
 	cr_assert_eq(coil_close(s), 0);
-	o.flags &= ~COIL_CREATE;
-	cr_assert_eq(coil_open(path, &o, &s), 0);
-	cr_assert_eq(cleaner_check_live(s), 0);
-	cr_assert_eq(coil_obj_open(s, "p", 0, &h), 0);
-	cr_assert_eq(coil_pread(h, rd, size, 0), (int64_t)end);
-	cr_assert_eq(memcmp(rd, model, end), 0);
-	coil_obj_close(h);
-	cr_assert_eq(coil_close(s), 0);
+	reopen_and_compare(path, &o, "p", model, rd, size, end);
 	unlink(path);
 	free(model);
 	free(rd);
