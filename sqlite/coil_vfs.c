@@ -621,9 +621,7 @@ static int vfile_truncate(sqlite3_file *file, sqlite3_int64 size)
 		return SQLITE_IOERR_TRUNCATE;
 	/* Under the I/O mutex, so no read refills the cache in between. */
 	pthread_mutex_lock(&f->st->wmu);
-	rc = vfs_wb_flush_locked(f->st);
-	if (rc == SQLITE_OK && f->node->wb_err)
-		rc = vfs_err_to_sqlite(f->node->wb_err, SQLITE_IOERR_TRUNCATE);
+	rc = vfs_wb_flush_for_locked(f->st, f->node, SQLITE_IOERR_TRUNCATE);
 	if (rc == SQLITE_OK) {
 		vcache_drop(&f->st->rc, f->node);
 		f->node->size = (uint64_t)size;

@@ -125,6 +125,7 @@ int vfs_wb_flush(struct vstore *st);
 /* vfs_wb_flush, then @node's remembered failure (vnode.wb_err) as @deflt's
  * SQLite code: what a sync or commit of @node must report. */
 int vfs_wb_flush_for(struct vstore *st, struct vnode *node, int deflt);
+int vfs_wb_flush_for_locked(struct vstore *st, struct vnode *node, int deflt);
 int vfs_wb_flush_node(struct vstore *st, struct vnode *node);
 uint32_t vfs_wb_overlay(struct vstore *st, const struct vnode *node,
 			uint64_t chunk, unsigned char *data, uint32_t clen);

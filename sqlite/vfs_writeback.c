@@ -177,14 +177,21 @@ int vfs_wb_flush(struct vstore *st)
 	return rc;
 }
 
+int vfs_wb_flush_for_locked(struct vstore *st, struct vnode *node, int deflt)
+{
+	int rc = vfs_wb_flush_locked(st);
+
+	if (rc == SQLITE_OK && node->wb_err)
+		rc = vfs_err_to_sqlite(node->wb_err, deflt);
+	return rc;
+}
+
 int vfs_wb_flush_for(struct vstore *st, struct vnode *node, int deflt)
 {
 	int rc;
 
 	pthread_mutex_lock(&st->wmu);
-	rc = vfs_wb_flush_locked(st);
-	if (rc == SQLITE_OK && node->wb_err)
-		rc = vfs_err_to_sqlite(node->wb_err, deflt);
+	rc = vfs_wb_flush_for_locked(st, node, deflt);
 	pthread_mutex_unlock(&st->wmu);
 	return rc;
 }
