@@ -111,6 +111,10 @@ struct coil_obj {
 	struct coil_store *s;
 	struct object *obj;
 	_Atomic uint32_t inflight;
+	/* Bytes of this handle's reads submitted and not yet completed:
+	 * readahead stands aside for a reader that keeps a window's worth in
+	 * flight itself (readahead.c, readahead_on_read). */
+	_Atomic uint64_t rd_bytes;
 	struct coil_obj *next;     /* free list / open list */
 	struct ra_stream *ra;      /* issue 8: readahead stream (readahead.c),
 				    * NULL when prefetch or the cache is off */
@@ -218,7 +222,13 @@ struct rblob {
 				 * be handed to the cache (a bufpool fallback
 				 * may not) */
 	bool use_once;          /* a prefetched entry this read takes whole */
+	bool io_owner;          /* iobuf is this blob's to return: it leads a
+				 * device read (others may share its buffer) */
 	int res;
+	/* A device read may fetch several blobs lying together on the device
+	 * (read.c, read_groups): the first one's io reads them all, the others
+	 * are chained here and point into its buffer. */
+	struct rblob *io_next;
 	struct uring_io io;
 	struct fmt_blob fb;
 	/* issue 8: the blob's cache key is {b->dev_off, gen}; ce is the cache

@@ -3,7 +3,8 @@
  *   coil_read (caller)     under mlock: map [off, off+len) to holes and
  *                          pieces of blobs (a blob read once however many
  *                          pieces of it are wanted); take blob references;
- *                          zero the holes; one ring read per blob
+ *                          zero the holes; one ring read per run of blobs
+ *                          lying together on the device (read_group_add)
  *   read_io_done (ring)    raw blobs: verify just the 4 KiB sectors read
  *   read_all_done (ring)   compressed blobs: one pool request of DECODE
  *                          tasks, never blocking (POOL_NONBLOCK; when the
@@ -96,9 +97,11 @@ static void read_release(struct coil_store *s, struct rreq *r)
 {
 	for (uint32_t i = 0; i < r->nrb; i++) {
 		struct rblob *rb = &r->rb[i];
-		bufpool_put(&s->bp, rb->iobuf);
+		if (rb->io_owner)
+			bufpool_put(&s->bp, rb->iobuf);
 		bufpool_put(&s->bp, rb->dec); /* not pooled: freed */
 		rb->iobuf = rb->dec = NULL;
+		rb->io_owner = false;
 		bcache_release(s, rb);
 		atomic_fetch_sub(&s->segs[seg_of(s, rb->b->dev_off)].readers, 1);
 		blobd_unref(rb->b);
@@ -145,6 +148,7 @@ static void read_finish(struct rreq *r)
 		stat_add(&s->st.reads, 1);
 		stat_add(&s->st.read_bytes, r->len);
 	}
+	atomic_fetch_sub(&h->rd_bytes, r->len);
 	read_release(s, r);
 	rreq_put(s, r);
 	atomic_fetch_sub(&h->inflight, 1);
@@ -316,18 +320,51 @@ static void read_all_done(struct rreq *r)
 	read_decoded(&r->preq, r);
 }
 
+/* One device read done: it fetched the blob leading it and those chained
+ * on its io_next (read_groups), each checked on its own bytes. */
 static void read_io_done(struct uring_io *io, int res)
 {
-	struct rblob *rb = io->arg;
-	struct rreq *r = rb->r;
+	struct rblob *lead = io->arg;
+	struct rreq *r = lead->r;
+	uint32_t n = 0;
 
-	res = read_io_result(r->s, res, &rb->fb, rb->b, rb->iobuf, rb->rd_off,
-			     rb->rd_len);
-	if (res < 0)
-		rb->res = res;
-	stat_add(&r->s->st.dev_bytes_read, rb->rd_len);
-	if (atomic_fetch_sub(&r->pending, 1) == 1)
+	if (res >= 0 && (uint32_t)res != io->len)
+		res = -EIO;
+	if (res >= 0)
+		stat_add(&r->s->st.dev_bytes_read, io->len);
+	for (struct rblob *rb = lead; rb; rb = rb->io_next, n++) {
+		int rr = read_io_result(r->s, res < 0 ? res : (int)rb->rd_len,
+					&rb->fb, rb->b, rb->iobuf, rb->rd_off,
+					rb->rd_len);
+
+		if (rr < 0)
+			rb->res = rr;
+	}
+	if (atomic_fetch_sub(&r->pending, n) == n)
 		read_all_done(r);
+}
+
+/* Start the device read of @lead and the blobs chained on it, which lie in
+ * [lead->rd_off, end). */
+static void read_group_submit(struct coil_store *s, struct rblob *lead,
+			      uint64_t end)
+{
+	uint32_t len = (uint32_t)(end - lead->rd_off);
+	uint8_t *buf = bufpool_get(&s->bp, len);
+	int rc;
+
+	uring_io_prep(&lead->io, URING_OP_READ, buf, len, lead->rd_off,
+		      read_io_done, lead);
+	if (!buf) {
+		read_io_done(&lead->io, -ENOMEM);
+		return;
+	}
+	lead->io_owner = true;
+	for (struct rblob *rb = lead; rb; rb = rb->io_next)
+		rb->iobuf = buf + (rb->rd_off - lead->rd_off);
+	rc = uring_submit(s->ring, &lead->io);
+	if (rc < 0)
+		read_io_done(&lead->io, rc);
 }
 
 static void read_nop_done(struct uring_io *io, int res)
@@ -346,13 +383,55 @@ void read_blob_resume(struct rblob *rb)
 		/* the prefetch did not bring it (evicted, no memory, or a
 		 * different blob by now): read it ourselves (rb->direct: the
 		 * job decoded it into the caller's buffer) */
-		int rc = uring_submit(r->s->ring, &rb->io);
-		if (rc < 0)
-			read_io_done(&rb->io, rc);
+		rb->io_next = NULL;
+		read_group_submit(r->s, rb, rb->rd_off + rb->rd_len);
 		return;
 	}
 	if (atomic_fetch_sub(&r->pending, 1) == 1)
 		read_all_done(r);
+}
+
+/* Blobs of one read that lie together on the device are fetched by one
+ * device read: a request costs this device about as much as 14 KiB of
+ * transfer, and the CPU (here a virtio kick, a VM exit) about as much as
+ * decoding 20 KiB.  Read in order, a request's blobs were written in order
+ * and sit side by side (compressed ones share the 4 KiB blocks between
+ * them); a dead stretch up to READ_JOIN_GAP is read through rather than
+ * split on; a read stays within one large buffer. */
+#define READ_JOIN_GAP (16u << 10)
+#define READ_JOIN_MAX (1u << 20)
+
+struct rgroup {
+	struct rblob *lead, *tail;
+	uint64_t end;
+};
+
+/* Add @rb (NULL: no more) to the open group or start a new one; a group
+ * that cannot take @rb is submitted.  @return device reads started. */
+static uint32_t read_group_add(struct coil_store *s, struct rgroup *g,
+			       struct rblob *rb)
+{
+	uint32_t started = 0;
+
+	if (g->lead && rb && rb->rd_off >= g->lead->rd_off &&
+	    rb->rd_off <= g->end + READ_JOIN_GAP &&
+	    COIL_MAX(g->end, rb->rd_off + rb->rd_len) - g->lead->rd_off <=
+		    READ_JOIN_MAX) {
+		g->tail->io_next = rb;
+		g->tail = rb;
+		g->end = COIL_MAX(g->end, rb->rd_off + rb->rd_len);
+		return 0;
+	}
+	if (g->lead) {
+		read_group_submit(s, g->lead, g->end);
+		started = 1;
+	}
+	g->lead = g->tail = rb;
+	if (rb) {
+		rb->io_next = NULL;
+		g->end = rb->rd_off + rb->rd_len;
+	}
+	return started;
 }
 
 /* Add the piece [skip, skip+len) of blob b for destination offset dst. */
@@ -389,6 +468,8 @@ static int add_piece(struct coil_store *s, struct rreq *r, struct blobd *b,
 		rb->direct = false;
 		rb->dec_value = false;
 		rb->use_once = false;
+		rb->io_owner = false;
+		rb->io_next = NULL;
 		rb->gen = s->segs[seg_of(s, b->dev_off)].gen;
 		rb->ce = NULL;
 		rb->pf_next = NULL;
@@ -415,8 +496,9 @@ static int read_submit(struct coil_obj *h, void *buf, size_t len,
 	struct extmap_iter it;
 	const struct ext *e;
 	struct rreq *r;
+	struct rgroup grp = { 0 };
 	uint64_t end, pos;
-	uint32_t nio = 0;	/* blobs this call sent to the device */
+	uint32_t nio = 0;	/* device reads this call started */
 	int rc = 0;
 
 	r = rreq_get(s);
@@ -480,17 +562,10 @@ static int read_submit(struct coil_obj *h, void *buf, size_t len,
 		}
 		rb->rd_off = a;
 		rb->rd_len = (uint32_t)(z - a);
-		rb->iobuf = bufpool_get(&s->bp, rb->rd_len);
-		if (!rb->iobuf) {
-			read_release(s, r);
-			rreq_put(s, r);
-			return -ENOMEM;
-		}
-		uring_io_prep(&rb->io, URING_OP_READ, rb->iobuf, rb->rd_len,
-			      rb->rd_off, read_io_done, rb);
 	}
 	atomic_fetch_add(&s->ops_inflight, 1);
 	atomic_fetch_add(&h->inflight, 1);
+	atomic_fetch_add(&h->rd_bytes, r->len);
 	/* One extra count held until every blob is on its way, so no
 	 * completion finishes the read while blobs are still being set up. */
 	atomic_store(&r->pending, r->nrb + 1);
@@ -506,11 +581,9 @@ static int read_submit(struct coil_obj *h, void *buf, size_t len,
 		default:
 			break;
 		}
-		nio++;
-		rc = uring_submit(s->ring, &rb->io);
-		if (rc < 0)
-			read_io_done(&rb->io, rc);
+		nio += read_group_add(s, &grp, rb);
 	}
+	nio += read_group_add(s, &grp, NULL);
 	readahead_on_read(h, off, r->len ? r->len : len);
 	if (atomic_fetch_sub(&r->pending, 1) == 1) {
 		if (inline_ok || (s->inline_cb && nio == 0)) {
@@ -529,6 +602,7 @@ static int read_submit(struct coil_obj *h, void *buf, size_t len,
 		rc = uring_submit(s->ring, &r->nop);
 		if (rc < 0) {
 			if (r->nrb == 0) {
+				atomic_fetch_sub(&h->rd_bytes, r->len);
 				atomic_fetch_sub(&h->inflight, 1);
 				atomic_fetch_sub(&s->ops_inflight, 1);
 				read_release(s, r);
