@@ -150,13 +150,13 @@ Test(engine_prefetch, whole_blob_scan_uses_prefetched_blobs_once)
 	free(dst);
 }
 
-/* Read [0, n) in @bs requests, @qd in flight. */
-static void scan_async(coil_obj *h, uint8_t *dst, size_t n, size_t bs,
-		       int qd)
+/* Read [from, n) in @bs requests, @qd in flight. */
+static void scan_async_from(coil_obj *h, uint8_t *dst, size_t from, size_t n,
+			    size_t bs, int qd)
 {
 	struct counter c = COUNTER_INIT;
 
-	for (size_t off = 0; off < n; off += bs) {
+	for (size_t off = from; off < n; off += bs) {
 		counter_wait_below(&c, qd);
 		counter_add(&c);
 		cr_assert_eq(coil_read(h, dst + off, bs, off, count_cb, &c), 0);
@@ -165,12 +165,60 @@ static void scan_async(coil_obj *h, uint8_t *dst, size_t n, size_t bs,
 	cr_assert_eq(c.errors, 0);
 }
 
-/* A scan with more blob demands in flight than readahead has job slots
- * (QD 4 of 1 MiB reads: 64 blobs, 4 slots kept for demand).  A demand that
- * finds its unit queued and cannot promote it reads the blob itself; the
- * queued prefetch must then be withdrawn, or it fetches and decodes the
- * blob a second time into a cache value nobody takes.  So: every blob is
- * decoded exactly once, and every prefetched value is consumed. */
+static void scan_async(coil_obj *h, uint8_t *dst, size_t n, size_t bs,
+		       int qd)
+{
+	scan_async_from(h, dst, 0, n, bs, qd);
+}
+
+/* A reader that keeps a readahead window's worth (32 blobs, 2 MiB) of its
+ * own reads in flight is its own readahead: prefetching ahead of it would
+ * decode each blob into a cache value only to copy it out a moment later.
+ * The engine drops the policy's advice then (counted) and the reader's
+ * demands decode straight into its buffer.  The same file read at QD 1
+ * (sequential_reads_are_prefetched) is prefetched. */
+Test(engine_prefetch, deep_reader_is_its_own_readahead, .timeout = 120)
+{
+	char path[256], js[16384];
+	struct coil_options o;
+	coil_store *s;
+	coil_obj *h;
+	size_t n = 16u << 20;
+	uint8_t *src = malloc(n), *dst = malloc(n);
+	uint64_t skips, fetched;
+
+	s = make_store("pf-own", path, sizeof(path), &o, "own", src, n);
+	cr_assert_eq(coil_obj_open(s, "own", 0, &h), 0);
+	scan_async(h, dst, n, 1u << 20, 4);
+	cr_assert(memcmp(src, dst, n) == 0);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
+	skips = json_u64(js, "\"prefetch\"", "deep_reader_skips");
+	fetched = json_u64(js, "\"prefetch\"", "blobs_fetched");
+	/* 13 reads continue the run once it triggers (the third); each is
+	 * submitted with up to 3 others in flight, 2-4 MiB.  A reader the
+	 * scheduler kept from submitting until its reads had drained is
+	 * shallow at that moment, and readahead rightly runs then. */
+	cr_assert_geq(skips, 1, "%s", js);
+	cr_assert_lt(fetched, n / 65536 / 2, "%s", js);
+	/* what was not prefetched was decoded into the caller's buffer: no
+	 * cache values were made for it */
+	cr_assert_leq(json_u64(js, "\"cache\"", "inserts"), fetched, "%s", js);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+	free(src);
+	free(dst);
+}
+
+/* A scan that starts shallow (QD 1 of 64 KiB reads: readahead opens its
+ * window, up to 32 blobs admitted ahead) and then goes deep, with more blob
+ * demands in flight than readahead has job slots (QD 4 of 1 MiB reads: 64
+ * blobs, 4 slots kept for demand), into the work already admitted.  A
+ * demand that finds its unit queued and cannot promote it reads the blob
+ * itself; the queued prefetch must then be withdrawn, or it fetches and
+ * decodes the blob a second time into a cache value nobody takes.  So:
+ * every blob is decoded exactly once, and every prefetched value is
+ * consumed. */
 Test(engine_prefetch, deep_scan_reads_each_blob_once, .timeout = 120)
 {
 	char path[256], js[16384];
@@ -186,8 +234,14 @@ Test(engine_prefetch, deep_scan_reads_each_blob_once, .timeout = 120)
 	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
 	cr_assert_eq(json_u64(js, "\"pool\"", "tasks_run"), 0, "%s", js);
 	cr_assert_eq(coil_obj_open(s, "deep", 0, &h), 0);
-	scan_async(h, dst, n, 1u << 20, 4);
+	scan_async(h, dst, 2u << 20, 65536, 1);
+	scan_async_from(h, dst, 2u << 20, n, 1u << 20, 4);
 	cr_assert(memcmp(src, dst, n) == 0);
+	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
+	cr_assert_gt(json_u64(js, "\"prefetch\"", "demand_promotions") +
+			     json_u64(js, "\"prefetch\"", "demand_takeovers") +
+			     json_u64(js, "\"prefetch\"", "ready_no_wait"),
+		     0, "the deep part never met admitted work: %s", js);
 	cr_assert_eq(coil_obj_close(h), 0);
 	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
 	decodes = json_u64(js, "\"pool\"", "tasks_run") +
