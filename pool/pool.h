@@ -95,7 +95,8 @@ struct pool_task {			/* caller-owned array; index = ordinal */
 struct pool_req_metrics {
 	uint64_t queue_wait_ns;	/* submit -> first task picked */
 	uint64_t span_ns;	/* submit -> last task completed */
-	uint64_t cpu_ns;	/* sum of CLOCK_THREAD_CPUTIME over its tasks */
+	uint64_t cpu_ns;	/* sum of CLOCK_THREAD_CPUTIME over its tasks
+				 * (each with the pick and delivery around it) */
 	uint32_t tasks;
 	uint32_t pad_;
 	uint64_t admit_wait_ns;	/* submit -> admitted (blocked in submit) */
