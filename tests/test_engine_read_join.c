@@ -43,6 +43,35 @@ static void build(const char *name, char *path, size_t plen,
 	o->flags &= ~COIL_CREATE;
 }
 
+/* A store holding "d", built and then opened with it. */
+struct jstore {
+	char path[256];
+	struct coil_options o;
+	coil_store *s;
+	coil_obj *h;
+	uint8_t *src;
+	size_t n;
+};
+
+static void jopen(struct jstore *j, const char *name, const char *codec,
+		  size_t n)
+{
+	j->n = n;
+	j->src = malloc(n);
+	cr_assert_not_null(j->src);
+	build(name, j->path, sizeof(j->path), &j->o, codec, j->src, n);
+	cr_assert_eq(coil_open(j->path, &j->o, &j->s), 0);
+	cr_assert_eq(coil_obj_open(j->s, "d", 0, &j->h), 0);
+}
+
+static void jclose(struct jstore *j)
+{
+	cr_assert_eq(coil_obj_close(j->h), 0);
+	cr_assert_eq(coil_close(j->s), 0);
+	unlink(j->path);
+	free(j->src);
+}
+
 static uint64_t dev_reads(void)
 {
 	return uring_fault_count(uring_fault_last(), URING_OP_READ);
@@ -66,65 +95,43 @@ static uint64_t read_exact(coil_obj *h, const uint8_t *src, uint64_t off,
 Test(engine_read_join, a_stream_of_blobs_is_one_device_read_a_segment,
      .timeout = 60)
 {
-	char path[256];
-	struct coil_options o;
-	coil_store *s;
-	coil_obj *h;
-	size_t n = 4 * MIB;
-	uint8_t *src = malloc(n);
 	const char *codecs[] = { "zstd:1", "none" };
+	struct jstore j;
 
 	for (int c = 0; c < 2; c++) {
-		build("join", path, sizeof(path), &o, codecs[c], src, n);
-		cr_assert_eq(coil_open(path, &o, &s), 0);
-		cr_assert_eq(coil_obj_open(s, "d", 0, &h), 0);
+		jopen(&j, "join", codecs[c], 4 * MIB);
 		/* 16 blobs written in order: one device read, or two where
 		 * they run on into the next 1 MiB segment (its header and the
 		 * last one's unused tail between them) */
-		for (uint64_t off = 0; off < n; off += MIB)
-			cr_assert_leq(read_exact(h, src, off, MIB), 2,
+		for (uint64_t off = 0; off < j.n; off += MIB)
+			cr_assert_leq(read_exact(j.h, j.src, off, MIB), 2,
 				      "%s at %llu", codecs[c],
 				      (unsigned long long)off);
 		/* unaligned, partly wanted blobs at both ends */
-		cr_assert_leq(read_exact(h, src, 100000, 700001), 2, "%s",
+		cr_assert_leq(read_exact(j.h, j.src, 100000, 700001), 2, "%s",
 			      codecs[c]);
 		/* one blob, and a piece of one */
-		cr_assert_eq(read_exact(h, src, 3 * BLOB, BLOB), 1);
-		cr_assert_eq(read_exact(h, src, 5 * BLOB + 4097, 3000), 1);
-		cr_assert_eq(coil_obj_close(h), 0);
-		cr_assert_eq(coil_close(s), 0);
-		unlink(path);
+		cr_assert_eq(read_exact(j.h, j.src, 3 * BLOB, BLOB), 1);
+		cr_assert_eq(read_exact(j.h, j.src, 5 * BLOB + 4097, 3000), 1);
+		jclose(&j);
 	}
-	free(src);
 }
 
 /* A blob rewritten later lies elsewhere: the read splits around it (three
- * reads: before, the new blob, after), and a stretch of dead bytes between
- * two wanted blobs is not returned to anyone. */
+ * reads: before, the new blob, after); the old copy's dead bytes between
+ * blobs 6 and 8 are not returned to anyone. */
 Test(engine_read_join, a_blob_elsewhere_starts_another_read, .timeout = 60)
 {
-	char path[256];
-	struct coil_options o;
-	coil_store *s;
-	coil_obj *h;
-	size_t n = 2 * MIB;
-	uint8_t *src = malloc(n);
+	struct jstore j;
 
-	build("join-split", path, sizeof(path), &o, "zstd:1", src, n);
-	cr_assert_eq(coil_open(path, &o, &s), 0);
-	cr_assert_eq(coil_obj_open(s, "d", 0, &h), 0);
-	et_fill(src + 7 * BLOB, BLOB, 77, 1);
-	cr_assert_eq(coil_pwrite(h, src + 7 * BLOB, BLOB, 7 * BLOB),
+	jopen(&j, "join-split", "zstd:1", 2 * MIB);
+	et_fill(j.src + 7 * BLOB, BLOB, 77, 1);
+	cr_assert_eq(coil_pwrite(j.h, j.src + 7 * BLOB, BLOB, 7 * BLOB),
 		     (int64_t)BLOB);
-	cr_assert_eq(read_exact(h, src, 0, MIB), 3);
-	/* blobs 6 and 8 are 1 old blob (~10-40 KiB of zstd) apart: within
-	 * the gap a read goes through */
-	cr_assert_eq(read_exact(h, src, 6 * BLOB, BLOB), 1);
-	cr_assert_eq(read_exact(h, src, 8 * BLOB, BLOB), 1);
-	cr_assert_eq(coil_obj_close(h), 0);
-	cr_assert_eq(coil_close(s), 0);
-	unlink(path);
-	free(src);
+	cr_assert_eq(read_exact(j.h, j.src, 0, MIB), 3);
+	cr_assert_eq(read_exact(j.h, j.src, 6 * BLOB, BLOB), 1);
+	cr_assert_eq(read_exact(j.h, j.src, 8 * BLOB, BLOB), 1);
+	jclose(&j);
 }
 
 /* Flip a byte somewhere in the data: each 1 MiB read is -EIO exactly when
@@ -208,17 +215,11 @@ Test(engine_read_join, a_corrupt_blob_fails_the_reads_that_include_it,
 Test(engine_read_join, a_failed_device_read_fails_its_request_once,
      .timeout = 60)
 {
-	char path[256];
-	struct coil_options o;
 	struct uring_fault_spec f;
-	coil_store *s;
-	coil_obj *h;
-	size_t n = 2 * MIB;
-	uint8_t *src = malloc(n), *dst = malloc(MIB);
+	struct jstore j;
+	uint8_t *dst = malloc(MIB);
 
-	build("join-fail", path, sizeof(path), &o, "zstd:1", src, n);
-	cr_assert_eq(coil_open(path, &o, &s), 0);
-	cr_assert_eq(coil_obj_open(s, "d", 0, &h), 0);
+	jopen(&j, "join-fail", "zstd:1", 2 * MIB);
 	for (int i = 0; i < 4; i++) {
 		memset(&f, 0, sizeof(f));
 		if (i % 2 == 0) {
@@ -230,19 +231,16 @@ Test(engine_read_join, a_failed_device_read_fails_its_request_once,
 			f.short_nth = 1;
 		}
 		cr_assert_eq(uring_fault_arm(uring_fault_last(), &f), 0);
-		int64_t r = coil_pread(h, dst, MIB, (uint64_t)(i % 2) * MIB);
+		int64_t r = coil_pread(j.h, dst, MIB, (uint64_t)(i % 2) * MIB);
 
 		if (i % 2 == 0)
 			cr_assert_eq(r, -EIO, "try %d: %lld", i, (long long)r);
 		else
 			cr_assert_eq(r, (int64_t)MIB, "try %d: %lld", i,
 				     (long long)r);
-		cr_assert_leq(read_exact(h, src, (uint64_t)(i % 2) * MIB, MIB),
-			      2);
+		cr_assert_leq(read_exact(j.h, j.src, (uint64_t)(i % 2) * MIB,
+					 MIB), 2);
 	}
-	cr_assert_eq(coil_obj_close(h), 0);
-	cr_assert_eq(coil_close(s), 0);
-	unlink(path);
-	free(src);
+	jclose(&j);
 	free(dst);
 }
