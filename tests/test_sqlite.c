@@ -4,7 +4,9 @@
  * default VFS in every journal mode, survive a reopen in a new process, a
  * kill -9 in the middle of a large transaction, and a second process must be
  * refused cleanly.  The store is inspected with coil's own API between
- * shell runs (journal and WAL objects really live in it). */
+ * shell runs (journal and WAL objects really live in it).  Programs linking
+ * the extension (coil_sqlite_register) are driven through dlopen: one
+ * connection's send failing with another connection's writes in it. */
 #include <criterion/criterion.h>
 
 #include <dlfcn.h>
@@ -681,45 +683,174 @@ static int count_cb(void *arg, int n, char **vals, char **names)
 	return 0;
 }
 
-Test(sqlite, c_api_register)
-{
-	struct scratch s;
+struct capi {
 	void *lib, *ext;
 	int (*reg)(const char *, int);
 	int (*open_v2)(const char *, sqlite3 **, int, const char *);
 	int (*exec)(sqlite3 *, const char *, exec_cb, void *, char **);
 	int (*close_db)(sqlite3 *);
+	struct sqlite3_vfs_head *(*vfs_find)(const char *);
+};
+
+/* The head of struct sqlite3_vfs (sqlite3.h, iVersion 1 fields, stable
+ * since 3.5): enough to call xDelete. */
+struct sqlite3_vfs_head {
+	int iVersion, szOsFile, mxPathname;
+	void *pNext;
+	const char *zName;
+	void *pAppData;
+	int (*xOpen)(void);
+	int (*xDelete)(struct sqlite3_vfs_head *, const char *, int);
+};
+
+static void capi_load(struct capi *c)
+{
+	c->lib = dlopen("libsqlite3.so.0", RTLD_NOW | RTLD_GLOBAL);
+	cr_assert_not_null(c->lib, "%s", dlerror());
+	c->ext = dlopen(COIL_SQLITE_EXT, RTLD_NOW | RTLD_LOCAL);
+	cr_assert_not_null(c->ext, "%s", dlerror());
+	*(void **)&c->reg = dlsym(c->ext, "coil_sqlite_register");
+	*(void **)&c->open_v2 = dlsym(c->lib, "sqlite3_open_v2");
+	*(void **)&c->exec = dlsym(c->lib, "sqlite3_exec");
+	*(void **)&c->close_db = dlsym(c->lib, "sqlite3_close");
+	*(void **)&c->vfs_find = dlsym(c->lib, "sqlite3_vfs_find");
+	cr_assert(c->reg && c->open_v2 && c->exec && c->close_db && c->vfs_find);
+}
+
+static int text_cb(void *arg, int n, char **vals, char **names)
+{
+	(void)names;
+	if (n == 1 && vals[0])
+		snprintf(arg, 1024, "%s", vals[0]);
+	return 0;
+}
+
+static long long json_num(const char *js, const char *key)
+{
+	char pat[96];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = strstr(js, pat);
+	cr_assert_not_null(p, "no %s in %s", key, js);
+	return strtoll(p + strlen(pat), NULL, 10);
+}
+
+static sqlite3 *capi_open(struct capi *c, const char *name, const char *setup)
+{
 	sqlite3 *db = NULL;
+
+	/* SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE */
+	cr_assert_eq(c->open_v2(name, &db, 0x2 | 0x4, NULL), 0, "open %s", name);
+	cr_assert_eq(c->exec(db, setup, NULL, NULL, NULL), 0, "%s: %s", name,
+		     setup);
+	return db;
+}
+
+Test(sqlite, c_api_register)
+{
+	struct scratch s;
+	struct capi c;
+	sqlite3 *db;
 	long count = -1;
 	int pass;
 
 	scratch_init(&s, "capi");
-	lib = dlopen("libsqlite3.so.0", RTLD_NOW | RTLD_GLOBAL);
-	cr_assert_not_null(lib, "%s", dlerror());
-	ext = dlopen(COIL_SQLITE_EXT, RTLD_NOW | RTLD_LOCAL);
-	cr_assert_not_null(ext, "%s", dlerror());
-	*(void **)&reg = dlsym(ext, "coil_sqlite_register");
-	*(void **)&open_v2 = dlsym(lib, "sqlite3_open_v2");
-	*(void **)&exec = dlsym(lib, "sqlite3_exec");
-	*(void **)&close_db = dlsym(lib, "sqlite3_close");
-	cr_assert(reg && open_v2 && exec && close_db);
-
+	capi_load(&c);
 	/* make_default = 1: the plain name below needs no vfs argument. */
-	cr_assert_eq(reg(s.store, 1), 0);
+	cr_assert_eq(c.reg(s.store, 1), 0);
 	for (pass = 0; pass < 2; pass++) {
-		/* SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE */
-		cr_assert_eq(open_v2("capi.db", &db, 0x2 | 0x4, NULL), 0);
-		if (pass == 0)
-			cr_assert_eq(exec(db, "CREATE TABLE t(x);"
-					  "INSERT INTO t VALUES (1), (2);",
-					  NULL, NULL, NULL), 0);
-		cr_assert_eq(exec(db, "SELECT count(*) FROM t;", count_cb,
-				  &count, NULL), 0);
+		db = capi_open(&c, "capi.db", pass == 0 ?
+			       "CREATE TABLE t(x); INSERT INTO t VALUES (1), (2);" :
+			       "SELECT 1;");
+		cr_assert_eq(c.exec(db, "SELECT count(*) FROM t;", count_cb,
+				    &count, NULL), 0);
 		cr_assert_eq(count, 2);
-		cr_assert_eq(close_db(db), 0);
+		cr_assert_eq(c.close_db(db), 0);
 	}
 	cr_assert(!file_exists("capi.db"));
 	cr_assert_gt(store_obj_size(&s, "capi.db"), 0);
+	scratch_fini(&s);
+}
+
+/* Two connections of one program share the store's write-back window, so
+ * one connection's send can carry (and lose) another's writes.  Here the
+ * store is full when connection b's commit sends the window, which also
+ * holds the WAL frames a's open transaction spilled (cache_size 5): b's
+ * commit fails, and a's frames never reached coil.  Space then comes back
+ * (the filler database is deleted), so a's own commit could succeed on its
+ * remaining writes; it must fail instead (the object remembers the loss:
+ * vnode.wb_err), and a's table must read as before the transaction. */
+Test(sqlite, lost_writes_of_one_connection_fail_its_commit, .timeout = 120)
+{
+	struct scratch s;
+	struct capi c;
+	struct sqlite3_vfs_head *vfs;
+	sqlite3 *a, *b, *f;
+	char js[1024] = "";
+	long count = -1;
+	int rc = 0, i;
+
+	scratch_init(&s, "wberr");
+	setenv("COIL_STORE_SIZE", "64M", 1);
+	setenv("COIL_COMPRESSION", "none", 1);
+	capi_load(&c);
+	cr_assert_eq(c.reg(s.store, 1), 0);
+	a = capi_open(&c, "a.db", "PRAGMA journal_mode=WAL;"
+		      "PRAGMA synchronous=OFF; CREATE TABLE t(x);"
+		      "INSERT INTO t VALUES (1);");
+	b = capi_open(&c, "b.db", "PRAGMA journal_mode=WAL;"
+		      "PRAGMA synchronous=OFF; CREATE TABLE t(x);");
+	/* the filler writes its pages in place (no journal): nothing it
+	 * wrote turns dead for the cleaner to give back */
+	f = capi_open(&c, "f.db", "PRAGMA journal_mode=OFF;"
+		      "PRAGMA synchronous=OFF; CREATE TABLE t(x);");
+	/* fill the store: 1 MiB commits until one does not fit, then
+	 * single pages until none does */
+	for (i = 0; i < 200 && rc == 0; i++)
+		rc = c.exec(f, "INSERT INTO t SELECT randomblob(65000) FROM "
+			       "(WITH RECURSIVE n(k) AS (VALUES(1) UNION ALL "
+			       "SELECT k + 1 FROM n WHERE k < 16) SELECT k FROM n);",
+			    NULL, NULL, NULL);
+	cr_assert_eq(rc, 13 /* SQLITE_FULL */, "filler stopped with %d", rc);
+	for (i = 0, rc = 0; i < 4000 && rc == 0; i++)
+		rc = c.exec(f, "INSERT INTO t VALUES (randomblob(3000));",
+			    NULL, NULL, NULL);
+	cr_assert_eq(rc, 13 /* SQLITE_FULL */, "filler stopped with %d", rc);
+	cr_assert_eq(c.close_db(f), 0);
+
+	/* a's transaction spills WAL frames into the window */
+	cr_assert_eq(c.exec(a, "PRAGMA cache_size=5; BEGIN;"
+			       "INSERT INTO t SELECT randomblob(3000) FROM "
+			       "(WITH RECURSIVE n(k) AS (VALUES(1) UNION ALL "
+			       "SELECT k + 1 FROM n WHERE k < 400) SELECT k FROM n);",
+			 NULL, NULL, NULL), 0);
+	/* ... and they are still in the window, not in coil */
+	cr_assert_eq(c.exec(a, "PRAGMA coil_vfs_stats;", text_cb, js, NULL), 0);
+	cr_assert_gt(json_num(js, "sqlite_write_bytes_db") +
+			     json_num(js, "sqlite_write_bytes_journal"),
+		     json_num(js, "coil_write_bytes"), "%s", js);
+	/* b's commit sends the window: the store is full */
+	rc = c.exec(b, "INSERT INTO t VALUES (1);", NULL, NULL, NULL);
+	cr_assert_neq(rc, 0, "b's commit found room for everything");
+
+	/* room again */
+	vfs = c.vfs_find("coil");
+	cr_assert_not_null(vfs);
+	cr_assert_eq(vfs->xDelete(vfs, "f.db", 0), 0);
+
+	rc = c.exec(a, "COMMIT;", NULL, NULL, NULL);
+	cr_assert_neq(rc, 0, "a's commit succeeded after its spilled writes "
+			     "were lost in b's send");
+	c.exec(a, "ROLLBACK;", NULL, NULL, NULL);
+	cr_assert_eq(c.close_db(a), 0);
+	cr_assert_eq(c.close_db(b), 0);
+
+	a = capi_open(&c, "a.db", "PRAGMA integrity_check;");
+	cr_assert_eq(c.exec(a, "SELECT count(*) FROM t;", count_cb, &count,
+			    NULL), 0);
+	cr_assert_eq(count, 1, "a holds %ld rows", count);
+	cr_assert_eq(c.close_db(a), 0);
 	scratch_fini(&s);
 }
 
