@@ -112,8 +112,8 @@ struct coil_obj {
 	struct object *obj;
 	_Atomic uint32_t inflight;
 	/* Bytes of this handle's reads submitted and not yet completed:
-	 * readahead stands aside for a reader that keeps a window's worth in
-	 * flight itself (readahead.c, readahead_on_read). */
+	 * readahead stands aside for a reader that keeps a window's worth of
+	 * other reads in flight (readahead.c, readahead_on_read). */
 	_Atomic uint64_t rd_bytes;
 	struct coil_obj *next;     /* free list / open list */
 	struct ra_stream *ra;      /* issue 8: readahead stream (readahead.c),
@@ -595,7 +595,10 @@ void readahead_close(struct coil_obj *h);
 /* Demand for blob @rb of read @r.  @return 0 read it; 1 it waits for a
  * prefetch (read_blob_resume follows); 2 settled (rb->ce, or rb->res). */
 int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb);
-void readahead_on_read(struct coil_obj *h, uint64_t off, uint64_t len);
+/* The read of [off, off+len) was submitted; @own of the handle's rd_bytes
+ * are its own (the rest are the handle's other reads in flight). */
+void readahead_on_read(struct coil_obj *h, uint64_t off, uint64_t len,
+		       uint64_t own);
 void readahead_on_write(struct coil_obj *h, uint64_t off, uint64_t len);
 void readahead_on_truncate(struct coil_obj *h, uint64_t size);
 int readahead_hint(struct coil_obj *h, uint64_t off, uint64_t len);

@@ -584,7 +584,7 @@ static int read_submit(struct coil_obj *h, void *buf, size_t len,
 		nio += read_group_add(s, &grp, rb);
 	}
 	nio += read_group_add(s, &grp, NULL);
-	readahead_on_read(h, off, r->len ? r->len : len);
+	readahead_on_read(h, off, r->len ? r->len : len, r->len);
 	if (atomic_fetch_sub(&r->pending, 1) == 1) {
 		if (inline_ok || (s->inline_cb && nio == 0)) {
 			/* The synchronous wrapper's own waiter, or a caller

@@ -542,8 +542,11 @@ static void job_finish(struct ra_job *j)
 		jb->iobuf = jb->val = NULL;
 	}
 
-	now = coil_now_ns();
 	pthread_mutex_lock(&st->mu);
+	/* under st->mu, as demands hooking on the job stamp pf_wait_ns: no
+	 * waiter's stamp is later than this (read before the lock, one hooked
+	 * in between made the wait negative, saturating demand_wait_ns) */
+	now = coil_now_ns();
 	waiters = j->waiters;
 	if (pf_complete(&st->m, &j->w, err) == PF_FAILED) {
 		for (uint32_t i = 0; i < j->nb; i++)
@@ -813,28 +816,32 @@ static void event_end(struct ra_stream *st, int rc,
 	jobs_submit(list);
 }
 
-void readahead_on_read(struct coil_obj *h, uint64_t off, uint64_t len)
+void readahead_on_read(struct coil_obj *h, uint64_t off, uint64_t len,
+		       uint64_t own)
 {
 	struct ra_stream *st = stream_of(h);
 	struct ra_advice adv;
+	uint64_t others;
 	int rc;
 
 	if (!st)
 		return;
+	/* the handle's other reads in flight (this one, @own, is counted) */
+	others = atomic_load(&h->rd_bytes);
+	others -= COIL_MIN(others, own);
 	pthread_mutex_lock(&st->mu);
 	rc = ra_on_read(&st->ra, off, len, obj_size(st), &adv);
-	/* A reader that keeps at least a full window of its own reads in
-	 * flight (say 4 x 1 MiB at a time) is its own readahead: the device
-	 * and the pool never wait for it, and a prefetch ahead of it would
-	 * only decode each blob into a cache value to be copied out again a
-	 * moment later (measured: a third more CPU per byte, and slower).
-	 * Its run is still followed (the policy saw this read), so readahead
-	 * resumes as soon as the reader goes shallow; a cancellation stands. */
+	/* A reader that keeps a full window of other reads in flight (say
+	 * 4 x 1 MiB at a time) is its own readahead: the device and the pool
+	 * never wait for it, and a prefetch ahead of it would only decode each
+	 * blob into a cache value to be copied out a moment later (measured:
+	 * a third more CPU per byte, and slower).  The policy still follows
+	 * the run, so readahead resumes as soon as the reader goes shallow; a
+	 * cancellation stands. */
 	if (rc == 0 && adv.kind == RA_READAHEAD &&
-	    atomic_load(&h->rd_bytes) >=
-		    (uint64_t)st->ra.cfg.window_max_blobs * st->ra.cfg.blob_bytes) {
-		adv.kind = RA_NONE;
-		adv.nblobs = 0;
+	    others >= (uint64_t)st->ra.cfg.window_max_blobs *
+			      st->ra.cfg.blob_bytes) {
+		ra_decline(&st->ra, &adv);
 		atomic_fetch_add(&st->s->ras->deep_reader_skips, 1);
 	}
 	event_end(st, rc, &adv);

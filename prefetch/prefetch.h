@@ -371,6 +371,14 @@ int ra_on_close(struct ra_state *ra, struct ra_advice *adv);
 void ra_commit(struct ra_state *ra, const struct ra_advice *adv,
 	       uint32_t done);
 
+/* The caller will not carry out @adv, a RA_READAHEAD advice ra_on_read just
+ * gave (its reader already keeps that much in flight itself): the blobs are
+ * not counted as advised, and the window does not take them for a shortfall
+ * (it grows again as if they had been admitted).  The run is still followed,
+ * so the next read advises from the reader's position.  *@adv becomes
+ * RA_NONE; a cancel in it stands. */
+void ra_decline(struct ra_state *ra, struct ra_advice *adv);
+
 /* The backend's residency check for one unit (its decoded-blob cache). */
 typedef bool (*pf_resident_fn)(void *arg, struct pf_unit id);
 

@@ -289,6 +289,18 @@ void ra_commit(struct ra_state *ra, const struct ra_advice *adv, uint32_t done)
 	ra->ahead_hi += COIL_MIN(done, adv->nblobs);
 }
 
+void ra_decline(struct ra_state *ra, struct ra_advice *adv)
+{
+	if (!ra || !adv || adv->kind != RA_READAHEAD)
+		return;
+	ra->stats.blobs_advised -= adv->nblobs;
+	if (ra->ahead_want == adv->first_blob + adv->nblobs)
+		ra->ahead_want = adv->first_blob;
+	adv->kind = RA_NONE;
+	adv->first_blob = 0;
+	adv->nblobs = 0;
+}
+
 /* A caller's clock that stepped back must not wrap into ~584 years. */
 static uint64_t elapsed(const struct ra_state *ra, uint64_t now_ns)
 {

@@ -171,8 +171,8 @@ static void scan_async(coil_obj *h, uint8_t *dst, size_t n, size_t bs,
 	scan_async_from(h, dst, 0, n, bs, qd);
 }
 
-/* A reader that keeps a readahead window's worth (32 blobs, 2 MiB) of its
- * own reads in flight is its own readahead: prefetching ahead of it would
+/* A reader that keeps a readahead window's worth (32 blobs, 2 MiB) of other
+ * reads in flight while it submits one is its own readahead: prefetching ahead of it would
  * decode each blob into a cache value only to copy it out a moment later.
  * The engine drops the policy's advice then (counted) and the reader's
  * demands decode straight into its buffer.  The same file read at QD 1
@@ -204,6 +204,21 @@ Test(engine_prefetch, deep_reader_is_its_own_readahead, .timeout = 120)
 	/* what was not prefetched was decoded into the caller's buffer: no
 	 * cache values were made for it */
 	cr_assert_leq(json_u64(js, "\"cache\"", "inserts"), fetched, "%s", js);
+	cr_assert_eq(coil_close(s), 0);
+
+	/* One large read at a time (4 MiB, QD 1) is a shallow reader: only
+	 * the others in flight count, so it is prefetched. */
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(coil_obj_open(s, "own", 0, &h), 0);
+	memset(dst, 0, n);
+	scan_async(h, dst, n, 4u << 20, 1);
+	cr_assert(memcmp(src, dst, n) == 0);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
+	cr_assert_eq(json_u64(js, "\"prefetch\"", "deep_reader_skips"), 0,
+		     "%s", js);
+	cr_assert_gt(json_u64(js, "\"prefetch\"", "blobs_fetched"), 0, "%s",
+		     js);
 	cr_assert_eq(coil_close(s), 0);
 	unlink(path);
 	free(src);

@@ -136,6 +136,52 @@ Test(prefetch_readahead, a_refill_of_one_keeps_the_window_full)
 	expect(RA_READAHEAD, 3, 1, RA_CANCEL_NONE);
 }
 
+/* A declined advice (the caller's reader is deep enough on its own) is not
+ * counted, is advised again from the reader's position at its next read,
+ * and does not stop the window from growing. */
+Test(prefetch_readahead, declined_advice_is_advised_again_from_the_reader, .init = setup)
+{
+	uint64_t advised;
+
+	for (uint64_t b = 0; b < 4; b++) {
+		read_blob(b, 100);
+		if (adv.kind == RA_READAHEAD)
+			commit_all();
+	}
+	cr_assert_eq(ra.window, 2);
+	advised = ra.stats.blobs_advised;
+	read_blob(4, 100);
+	expect(RA_READAHEAD, 6, 3, RA_CANCEL_NONE); /* window 4: up to 9 */
+	ra_decline(&ra, &adv);
+	expect(RA_NONE, 0, 0, RA_CANCEL_NONE);
+	cr_assert_eq(ra.stats.blobs_advised, advised);
+	/* the reader reads on past the admitted edge by itself */
+	for (uint64_t b = 5; b < 9; b++) {
+		read_blob(b, 100);
+		cr_assert_eq(adv.kind, RA_READAHEAD, "blob %llu",
+			     (unsigned long long)b);
+		cr_assert_eq(adv.first_blob, b + 1, "from the reader");
+		ra_decline(&ra, &adv);
+	}
+	cr_assert_eq(ra.stats.blobs_advised, advised);
+	/* declining did not hold the window back: it grew to the maximum */
+	cr_assert_eq(ra.window, 8);
+	/* shallow again: a full window from the reader, admitted */
+	read_blob(9, 100);
+	expect(RA_READAHEAD, 10, 8, RA_CANCEL_NONE);
+	commit_all();
+	cr_assert_eq(ra.ahead_hi, 18);
+	cr_assert_eq(ra.stats.blobs_advised, advised + 8);
+	/* a cancel in a declined advice stands; NULL and non-readahead
+	 * advice are left alone */
+	ra_decline(NULL, &adv);
+	ra_decline(&ra, NULL);
+	read_blob(50, 100);
+	expect(RA_NONE, 0, 0, RA_CANCEL_PATTERN);
+	ra_decline(&ra, &adv);
+	expect(RA_NONE, 0, 0, RA_CANCEL_PATTERN);
+}
+
 Test(prefetch_readahead, small_reads_trigger_only_when_crossing_into_new_blobs, .init = setup)
 {
 	unsigned advices = 0;
