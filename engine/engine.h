@@ -299,6 +299,8 @@ struct engine_stats {
 	_Atomic uint64_t journal_waits;
 	_Atomic uint64_t replayed_chunks, replayed_records;
 	_Atomic uint64_t inline_encodes, inline_decodes;
+	_Atomic uint64_t read_splits;  /* joined reads that failed, read again
+					* blob by blob (read.c) */
 	_Atomic uint64_t prefetch_hints;
 	_Atomic uint64_t ra_use_once;  /* prefetched entries dropped after a whole read */
 };

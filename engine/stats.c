@@ -128,7 +128,8 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  "\"read_errors\":%llu,\"checksum_failures\":%llu,"
 		  "\"device_bytes_written\":%llu,\"device_bytes_read\":%llu,"
 		  "\"flushes\":%llu,\"fsyncs\":%llu,\"inline_encodes\":%llu,"
-		  "\"inline_decodes\":%llu,\"buffer_pool_misses\":%llu,"
+		  "\"inline_decodes\":%llu,\"read_splits\":%llu,"
+		  "\"buffer_pool_misses\":%llu,"
 		  "\"ring_ops\":{\"read\":%llu,\"write\":%llu,\"fsync\":%llu,"
 		  "\"nop\":%llu},\"ring_errors\":%llu,"
 		  "\"gathered_writes\":%llu,\"gather_ops\":%llu,"
@@ -138,7 +139,7 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  LD(s->st.csum_failures), LD(s->st.dev_bytes_written),
 		  LD(s->st.dev_bytes_read), LD(s->st.flushes), LD(s->st.fsyncs),
 		  LD(s->st.inline_encodes), LD(s->st.inline_decodes),
-		  LD(s->bp.misses),
+		  LD(s->st.read_splits), LD(s->bp.misses),
 		  (unsigned long long)us.ops[URING_OP_READ],
 		  (unsigned long long)us.ops[URING_OP_WRITE],
 		  (unsigned long long)us.ops[URING_OP_FSYNC],
