@@ -322,22 +322,14 @@ static void read_all_done(struct rreq *r)
 
 static void read_group_split(struct coil_store *s, struct rblob *lead);
 
-/* One device read done: it fetched the blob leading it and those chained
- * on its io_next (read_group_add), each checked on its own bytes. */
-static void read_io_done(struct uring_io *io, int res)
+/* The blob leading a device read and those chained on its io_next
+ * (read_group_add) are done with @res (the read's length, or -errno): each
+ * is checked on its own bytes. */
+static void read_group_done(struct rblob *lead, int res)
 {
-	struct rblob *lead = io->arg;
 	struct rreq *r = lead->r;
 	uint32_t n = 0;
 
-	if (res >= 0 && (uint32_t)res != io->len)
-		res = -EIO;
-	if (res < 0 && lead->io_next) {
-		read_group_split(r->s, lead);
-		return;
-	}
-	if (res >= 0)
-		stat_add(&r->s->st.dev_bytes_read, io->len);
 	for (struct rblob *rb = lead; rb; rb = rb->io_next, n++) {
 		int rr = read_io_result(r->s, res < 0 ? res : (int)rb->rd_len,
 					&rb->fb, rb->b, rb->iobuf, rb->rd_off,
@@ -348,6 +340,21 @@ static void read_io_done(struct uring_io *io, int res)
 	}
 	if (atomic_fetch_sub(&r->pending, n) == n)
 		read_all_done(r);
+}
+
+static void read_io_done(struct uring_io *io, int res)
+{
+	struct rblob *lead = io->arg;
+
+	if (res >= 0 && (uint32_t)res != io->len)
+		res = -EIO;
+	if (res < 0 && lead->io_next) {
+		read_group_split(lead->r->s, lead);
+		return;
+	}
+	if (res >= 0)
+		stat_add(&lead->r->s->st.dev_bytes_read, io->len);
+	read_group_done(lead, res);
 }
 
 /* A joined read failed: read its blobs again one by one, into the same
@@ -381,12 +388,12 @@ static void read_group_submit(struct coil_store *s, struct rblob *lead,
 	uint8_t *buf = bufpool_get(&s->bp, len);
 	int rc;
 
-	uring_io_prep(&lead->io, URING_OP_READ, buf, len, lead->rd_off,
-		      read_io_done, lead);
 	if (!buf) {
-		read_io_done(&lead->io, -ENOMEM);
+		read_group_done(lead, -ENOMEM); /* no buffer to split into */
 		return;
 	}
+	uring_io_prep(&lead->io, URING_OP_READ, buf, len, lead->rd_off,
+		      read_io_done, lead);
 	lead->io_owner = true;
 	for (struct rblob *rb = lead; rb; rb = rb->io_next)
 		rb->iobuf = buf + (rb->rd_off - lead->rd_off);
