@@ -115,6 +115,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			COIL_ASSERT(ra_on_read(&ra, (uint64_t)take(&in) * 1024,
 					       take(&in) * 64, 96 * 1024,
 					       &adv) == 0);
+			if (adv.kind == RA_READAHEAD && (take(&in) & 3) == 0) {
+				/* the engine's deep reader: declined */
+				uint64_t advised = ra.stats.blobs_advised;
+				uint32_t n = adv.nblobs;
+				uint8_t cancel = adv.cancel;
+
+				ra_decline(&ra, &adv);
+				COIL_ASSERT(adv.kind == RA_NONE &&
+					    adv.cancel == cancel);
+				COIL_ASSERT(ra.stats.blobs_advised ==
+					    advised - n);
+				COIL_ASSERT(ra.ahead_want >= ra.ahead_hi);
+			}
 			COIL_ASSERT(pf_apply(&m, &ra, id.obj_id, &adv, NULL,
 					     NULL, step) >= 0);
 			break;
