@@ -103,6 +103,28 @@ static inline void et_fill(uint8_t *p, size_t n, uint64_t seed, int mix)
 	}
 }
 
+/* Create the store at @path with @o (COIL_CREATE is set by et_opts), write
+ * @src[0, n) into object @obj in 1 MiB writes, close it all, and clear
+ * COIL_CREATE in @o for the reopen. */
+static inline void et_write_closed(const char *path, struct coil_options *o,
+				   const char *obj, const uint8_t *src,
+				   size_t n)
+{
+	coil_store *s;
+	coil_obj *h;
+
+	cr_assert_eq(coil_open(path, o, &s), 0);
+	cr_assert_eq(coil_obj_open(s, obj, COIL_CREATE, &h), 0);
+	for (size_t off = 0; off < n; off += 1u << 20) {
+		size_t k = n - off < (1u << 20) ? n - off : 1u << 20;
+
+		cr_assert_eq(coil_pwrite(h, src + off, k, off), (int64_t)k);
+	}
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	o->flags &= ~COIL_CREATE;
+}
+
 /* The unsigned number after "key": inside the first "section" of a
  * coil_stats_json text; fails the test when either is missing. */
 static inline uint64_t json_u64(const char *js, const char *section,

@@ -52,17 +52,11 @@ static coil_store *make_store(const char *name, char *path, size_t plen,
 			      uint8_t *src, size_t n)
 {
 	coil_store *s;
-	coil_obj *h;
 
 	et_path(path, plen, name);
 	et_opts(o, path);
-	cr_assert_eq(coil_open(path, o, &s), 0);
 	et_fill(src, n, 3, 1);
-	cr_assert_eq(coil_obj_open(s, obj, COIL_CREATE, &h), 0);
-	cr_assert_eq(coil_pwrite(h, src, n, 0), (int64_t)n);
-	cr_assert_eq(coil_obj_close(h), 0);
-	cr_assert_eq(coil_close(s), 0);
-	o->flags &= ~COIL_CREATE;
+	et_write_closed(path, o, obj, src, n);
 	cr_assert_eq(coil_open(path, o, &s), 0); /* cold */
 	return s;
 }
@@ -171,6 +165,22 @@ static void scan_async(coil_obj *h, uint8_t *dst, size_t n, size_t bs,
 	scan_async_from(h, dst, 0, n, bs, qd);
 }
 
+/* Open @name, read it whole (@bs requests, @qd in flight), compare with
+ * @src, close it, and leave the store's stats in @js. */
+static void scan_checked(coil_store *s, const char *name, const uint8_t *src,
+			 uint8_t *dst, size_t n, size_t bs, int qd, char *js,
+			 size_t jlen)
+{
+	coil_obj *h;
+
+	memset(dst, 0, n);
+	cr_assert_eq(coil_obj_open(s, name, 0, &h), 0);
+	scan_async(h, dst, n, bs, qd);
+	cr_assert(memcmp(src, dst, n) == 0);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert(coil_stats_json(s, js, jlen) > 0);
+}
+
 /* A reader that keeps a readahead window's worth (32 blobs, 2 MiB) of other
  * reads in flight while it submits one is its own readahead: prefetching ahead of it would
  * decode each blob into a cache value only to copy it out a moment later.
@@ -182,17 +192,12 @@ Test(engine_prefetch, deep_reader_is_its_own_readahead, .timeout = 120)
 	char path[256], js[16384];
 	struct coil_options o;
 	coil_store *s;
-	coil_obj *h;
 	size_t n = 16u << 20;
 	uint8_t *src = malloc(n), *dst = malloc(n);
 	uint64_t skips, fetched;
 
 	s = make_store("pf-own", path, sizeof(path), &o, "own", src, n);
-	cr_assert_eq(coil_obj_open(s, "own", 0, &h), 0);
-	scan_async(h, dst, n, 1u << 20, 4);
-	cr_assert(memcmp(src, dst, n) == 0);
-	cr_assert_eq(coil_obj_close(h), 0);
-	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
+	scan_checked(s, "own", src, dst, n, 1u << 20, 4, js, sizeof(js));
 	skips = json_u64(js, "\"prefetch\"", "deep_reader_skips");
 	fetched = json_u64(js, "\"prefetch\"", "blobs_fetched");
 	/* 13 reads continue the run once it triggers (the third); each is
@@ -209,12 +214,7 @@ Test(engine_prefetch, deep_reader_is_its_own_readahead, .timeout = 120)
 	/* One large read at a time (4 MiB, QD 1) is a shallow reader: only
 	 * the others in flight count, so it is prefetched. */
 	cr_assert_eq(coil_open(path, &o, &s), 0);
-	cr_assert_eq(coil_obj_open(s, "own", 0, &h), 0);
-	memset(dst, 0, n);
-	scan_async(h, dst, n, 4u << 20, 1);
-	cr_assert(memcmp(src, dst, n) == 0);
-	cr_assert_eq(coil_obj_close(h), 0);
-	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
+	scan_checked(s, "own", src, dst, n, 4u << 20, 1, js, sizeof(js));
 	cr_assert_eq(json_u64(js, "\"prefetch\"", "deep_reader_skips"), 0,
 		     "%s", js);
 	cr_assert_gt(json_u64(js, "\"prefetch\"", "blobs_fetched"), 0, "%s",

@@ -22,18 +22,12 @@ static coil_store *make_store(const char *name, char *path, size_t plen,
 			      struct coil_options *o, uint8_t *src, size_t n)
 {
 	coil_store *s;
-	coil_obj *h;
 
 	et_path(path, plen, name);
 	et_opts(o, path);
 	o->compression = "zstd:1";
-	cr_assert_eq(coil_open(path, o, &s), 0);
 	et_fill(src, n, 7, 1);
-	cr_assert_eq(coil_obj_open(s, "d", COIL_CREATE, &h), 0);
-	cr_assert_eq(coil_pwrite(h, src, n, 0), (int64_t)n);
-	cr_assert_eq(coil_obj_close(h), 0);
-	cr_assert_eq(coil_close(s), 0);
-	o->flags &= ~COIL_CREATE;
+	et_write_closed(path, o, "d", src, n);
 	cr_assert_eq(coil_open(path, o, &s), 0); /* cold */
 	return s;
 }

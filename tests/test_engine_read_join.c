@@ -25,22 +25,13 @@ static void build(const char *name, char *path, size_t plen,
 		  struct coil_options *o, const char *compression,
 		  uint8_t *src, size_t n)
 {
-	coil_store *s;
-	coil_obj *h;
-
 	et_path(path, plen, name);
 	et_opts(o, path);
 	o->compression = compression;
 	o->prefetch = 0; /* one request, one plan: no readahead reads */
 	o->cache_bytes = 0;
-	cr_assert_eq(coil_open(path, o, &s), 0);
 	et_fill(src, n, 9, 1);
-	cr_assert_eq(coil_obj_open(s, "d", COIL_CREATE, &h), 0);
-	for (size_t off = 0; off < n; off += MIB)
-		cr_assert_eq(coil_pwrite(h, src + off, MIB, off), (int64_t)MIB);
-	cr_assert_eq(coil_obj_close(h), 0);
-	cr_assert_eq(coil_close(s), 0);
-	o->flags &= ~COIL_CREATE;
+	et_write_closed(path, o, "d", src, n);
 }
 
 /* A store holding "d", built and then opened with it. */
