@@ -226,7 +226,7 @@ struct rblob {
 				 * device read (others may share its buffer) */
 	int res;
 	/* A device read may fetch several blobs lying together on the device
-	 * (read.c, read_groups): the first one's io reads them all, the others
+	 * (read.c, read_group_add): the first one's io reads them all, the others
 	 * are chained here and point into its buffer. */
 	struct rblob *io_next;
 	struct uring_io io;
@@ -597,10 +597,9 @@ void readahead_close(struct coil_obj *h);
 /* Demand for blob @rb of read @r.  @return 0 read it; 1 it waits for a
  * prefetch (read_blob_resume follows); 2 settled (rb->ce, or rb->res). */
 int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb);
-/* The read of [off, off+len) was submitted; @own of the handle's rd_bytes
- * are its own (the rest are the handle's other reads in flight). */
-void readahead_on_read(struct coil_obj *h, uint64_t off, uint64_t len,
-		       uint64_t own);
+/* The read of [off, off+len) was submitted; the handle's rd_bytes do not
+ * count it yet (they are its other reads in flight). */
+void readahead_on_read(struct coil_obj *h, uint64_t off, uint64_t len);
 void readahead_on_write(struct coil_obj *h, uint64_t off, uint64_t len);
 void readahead_on_truncate(struct coil_obj *h, uint64_t size);
 int readahead_hint(struct coil_obj *h, uint64_t off, uint64_t len);

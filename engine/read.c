@@ -417,8 +417,8 @@ void read_blob_resume(struct rblob *rb)
 	if (rb->res == 0 && !rb->ce && !rb->direct) {
 		/* the prefetch did not bring it (evicted, no memory, or a
 		 * different blob by now): read it ourselves (rb->direct: the
-		 * job decoded it into the caller's buffer) */
-		rb->io_next = NULL;
+		 * job decoded it into the caller's buffer); it never joined
+		 * a group, so its io_next is NULL */
 		read_group_submit(r->s, rb, rb->rd_off + rb->rd_len);
 		return;
 	}
@@ -600,7 +600,6 @@ static int read_submit(struct coil_obj *h, void *buf, size_t len,
 	}
 	atomic_fetch_add(&s->ops_inflight, 1);
 	atomic_fetch_add(&h->inflight, 1);
-	atomic_fetch_add(&h->rd_bytes, r->len);
 	/* One extra count held until every blob is on its way, so no
 	 * completion finishes the read while blobs are still being set up. */
 	atomic_store(&r->pending, r->nrb + 1);
@@ -619,7 +618,10 @@ static int read_submit(struct coil_obj *h, void *buf, size_t len,
 		nio += read_group_add(s, &grp, rb);
 	}
 	nio += read_group_add(s, &grp, NULL);
-	readahead_on_read(h, off, r->len ? r->len : len, r->len);
+	readahead_on_read(h, off, r->len ? r->len : len);
+	/* counted after readahead looked at the others; the read cannot
+	 * finish (and take it off) before the extra count is dropped */
+	atomic_fetch_add(&h->rd_bytes, r->len);
 	if (atomic_fetch_sub(&r->pending, 1) == 1) {
 		if (inline_ok || (s->inline_cb && nio == 0)) {
 			/* The synchronous wrapper's own waiter, or a caller

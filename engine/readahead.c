@@ -816,19 +816,15 @@ static void event_end(struct ra_stream *st, int rc,
 	jobs_submit(list);
 }
 
-void readahead_on_read(struct coil_obj *h, uint64_t off, uint64_t len,
-		       uint64_t own)
+void readahead_on_read(struct coil_obj *h, uint64_t off, uint64_t len)
 {
 	struct ra_stream *st = stream_of(h);
 	struct ra_advice adv;
-	uint64_t others;
+	uint64_t others = atomic_load(&h->rd_bytes); /* not this read */
 	int rc;
 
 	if (!st)
 		return;
-	/* the handle's other reads in flight (this one, @own, is counted) */
-	others = atomic_load(&h->rd_bytes);
-	others -= COIL_MIN(others, own);
 	pthread_mutex_lock(&st->mu);
 	rc = ra_on_read(&st->ra, off, len, obj_size(st), &adv);
 	/* A reader that keeps a full window of other reads in flight (say

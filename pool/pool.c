@@ -381,9 +381,9 @@ static void *worker_main(void *arg)
 	 * end of one task starts the next one's count when the worker goes
 	 * straight on to it.  A task is thus charged with the pick and
 	 * delivery around it too (a lock and a few stores); after a sleep or
-	 * a completion callback the clock is read afresh, so neither is. */
+	 * a completion callback (c0 = 0) the clock is read afresh, so neither
+	 * is. */
 	uint64_t c0 = 0;
-	bool fresh = true;
 
 	tls_worker = w;
 	coil_thread_name("pool", (int)w->index);
@@ -404,12 +404,12 @@ static void *worker_main(void *arg)
 			if (p->shutdown)
 				break;
 			pthread_cond_wait(&p->work_cv, &p->lock);
-			fresh = true;
+			c0 = 0;
 			continue;
 		}
 		pthread_mutex_unlock(&p->lock);
 
-		if (fresh)
+		if (!c0)
 			c0 = coil_thread_cpu_ns();
 		res = pool_task_run(w, &r->tasks_[ord]);
 		c1 = coil_thread_cpu_ns();
@@ -417,14 +417,13 @@ static void *worker_main(void *arg)
 		pthread_mutex_lock(&p->lock);
 		done = r->done_;
 		done_arg = r->arg_;
-		fresh = false;
 		if (deliver(p, r, ord, res, c1 - c0) && done) {
 			/* r belongs to the caller again once the callback is
 			 * entered; the pool does not touch it after this. */
 			pthread_mutex_unlock(&p->lock);
 			done(r, done_arg);
 			pthread_mutex_lock(&p->lock);
-			fresh = true;
+			c1 = 0; /* the next task reads the clock afresh */
 		}
 		c0 = c1;
 	}
