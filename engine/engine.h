@@ -102,6 +102,12 @@ struct object {
 	uint16_t name_len;
 	bool removed;
 	uint32_t refs;         /* table link + handles + requests; under mlock */
+	/* Writes and truncates of this object take their journal tickets in
+	 * the order they were submitted (journal_turn); under jlock. */
+	uint64_t turn_next;     /* the next submission's place */
+	uint64_t turn_done;     /* places that have taken their ticket */
+	uint32_t turn_waiters;  /* truncates waiting for their place */
+	struct jent *turn_parked; /* encoded writes waiting for theirs */
 	struct object *name_next;
 	struct object *id_next;
 };
@@ -143,6 +149,12 @@ struct jent {
 	/* after apply, outside every lock: completes the op */
 	void (*done)(struct coil_store *s, struct jent *e, int res);
 	struct jent *next;
+	/* journal_take_turn: the entry's place in its object's order, and
+	 * what continues it when it was parked and a predecessor's ticket
+	 * released it (it then holds its ticket) */
+	uint64_t turn;
+	struct jent *turn_next;
+	void (*ticketed)(struct coil_store *s, struct jent *e);
 };
 
 struct flush_waiter {
@@ -194,6 +206,7 @@ struct wreq {
 	uint8_t *batch;
 	size_t batch_cap;
 	size_t batch_len;       /* sum of the slots: an upper bound of the runs */
+	int enc_rc;             /* encoding's result, kept while parked */
 	bool space_pending;     /* -ENOSPC, but a checkpoint would free space */
 	bool use_reserve;       /* issue 7: a relocation may use the reserve */
 	uint64_t ckpt_res;      /* checkpoint bytes reserved at placement */
@@ -291,6 +304,9 @@ struct engine_stats {
 	_Atomic uint64_t flushes, fsyncs;
 	_Atomic uint64_t chunks, chunk_bytes, records;
 	_Atomic uint64_t chunks_overlapped; /* started with another in flight */
+	/* encoded before a write submitted earlier to its object: waited for
+	 * that one's ticket (journal_take_turn) */
+	_Atomic uint64_t turn_waits;
 	_Atomic uint64_t ckpts, ckpt_bytes, ckpt_ns_last, ckpt_failures;
 	/* issue 7: how long a checkpoint's snapshot held mlock (writers'
 	 * apply and every read wait that long) */
@@ -478,9 +494,21 @@ bool seg_recount_live(struct coil_store *s, uint64_t *live);
 /* ---- journal.c ---- */
 int journal_init(struct coil_store *s);
 void journal_destroy(struct coil_store *s);
-/* Take the next ticket (submission order).  Called with mlock held for
- * metadata ops so the memory change and the ticket are one step. */
+/* Take the next ticket now: create and remove (with mlock held, so the
+ * memory change and the ticket are one step) and the cleaner's relocations.
+ * Writes and truncates take theirs through journal_take_turn. */
 uint64_t journal_ticket(struct coil_store *s);
+/* A write or truncate of @o is submitted: its place in @o's order. */
+uint64_t journal_turn(struct coil_store *s, struct object *o);
+/* Take @e's ticket once every earlier place of @o has taken its own.  A
+ * write that is not yet first is parked (@return false): the predecessor
+ * whose ticket makes it first gives it its ticket and calls its
+ * e->ticketed.  @wait (a truncate, on a thread that may block) waits for
+ * its place instead.  Entries this call released are continued (their
+ * ->ticketed) after @e's @go, which runs first, holding its ticket, and
+ * only when true is returned. */
+bool journal_take_turn(struct coil_store *s, struct object *o, struct jent *e,
+		       bool wait, void (*go)(struct coil_store *s, struct jent *e));
 /* Metadata ops reserve a ticket slot first (writes are bounded by the write
  * contexts); waits, or -EAGAIN when @can_wait is false. */
 int journal_reserve_meta(struct coil_store *s, bool can_wait);

@@ -1,11 +1,13 @@
 /* engine/journal.c — tickets, the reorder ring, group commit and flushes.
  *
- * Every mutation takes a ticket when it is submitted.  Its journal entry
- * becomes ready later (a write: once its data is on the device), in any
- * order; the committer takes ready entries strictly in ticket order, so
- * records enter the journal — and are applied to the extent maps — in
- * submission order, which is what makes overlapping in-flight writes land
- * in the order they were issued.
+ * Every mutation takes a ticket: create and remove when submitted, writes
+ * and truncates in their object's submission order (journal_take_turn,
+ * below), a write once it is encoded.  Its journal entry becomes ready later
+ * (a write: once its data is on the device), in any order; the committer
+ * takes ready entries strictly in ticket order, so records enter the journal
+ * — and are applied to the extent maps — in ticket order, which with the
+ * per-object order is what makes overlapping in-flight writes land in the
+ * order they were issued.
  *
  * A commit cycle gathers every ready entry at the head (group commit),
  * writes them as one chunk, and fdatasyncs if a flush or a sync_writes
@@ -87,6 +89,92 @@ uint64_t journal_ticket(struct coil_store *s)
 	COIL_ASSERT(t - s->head_ticket < ENGINE_JSLOTS);
 	pthread_mutex_unlock(&s->jlock);
 	return t;
+}
+
+/* ---- per-object order ------------------------------------------------------
+ *
+ * A write used to take its ticket when submitted, so its record waited in
+ * ticket order behind every write submitted before it, on any object, until
+ * that one was encoded: a 4 KiB write to one object waited for a 16 MiB
+ * write to another to be compressed, and under load a write admitted to the
+ * pool late held up every write behind it.  A write now takes its ticket
+ * once encoded.  Only writes and truncates of one object need their
+ * submission order (overlapping writes in flight apply in submission order;
+ * a truncate applies after the writes submitted before it), and that is
+ * kept per object: each takes a place at submission, and a place takes its
+ * ticket only after every earlier one of its object has taken its own.
+ * Records of different objects enter the journal in the order they became
+ * ready.  Removal needs no place: it applies at submission, and the writes
+ * of a removed object are dropped at apply and skipped by replay. */
+
+uint64_t journal_turn(struct coil_store *s, struct object *o)
+{
+	uint64_t t;
+
+	pthread_mutex_lock(&s->jlock);
+	t = o->turn_next++;
+	pthread_mutex_unlock(&s->jlock);
+	return t;
+}
+
+/* @e is first of @o: its ticket, then every parked entry this makes first.
+ * jlock held.  @return the released entries, in ticket order. */
+static struct jent *turn_ticket(struct coil_store *s, struct object *o,
+				struct jent *e)
+{
+	struct jent *head = NULL, **tail = &head;
+
+	for (;;) {
+		struct jent **pp;
+
+		COIL_ASSERT(s->next_ticket - s->head_ticket < ENGINE_JSLOTS);
+		e->ticket = s->next_ticket++;
+		o->turn_done++;
+		for (pp = &o->turn_parked; *pp && (*pp)->turn != o->turn_done;
+		     pp = &(*pp)->turn_next)
+			;
+		if (!*pp)
+			break;
+		e = *pp;
+		*pp = e->turn_next;
+		e->turn_next = NULL;
+		*tail = e;
+		tail = &e->turn_next;
+	}
+	if (o->turn_waiters)
+		pthread_cond_broadcast(&s->jcond);
+	return head;
+}
+
+bool journal_take_turn(struct coil_store *s, struct object *o, struct jent *e,
+		       bool wait, void (*go)(struct coil_store *s, struct jent *e))
+{
+	struct jent *rel, *next;
+
+	pthread_mutex_lock(&s->jlock);
+	if (o->turn_done != e->turn) {
+		COIL_ASSERT(e->turn > o->turn_done);
+		stat_add(&s->st.turn_waits, 1);
+		if (!wait) {
+			e->turn_next = o->turn_parked;
+			o->turn_parked = e;
+			pthread_mutex_unlock(&s->jlock);
+			return false;
+		}
+		o->turn_waiters++;
+		while (o->turn_done != e->turn)
+			pthread_cond_wait(&s->jcond, &s->jlock);
+		o->turn_waiters--;
+	}
+	rel = turn_ticket(s, o, e);
+	pthread_mutex_unlock(&s->jlock);
+	go(s, e);
+	for (; rel; rel = next) {
+		next = rel->turn_next;
+		rel->turn_next = NULL;
+		rel->ticketed(s, rel);
+	}
+	return true;
 }
 
 void journal_ready_nokick(struct coil_store *s, struct jent *e)

@@ -207,9 +207,11 @@ int meta_truncate(struct coil_store *s, struct object *o, uint64_t size)
 		return rc;
 	pthread_mutex_lock(&s->mlock);
 	o->refs++;
-	m.je.ticket = journal_ticket(s);
 	pthread_mutex_unlock(&s->mlock);
-	journal_ready(s, &m.je);
+	/* After the writes of @o submitted before it (journal.c); it
+	 * changes nothing until applied, so its ticket needs no mlock. */
+	m.je.turn = journal_turn(s, o);
+	journal_take_turn(s, o, &m.je, true, journal_ready);
 	pthread_mutex_lock(&m.mu);
 	while (!m.fin)
 		pthread_cond_wait(&m.cv, &m.mu);

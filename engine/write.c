@@ -1,9 +1,13 @@
 /* engine/write.c — the write path and the request-context pools.
  *
- *   coil_write (caller)      validate, take a context and a ticket, split
- *                            into blobs, one pool request of ENCODE tasks
- *   write_encoded (worker)   place the blobs in the active segment (packing
- *                            in place), build the journal record, submit the
+ *   coil_write (caller)      validate, take a context and a place in the
+ *                            object's order, split into blobs, one pool
+ *                            request of ENCODE tasks
+ *   write_encoded (worker)   take the journal ticket when the object's
+ *                            earlier writes have theirs (journal_take_turn;
+ *                            else parked, continued by the one before), place
+ *                            the blobs in the active segment (packing in
+ *                            place), build the journal record, submit the
  *                            data write(s); the record joins the journal at
  *                            once, its chunk written alongside the data
  *                            (replay verifies every blob a record names)
@@ -282,12 +286,19 @@ void wreq_send(struct coil_store *s, struct wreq *w)
 	journal_ready(s, &w->je);
 }
 
-/* Encoded: place, describe, submit.  Runs on a pool worker (or inline). */
-static void write_encoded_go(struct wreq *w, int rc)
+/* Encoded and holding its ticket: place, describe, submit (or fail).  Runs
+ * on a pool worker, or on whichever thread encoded it or released it. */
+static void write_ticketed(struct coil_store *s, struct jent *e)
 {
-	struct coil_store *s = w->s;
+	struct wreq *w = (struct wreq *)e;
 	struct fmt_cursor c;
 	size_t mark, need;
+	int rc = w->enc_rc;
+
+	if (rc == 0 && w->nblobs == 0) {
+		journal_ready(s, &w->je); /* zero-length: nothing to map */
+		return;
+	}
 
 	for (uint32_t k = 0; rc == 0 && k < w->nblobs; k++)
 		if (w->tasks[k].result < 0)
@@ -362,6 +373,15 @@ static void write_encoded_go(struct wreq *w, int rc)
 		return;
 	}
 	wreq_send(s, w);
+}
+
+/* Encoded (or failed, @rc): the ticket, then write_ticketed, now or when
+ * the object's write before this one takes its ticket. */
+static void write_encoded_go(struct wreq *w, int rc)
+{
+	w->enc_rc = rc;
+	w->je.ticketed = write_ticketed;
+	journal_take_turn(w->s, w->obj, &w->je, false, write_ticketed);
 }
 
 static void write_encoded(struct pool_req *preq, void *arg)
@@ -461,9 +481,9 @@ int engine_write(struct coil_obj *h, const void *buf, size_t len, uint64_t off,
 	cleaner_throttle(s, total);
 	atomic_fetch_add(&s->ops_inflight, 1);
 	atomic_fetch_add(&h->inflight, 1);
-	w->je.ticket = journal_ticket(s);
+	w->je.turn = journal_turn(s, w->obj);
 	if (n == 0) {
-		journal_ready(s, &w->je);
+		write_encoded_go(w, 0);
 		return 0;
 	}
 	if (s->level == 0 && len <= ENGINE_RAW_INLINE_MAX) {
@@ -487,7 +507,7 @@ int engine_write(struct coil_obj *h, const void *buf, size_t len, uint64_t off,
 		write_encode_inline(s, w);
 		write_encoded_go(w, 0);
 	} else if (rc < 0) {
-		write_fail(s, w, rc);
+		write_encoded_go(w, rc);
 	}
 	return 0;
 }
