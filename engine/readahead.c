@@ -57,6 +57,10 @@
  * object; writes cut blobs at those boundaries, so it is one blob unless
  * small overwrites split it.  More than this: the rest is read on demand. */
 #define RA_JOB_BLOBS 2u
+/* Reads in a row with less than a window of the handle's other reads in
+ * flight before a deep reader counts as shallow again (readahead_on_read).
+ * A reader at QD 1 gets its readahead back four reads after a deep run. */
+#define RA_DEEP_HOLD 4u
 /* Retained failures remembered with the key of the blob that failed, so a
  * failure surfaces only to a demand for the same stored blob (an overwrite
  * after the failure gives the range a new blob, which reads normally). */
@@ -114,6 +118,7 @@ struct ra_stream {
 	uint32_t busy;          /* job slots in use */
 	bool closing;
 	bool cancel_pending;    /* pf_finish_cancellation once idle */
+	uint32_t deep;          /* reads still counted deep (readahead_on_read) */
 	uint32_t nfails;
 	struct ra_fail fails[RA_FAILS];
 	struct ra_stream *next, *prev;
@@ -831,12 +836,18 @@ void readahead_on_read(struct coil_obj *h, uint64_t off, uint64_t len)
 	 * 4 x 1 MiB at a time) is its own readahead: the device and the pool
 	 * never wait for it, and a prefetch ahead of it would only decode each
 	 * blob into a cache value to be copied out a moment later (measured:
-	 * a third more CPU per byte, and slower).  The policy still follows
-	 * the run, so readahead resumes as soon as the reader goes shallow; a
-	 * cancellation stands. */
-	if (rc == 0 && adv.kind == RA_READAHEAD &&
-	    others >= (uint64_t)st->ra.cfg.window_max_blobs *
-			      st->ra.cfg.blob_bytes) {
+	 * a third more CPU per byte, and slower).  It counts as deep until
+	 * RA_DEEP_HOLD reads in a row found less than that: its completions
+	 * come in bursts, and a read submitted right after a burst (few or
+	 * none of its others still in flight) is no sign that it went
+	 * shallow.  The policy still follows the run, so readahead resumes
+	 * once the reader is shallow; a cancellation stands. */
+	if (others >= (uint64_t)st->ra.cfg.window_max_blobs *
+			      st->ra.cfg.blob_bytes)
+		st->deep = RA_DEEP_HOLD;
+	else if (st->deep)
+		st->deep--;
+	if (rc == 0 && adv.kind == RA_READAHEAD && st->deep) {
 		ra_decline(&st->ra, &adv);
 		atomic_fetch_add(&st->s->ras->deep_reader_skips, 1);
 	}

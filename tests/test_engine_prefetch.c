@@ -225,6 +225,65 @@ Test(engine_prefetch, deep_reader_is_its_own_readahead, .timeout = 120)
 	free(dst);
 }
 
+/* Submit [from, from + k * bs) as k reads at once, then wait for them. */
+static void read_batch(coil_obj *h, uint8_t *dst, size_t from, int k,
+		       size_t bs)
+{
+	struct counter c = COUNTER_INIT;
+
+	for (int i = 0; i < k; i++) {
+		counter_add(&c);
+		cr_assert_eq(coil_read(h, dst + from + i * bs, bs,
+				       from + i * bs, count_cb, &c), 0);
+	}
+	counter_wait(&c);
+	cr_assert_eq(c.errors, 0);
+}
+
+/* A deep reader's reads complete in bursts, and the read it submits after
+ * one finds few or none of its others in flight.  That is no sign that it
+ * went shallow: readahead stays out of its way for the next three reads,
+ * and comes back on the fourth in a row that finds less than a window in
+ * flight (a reader that really went to QD 1). */
+Test(engine_prefetch, deep_reader_stays_deep_through_a_burst, .timeout = 120)
+{
+	char path[256], js[16384];
+	struct coil_options o;
+	coil_store *s;
+	coil_obj *h;
+	size_t n = 16u << 20, mib = 1u << 20;
+	uint8_t *src = malloc(n), *dst = malloc(n);
+	uint64_t adv0;
+
+	s = make_store("pf-burst", path, sizeof(path), &o, "burst", src, n);
+	cr_assert_eq(coil_obj_open(s, "burst", 0, &h), 0);
+	/* deep: the last read of each batch has 3 MiB of others in flight */
+	read_batch(h, dst, 0, 4, mib);
+	read_batch(h, dst, 4 * mib, 4, mib);
+	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
+	adv0 = json_u64(js, "\"readahead\"", "blobs_advised");
+	/* drained: three reads at QD 1 are still the deep reader's */
+	for (size_t off = 8 * mib; off < 11 * mib; off += mib)
+		cr_assert_eq(coil_pread(h, dst + off, mib, off), (int64_t)mib);
+	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
+	cr_assert_eq(json_u64(js, "\"readahead\"", "blobs_advised"), adv0,
+		     "readahead ran right after the burst: %s", js);
+	cr_assert_geq(json_u64(js, "\"prefetch\"", "deep_reader_skips"), 1,
+		      "%s", js);
+	/* still at QD 1: a shallow reader now, prefetched */
+	for (size_t off = 11 * mib; off < n; off += mib)
+		cr_assert_eq(coil_pread(h, dst + off, mib, off), (int64_t)mib);
+	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
+	cr_assert_gt(json_u64(js, "\"readahead\"", "blobs_advised"), adv0,
+		     "%s", js);
+	cr_assert(memcmp(src, dst, n) == 0);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+	free(src);
+	free(dst);
+}
+
 /* A scan that starts shallow (QD 1 of 64 KiB reads: readahead opens its
  * window, up to 32 blobs admitted ahead) and then goes deep, with more blob
  * demands in flight than readahead has job slots (QD 4 of 1 MiB reads: 64
