@@ -26,7 +26,9 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -530,10 +532,22 @@ static void zstd_decode_all(ZSTD_DCtx *dc, uint8_t *dec, uint64_t len,
 static void zstd_flush(const uint8_t *enc, size_t cap, const size_t *clen,
 		       size_t nblk)
 {
+#if defined(__x86_64__) || defined(__i386__)
 	for (size_t i = 0; i < nblk; i++)
 		for (size_t o = 0; o < clen[i]; o += 64)
 			_mm_clflush(enc + i * cap + o);
 	_mm_mfence();
+#else
+	/* no user-space flush: write over more than any last-level cache */
+	static uint8_t *evict;
+	const size_t n = 256u << 20;
+
+	(void)enc, (void)cap, (void)clen, (void)nblk;
+	if (!evict && !(evict = malloc(n)))
+		die("malloc", ENOMEM);
+	memset(evict, (int)nblk, n);
+	__asm__ __volatile__("" : : "r"(evict) : "memory");
+#endif
 }
 
 static int cmd_zstd(int argc, char **argv)
