@@ -150,8 +150,8 @@ struct jent {
 	void (*done)(struct coil_store *s, struct jent *e, int res);
 	struct jent *next;
 	/* journal_take_turn: the entry's place in its object's order, and
-	 * what continues it when it was parked and a predecessor's ticket
-	 * released it (it then holds its ticket) */
+	 * what continues it once it holds its ticket (at once, or when a
+	 * predecessor's ticket released it) */
 	uint64_t turn;
 	struct jent *turn_next;
 	void (*ticketed)(struct coil_store *s, struct jent *e);
@@ -500,15 +500,14 @@ void journal_destroy(struct coil_store *s);
 uint64_t journal_ticket(struct coil_store *s);
 /* A write or truncate of @o is submitted: its place in @o's order. */
 uint64_t journal_turn(struct coil_store *s, struct object *o);
-/* Take @e's ticket once every earlier place of @o has taken its own.  A
- * write that is not yet first is parked (@return false): the predecessor
- * whose ticket makes it first gives it its ticket and calls its
- * e->ticketed.  @wait (a truncate, on a thread that may block) waits for
- * its place instead.  Entries this call released are continued (their
- * ->ticketed) after @e's @go, which runs first, holding its ticket, and
- * only when true is returned. */
+/* Take @e's ticket once every earlier place of @o has taken its own, then
+ * continue it (e->ticketed).  A write that is not yet first is parked
+ * (@return false): the predecessor whose ticket makes it first gives it its
+ * ticket and continues it.  @wait (a truncate, on a thread that may block)
+ * waits for its place instead.  Entries this call released are continued
+ * after @e, in ticket order. */
 bool journal_take_turn(struct coil_store *s, struct object *o, struct jent *e,
-		       bool wait, void (*go)(struct coil_store *s, struct jent *e));
+		       bool wait);
 /* Metadata ops reserve a ticket slot first (writes are bounded by the write
  * contexts); waits, or -EAGAIN when @can_wait is false. */
 int journal_reserve_meta(struct coil_store *s, bool can_wait);

@@ -147,7 +147,7 @@ static struct jent *turn_ticket(struct coil_store *s, struct object *o,
 }
 
 bool journal_take_turn(struct coil_store *s, struct object *o, struct jent *e,
-		       bool wait, void (*go)(struct coil_store *s, struct jent *e))
+		       bool wait)
 {
 	struct jent *rel, *next;
 
@@ -168,7 +168,7 @@ bool journal_take_turn(struct coil_store *s, struct object *o, struct jent *e,
 	}
 	rel = turn_ticket(s, o, e);
 	pthread_mutex_unlock(&s->jlock);
-	go(s, e);
+	e->ticketed(s, e);
 	for (; rel; rel = next) {
 		next = rel->turn_next;
 		rel->turn_next = NULL;

@@ -211,7 +211,8 @@ int meta_truncate(struct coil_store *s, struct object *o, uint64_t size)
 	/* After the writes of @o submitted before it (journal.c); it
 	 * changes nothing until applied, so its ticket needs no mlock. */
 	m.je.turn = journal_turn(s, o);
-	journal_take_turn(s, o, &m.je, true, journal_ready);
+	m.je.ticketed = journal_ready;
+	journal_take_turn(s, o, &m.je, true);
 	pthread_mutex_lock(&m.mu);
 	while (!m.fin)
 		pthread_cond_wait(&m.cv, &m.mu);

@@ -380,8 +380,7 @@ static void write_ticketed(struct coil_store *s, struct jent *e)
 static void write_encoded_go(struct wreq *w, int rc)
 {
 	w->enc_rc = rc;
-	w->je.ticketed = write_ticketed;
-	journal_take_turn(w->s, w->obj, &w->je, false, write_ticketed);
+	journal_take_turn(w->s, w->obj, &w->je, false);
 }
 
 static void write_encoded(struct pool_req *preq, void *arg)
@@ -430,6 +429,7 @@ int engine_write(struct coil_obj *h, const void *buf, size_t len, uint64_t off,
 	memset(&w->je, 0, sizeof(w->je));
 	w->je.apply = write_apply;
 	w->je.done = write_done;
+	w->je.ticketed = write_ticketed;
 	w->je.need_sync = s->sync_writes;
 	w->s = s;
 	w->h = h;

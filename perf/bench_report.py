@@ -149,19 +149,17 @@ def pool_section(d, L):
     ram = d.get('ram')
     L.append('| | semaphore | fair | fair / semaphore | target |')
     L.append('|---|---|---|---|---|')
-    L.append('| disk: worst-job p99 µs | %.0f | %.0f | **%.2f×** | ≤ 0.6× (%s) |'
-             % (s['p99_us'], f['p99_us'], d['ratio_p99'], d['verdict_p99']))
-    L.append('| disk: total MiB/s | %.1f | %.1f | **%.2f×** | ≥ 0.95× (%s) |'
-             % (s['bw_mib_s'], f['bw_mib_s'], d['ratio_bw'], d['verdict_bw']))
-    L.append('| disk: p50 µs (worst job) | %.0f | %.0f | %.2f× | |'
-             % (s['p50_us'], f['p50_us'], f['p50_us'] / s['p50_us'] if s['p50_us'] else 0))
+    rows = [('disk', s, f, d)]
     if ram and fr and sr:
-        L.append('| RAM store: worst-job p99 µs | %.0f | %.0f | **%.2f×** | ≤ 0.6× (%s) |'
-                 % (sr['p99_us'], fr['p99_us'], ram['ratio_p99'], ram['verdict_p99']))
-        L.append('| RAM store: total MiB/s | %.1f | %.1f | **%.2f×** | ≥ 0.95× (%s) |'
-                 % (sr['bw_mib_s'], fr['bw_mib_s'], ram['ratio_bw'], ram['verdict_bw']))
-        L.append('| RAM store: p50 µs (worst job) | %.0f | %.0f | %.2f× | |'
-                 % (sr['p50_us'], fr['p50_us'], fr['p50_us'] / sr['p50_us'] if sr['p50_us'] else 0))
+        rows.append(('RAM store', sr, fr, ram))
+    for where, s_, f_, v in rows:
+        L.append('| %s: worst-job p99 µs | %.0f | %.0f | **%.2f×** | ≤ 0.6× (%s) |'
+                 % (where, s_['p99_us'], f_['p99_us'], v['ratio_p99'], v['verdict_p99']))
+        L.append('| %s: total MiB/s | %.1f | %.1f | **%.2f×** | ≥ 0.95× (%s) |'
+                 % (where, s_['bw_mib_s'], f_['bw_mib_s'], v['ratio_bw'], v['verdict_bw']))
+        L.append('| %s: p50 µs (worst job) | %.0f | %.0f | %.2f× | |'
+                 % (where, s_['p50_us'], f_['p50_us'],
+                    f_['p50_us'] / s_['p50_us'] if s_['p50_us'] else 0))
     if dev and dev.get('bw_mib_s'):
         L.append('\nThe disk alone at that pace (%.0f MiB/s in all): worst-job p99 %.0f µs, '
                  'p50 %.0f µs.' % (dev['bw_mib_s'], dev['p99_us'], dev['p50_us']))

@@ -87,6 +87,23 @@ static inline void et_opts(struct coil_options *o, const char *path)
 	(void)path;
 }
 
+/* A fresh 128 MiB store at a path made from @tag, with @compression (NULL:
+ * the default). */
+static inline coil_store *et_open(char *path, size_t len, const char *tag,
+				  const char *compression)
+{
+	struct coil_options o;
+	coil_store *s;
+
+	et_path(path, len, tag);
+	et_opts(&o, path);
+	o.size = 128ull << 20;
+	if (compression)
+		o.compression = compression;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	return s;
+}
+
 /* Deterministic data: half compressible text-like, half random. */
 static inline void et_fill(uint8_t *p, size_t n, uint64_t seed, int mix)
 {

@@ -16,14 +16,7 @@
 
 static coil_store *open_store(char *path, size_t len, const char *tag)
 {
-	struct coil_options o;
-	coil_store *s;
-
-	et_path(path, len, tag);
-	et_opts(&o, path);
-	o.size = 128ull << 20;
-	cr_assert_eq(coil_open(path, &o, &s), 0);
-	return s;
+	return et_open(path, len, tag, NULL);
 }
 
 Test(engine_async, hundreds_in_flight, .timeout = 120)

@@ -225,21 +225,6 @@ Test(engine_prefetch, deep_reader_is_its_own_readahead, .timeout = 120)
 	free(dst);
 }
 
-/* Submit [from, from + k * bs) as k reads at once, then wait for them. */
-static void read_batch(coil_obj *h, uint8_t *dst, size_t from, int k,
-		       size_t bs)
-{
-	struct counter c = COUNTER_INIT;
-
-	for (int i = 0; i < k; i++) {
-		counter_add(&c);
-		cr_assert_eq(coil_read(h, dst + from + i * bs, bs,
-				       from + i * bs, count_cb, &c), 0);
-	}
-	counter_wait(&c);
-	cr_assert_eq(c.errors, 0);
-}
-
 /* A deep reader's reads complete in bursts, and the read it submits after
  * one finds few or none of its others in flight.  That is no sign that it
  * went shallow: readahead stays out of its way for the next three reads,
@@ -257,9 +242,10 @@ Test(engine_prefetch, deep_reader_stays_deep_through_a_burst, .timeout = 120)
 
 	s = make_store("pf-burst", path, sizeof(path), &o, "burst", src, n);
 	cr_assert_eq(coil_obj_open(s, "burst", 0, &h), 0);
-	/* deep: the last read of each batch has 3 MiB of others in flight */
-	read_batch(h, dst, 0, 4, mib);
-	read_batch(h, dst, 4 * mib, 4, mib);
+	/* deep: the last read of each batch of 4 (submitted at once: 4 may be
+	 * in flight) has 3 MiB of others in flight */
+	scan_async_from(h, dst, 0, 4 * mib, mib, 4);
+	scan_async_from(h, dst, 4 * mib, 8 * mib, mib, 4);
 	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
 	adv0 = json_u64(js, "\"readahead\"", "blobs_advised");
 	/* drained: three reads at QD 1 are still the deep reader's */

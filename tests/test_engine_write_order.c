@@ -54,15 +54,20 @@ static void seen_wait(struct seen *s, int n)
  * a 64 KiB one (each worker takes one task of each request in turn). */
 static coil_store *open_slow(char *path, size_t len, const char *tag)
 {
-	struct coil_options o;
-	coil_store *s;
+	return et_open(path, len, tag, "zstd:12");
+}
 
-	et_path(path, len, tag);
-	et_opts(&o, path);
-	o.size = 128ull << 20;
-	o.compression = "zstd:12";
-	cr_assert_eq(coil_open(path, &o, &s), 0);
-	return s;
+/* Object @name of @s, created, with BIG bytes of @seed's data in @big
+ * written at 0 (completion to @a). */
+static coil_obj *start_big(coil_store *s, const char *name, uint8_t *big,
+			   uint64_t seed, struct seen_arg *a)
+{
+	coil_obj *h;
+
+	et_fill(big, BIG, seed, 1);
+	cr_assert_eq(coil_obj_open(s, name, COIL_CREATE, &h), 0);
+	cr_assert_eq(coil_write(h, big, BIG, 0, seen_cb, a), 0);
+	return h;
 }
 
 static uint64_t turn_waits(coil_store *s)
@@ -83,11 +88,9 @@ Test(engine_write_order, another_objects_write_does_not_wait_for_a_slow_encode,
 	struct seen_arg a0 = { &sn, 0 }, a1 = { &sn, 1 };
 	coil_obj *x, *y;
 
-	et_fill(big, BIG, 3, 1);
 	et_fill(small, sizeof(small), 4, 0);
-	cr_assert_eq(coil_obj_open(s, "x", COIL_CREATE, &x), 0);
 	cr_assert_eq(coil_obj_open(s, "y", COIL_CREATE, &y), 0);
-	cr_assert_eq(coil_write(x, big, BIG, 0, seen_cb, &a0), 0);
+	x = start_big(s, "x", big, 3, &a0);
 	cr_assert_eq(coil_write(y, small, sizeof(small), 0, seen_cb, &a1), 0);
 	seen_wait(&sn, 2);
 	cr_assert_eq(sn.res[0], BIG);
@@ -117,10 +120,8 @@ Test(engine_write_order, later_overlapping_write_encoded_first_applies_last,
 	struct coil_options o;
 	coil_obj *h;
 
-	et_fill(big, BIG, 5, 1);
 	et_fill(small, sizeof(small), 6, 0);
-	cr_assert_eq(coil_obj_open(s, "o", COIL_CREATE, &h), 0);
-	cr_assert_eq(coil_write(h, big, BIG, 0, seen_cb, &a0), 0);
+	h = start_big(s, "o", big, 5, &a0);
 	cr_assert_eq(coil_write(h, small, sizeof(small), 4096, seen_cb, &a1), 0);
 	seen_wait(&sn, 2);
 	cr_assert_eq(sn.res[0], BIG);
@@ -159,9 +160,7 @@ Test(engine_write_order, truncate_applies_after_the_writes_before_it,
 	uint64_t size = 0;
 	coil_obj *h;
 
-	et_fill(big, BIG, 7, 1);
-	cr_assert_eq(coil_obj_open(s, "t", COIL_CREATE, &h), 0);
-	cr_assert_eq(coil_write(h, big, BIG, 0, seen_cb, &a0), 0);
+	h = start_big(s, "t", big, 7, &a0);
 	cr_assert_eq(coil_obj_truncate(h, 4096), 0);
 	seen_wait(&sn, 1);
 	cr_assert_eq(sn.res[0], BIG);
