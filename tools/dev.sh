@@ -268,9 +268,22 @@ cmd_test() {
 
 # --- demo / bench -----------------------------------------------------------
 
+# The demo's build: one line on the terminal, the whole log in a file
+# (its tail is shown when the build fails).
+build_release_quietly() {
+	local logf=build/build-release.log
+	mkdir -p build
+	printf 'building build/release (full log: %s) ... ' "$logf"
+	if ! build_release >"$logf" 2>&1; then
+		echo failed; tail -n 40 "$logf"
+		return 1
+	fi
+	echo done
+}
+
 cmd_demo() {
 	cmd_deps
-	build_release
+	build_release_quietly
 	exec perf/demo.sh "$@"
 }
 

@@ -1,15 +1,21 @@
 /* demo_load — load a tar archive into a coil store, one object per member,
  * read everything back verified, and report what happened as JSON.
  *
- *   demo_load STORE TAR RESULT.json [STORE_SIZE_BYTES]
+ *   demo_load STORE TAR RESULT.json [STORE_SIZE_BYTES [LATENCIES.tsv]]
  *
  * Objects: every regular file of the tar under its member path, plus a few
  * larger objects: "big/corpus.tar" (the whole archive, compressible) and
  * "big/random.bin" (32 MiB incompressible).  Writes go through the async API
  * with a bounded number in flight (QD); the store is then closed and
  * reopened so the read-back starts cold, and every byte is compared with
- * the source.  Progress goes to stderr, the report to RESULT.json.
- * Includes only coil.h, like any program embedding libcoil.
+ * the source.  Progress goes to stderr, the report to RESULT.json, every
+ * request's latency to LATENCIES.tsv (for the demo's plot).
+ *
+ * The baseline the report needs is measured here too, on the same objects:
+ * zstd alone (one thread, the store's level and blob size, and coil's rule
+ * of keeping a blob raw unless it shrinks by 1/8) — what the compression
+ * costs and saves with no storage engine around it.  Apart from that
+ * baseline, the program uses only coil.h, like any program embedding libcoil.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <zstd.h>
+
 #include "coil.h"
 
 #define QD 32			/* requests in flight */
@@ -30,6 +38,18 @@
 #define BATCH 256		/* objects open at once */
 #define RANDOM_BYTES (32u << 20)
 #define NAME_MAX_TAR 1024
+#define BLOB 65536u		/* coil_options.max_blob's default */
+#define ZSTD_LEVEL 1		/* coil_options.compression's default, zstd:1 */
+
+/* What the archive held, so the report can reconcile "files in the tar"
+ * with "objects written": only non-empty regular files become objects. */
+struct tar_counts {
+	long regular;		/* loaded */
+	long empty;		/* regular, 0 bytes: nothing to store */
+	long links;		/* symbolic and hard links */
+	long dirs;
+	long other;		/* devices, fifos, names over COIL_NAME_MAX */
+};
 
 struct member {
 	char name[COIL_NAME_MAX + 1];
@@ -87,7 +107,7 @@ static uint64_t tar_octal(const char *p, size_t n)
  * data points into @t.  @return the member count, or -EIO on a malformed
  * archive (lengths are checked against @len before use). */
 static long tar_parse(const uint8_t *t, uint64_t len, struct member *m,
-		      size_t m_max)
+		      size_t m_max, struct tar_counts *c)
 {
 	char longname[NAME_MAX_TAR];
 	uint64_t off = 0;
@@ -120,13 +140,23 @@ static long tar_parse(const uint8_t *t, uint64_t len, struct member *m,
 				snprintf(name, sizeof(name), "%.100s", h);
 			}
 			have_long = 0;
-			if ((type == '0' || type == '\0') && n < m_max &&
-			    strlen(name) <= COIL_NAME_MAX && size > 0) {
+			if (type == '1' || type == '2') {
+				c->links++;
+			} else if (type == '5') {
+				c->dirs++;
+			} else if (type != '0' && type != '\0') {
+				c->other++;
+			} else if (size == 0) {
+				c->empty++;
+			} else if (n < m_max && strlen(name) <= COIL_NAME_MAX) {
 				/* Fits: the length was checked just above. */
 				memcpy(m[n].name, name, strlen(name) + 1);
 				m[n].data = t + off + 512;
 				m[n].len = size;
 				n++;
+				c->regular++;
+			} else {
+				c->other++;
 			}
 		}
 		off += 512 + (size + 511) / 512 * 512;
@@ -190,33 +220,107 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* p50 / p99 / max of the op latencies, in microseconds. */
-static void latency_report(FILE *fp, const char *key, struct runner *r)
+/* p50 / p99 / max of the op latencies in microseconds, over the requests
+ * whose size is in [@lo, @hi]: small files (one request each) and the
+ * 1 MiB pieces of the big objects queue very differently, and one p99 over
+ * both would be the big pieces' alone. */
+static void latency_report(FILE *fp, const char *key, struct runner *r,
+			   int64_t lo, int64_t hi)
 {
 	uint64_t *l = malloc((r->nops ? r->nops : 1) * sizeof(*l));
-	size_t i;
+	size_t i, n = 0;
 
 	if (!l)
 		die("malloc", ENOMEM);
 	for (i = 0; i < r->nops; i++)
-		l[i] = r->ops[i].lat_ns;
-	qsort(l, r->nops, sizeof(*l), cmp_u64);
-	if (r->nops == 0)
+		if (r->ops[i].want >= lo && r->ops[i].want <= hi)
+			l[n++] = r->ops[i].lat_ns;
+	qsort(l, n, sizeof(*l), cmp_u64);
+	if (n == 0)
 		l[0] = 0;
 	fprintf(fp, "\"%s\": {\"ops\": %zu, \"p50_us\": %.1f, \"p99_us\": %.1f, "
-		"\"max_us\": %.1f}", key, r->nops,
-		l[r->nops / 2] / 1e3, l[r->nops ? (r->nops * 99) / 100 : 0] / 1e3,
-		l[r->nops ? r->nops - 1 : 0] / 1e3);
+		"\"max_us\": %.1f}", key, n,
+		l[n / 2] / 1e3, l[n ? (n * 99) / 100 : 0] / 1e3,
+		l[n ? n - 1 : 0] / 1e3);
 	free(l);
 }
 
-/* One line rewritten in place on a terminal; a line per quarter in logs. */
+static void latency_reports(FILE *fp, struct runner *r)
+{
+	latency_report(fp, "latency", r, 0, INT64_MAX);
+	fprintf(fp, ", ");
+	latency_report(fp, "latency_small", r, 0, CHUNK - 1);
+	fprintf(fp, ", ");
+	latency_report(fp, "latency_1mib", r, CHUNK, CHUNK);
+}
+
+/* One line per request: phase, bytes, microseconds (the demo's plot). */
+static void latency_dump(FILE *fp, const char *phase, struct runner *r)
+{
+	size_t i;
+
+	if (!fp)
+		return;
+	for (i = 0; i < r->nops; i++)
+		fprintf(fp, "%s\t%" PRId64 "\t%.1f\n", phase, r->ops[i].want,
+			r->ops[i].lat_ns / 1e3);
+}
+
+/* zstd alone over the same objects cut into the same blobs; its JSON
+ * fields go to @fp. */
+static void zstd_alone(FILE *fp, const struct member *m, size_t n)
+{
+	ZSTD_CCtx *cc = ZSTD_createCCtx();
+	ZSTD_DCtx *dc = ZSTD_createDCtx();
+	size_t cap = ZSTD_compressBound(BLOB);
+	uint8_t *dst = malloc(cap), *back = malloc(BLOB);
+	uint64_t logical = 0, stored = 0, c_ns = 0, d_ns = 0, t;
+	size_t i, raw_blobs = 0, blobs = 0;
+
+	if (!cc || !dc || !dst || !back)
+		die("zstd baseline", ENOMEM);
+	for (i = 0; i < n; i++) {
+		uint64_t off;
+
+		for (off = 0; off < m[i].len; off += BLOB) {
+			size_t len = m[i].len - off < BLOB ?
+				     (size_t)(m[i].len - off) : BLOB;
+			size_t keep = len - len / 8, r;
+
+			t = now_ns();
+			r = ZSTD_compressCCtx(cc, dst, keep, m[i].data + off,
+					      len, ZSTD_LEVEL);
+			c_ns += now_ns() - t;
+			blobs++;
+			logical += len;
+			if (ZSTD_isError(r) || r == 0 || r > keep) {
+				stored += len;
+				raw_blobs++;
+				continue;
+			}
+			stored += r;
+			t = now_ns();
+			if (ZSTD_decompressDCtx(dc, back, BLOB, dst, r) != len)
+				die("zstd baseline round trip", EIO);
+			d_ns += now_ns() - t;
+		}
+	}
+	fprintf(fp, " \"zstd_alone\": {\"level\": %d, \"blob_bytes\": %u, "
+		"\"blobs\": %zu, \"raw_blobs\": %zu, \"logical_bytes\": %" PRIu64
+		", \"stored_bytes\": %" PRIu64 ", \"compress_seconds\": %.3f, "
+		"\"decompress_seconds\": %.3f},\n", ZSTD_LEVEL, BLOB, blobs,
+		raw_blobs, logical, stored, c_ns / 1e9, d_ns / 1e9);
+	free(dst);
+	free(back);
+	ZSTD_freeCCtx(cc);
+	ZSTD_freeDCtx(dc);
+}
+
+/* One line rewritten in place on a terminal; only the last one in a log. */
 static void progress(const char *what, size_t done, size_t total,
 		     uint64_t bytes)
 {
 	static int tty = -1;
-	static size_t last_quarter;
-	size_t quarter = done * 4 / (total ? total : 1);
 
 	if (tty < 0)
 		tty = isatty(STDERR_FILENO);
@@ -225,11 +329,10 @@ static void progress(const char *what, size_t done, size_t total,
 			what, done, total, bytes >> 20);
 		if (done == total)
 			fputc('\n', stderr);
-	} else if (done == 1 || quarter != last_quarter) {
+	} else if (done == total) {
 		fprintf(stderr, "   %s %zu/%zu objects, %" PRIu64 " MiB\n", what,
 			done, total, bytes >> 20);
 	}
-	last_quarter = done == total ? 0 : quarter;
 }
 
 /* Write (or read back and compare) every member with QD requests in
@@ -343,8 +446,10 @@ int main(int argc, char **argv)
 	struct coil_options co;
 	struct runner r = { .lock = PTHREAD_MUTEX_INITIALIZER,
 			    .cond = PTHREAD_COND_INITIALIZER };
+	struct tar_counts tc = { 0 };
 	struct member *m;
 	coil_store *s;
+	FILE *lat = NULL;
 	uint8_t *tar, *rnd, *scratch;
 	uint64_t tar_len, total = 0, wbytes, rbytes, t0, w_ns, r_ns;
 	char *st_load, *st_read;
@@ -363,7 +468,7 @@ int main(int argc, char **argv)
 	rnd = malloc(RANDOM_BYTES);
 	if (!m || !rnd)
 		die("malloc", ENOMEM);
-	n = tar_parse(tar, tar_len, m, n_max - 2);
+	n = tar_parse(tar, tar_len, m, n_max - 2, &tc);
 	if (n < 0)
 		die("tar archive", (int)n);
 	/* The larger objects: the whole archive, and incompressible bytes. */
@@ -390,6 +495,8 @@ int main(int argc, char **argv)
 	co.flags = COIL_CREATE;
 	if (argc > 4)
 		co.size = strtoull(argv[4], NULL, 0);
+	if (argc > 5 && !(lat = fopen(argv[5], "w")))
+		die(argv[5], errno);
 	ret = coil_open(argv[1], &co, &s);
 	if (ret < 0)
 		die(argv[1], ret);
@@ -407,10 +514,14 @@ int main(int argc, char **argv)
 		die(argv[3], errno);
 	fprintf(out, "{\"objects\": %ld, \"logical_bytes\": %" PRIu64 ",\n",
 		n, total);
+	fprintf(out, " \"tar\": {\"regular_loaded\": %ld, \"empty_skipped\": %ld, "
+		"\"links_skipped\": %ld, \"dirs\": %ld, \"other_skipped\": %ld},\n",
+		tc.regular, tc.empty, tc.links, tc.dirs, tc.other);
 	fprintf(out, " \"write\": {\"bytes\": %" PRIu64 ", \"seconds\": %.3f, ",
 		wbytes, w_ns / 1e9);
-	latency_report(out, "latency", &r);
+	latency_reports(out, &r);
 	fprintf(out, "},\n");
+	latency_dump(lat, "write", &r);
 
 	/* Reopen so the read-back starts with a cold cache. */
 	ret = coil_close(s);
@@ -430,8 +541,15 @@ int main(int argc, char **argv)
 	st_read = stats_get(s);
 	fprintf(out, " \"read\": {\"bytes\": %" PRIu64 ", \"seconds\": %.3f, "
 		"\"verified\": %s, ", rbytes, r_ns / 1e9, ret == 0 ? "true" : "false");
-	latency_report(out, "latency", &r);
-	fprintf(out, "},\n \"stats_after_load\": %s,\n \"stats_after_read\": %s}\n",
+	latency_reports(out, &r);
+	fprintf(out, "},\n");
+	latency_dump(lat, "read", &r);
+	if (lat)
+		fclose(lat);
+	/* After coil's runs, so it does not warm the page cache for them
+	 * (coil reads with O_DIRECT anyway) or share the cores with them. */
+	zstd_alone(out, m, (size_t)n);
+	fprintf(out, " \"stats_after_load\": %s,\n \"stats_after_read\": %s}\n",
 		st_load, st_read);
 	fclose(out);
 	ret = ret < 0 ? ret : coil_close(s);
