@@ -4,7 +4,7 @@
 # file in the same run, alternating which goes first (ABBA), REPEATS times;
 # prints medians and the ratio, writes perf/results/uring.json.
 #
-#   perf/bench_uring.sh [BUILD_DIR]        (default build/h-uring)
+#   perf/bench_uring.sh [BUILD_DIR]        (default build/release)
 #   env: RUNTIME=8 REPEATS=5 FILE=perf/results/tmp/uring_bench.dat SIZE_MB=1024
 #        INBOX=1 also runs the driver in "inbox" mode (completions handed to
 #        another thread that resubmits through the inbox: the engine's path)
@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BUILD=${1:-build/h-uring}
+BUILD=${1:-build/release}
 BIN=$BUILD/perf/bench_uring
 RUNTIME=${RUNTIME:-8}
 REPEATS=${REPEATS:-5}
