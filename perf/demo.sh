@@ -45,9 +45,11 @@ if command -v fio >/dev/null; then
 		--name=write --rw=write --bs=1m --iodepth=32 --end_fsync=1 \
 		--name=read --stonewall --rw=read --bs=1m --iodepth=32 \
 		--name=randread --stonewall --rw=randread --bs=4k --iodepth=16 --size=128m \
+		--norandommap --time_based --runtime=3 \
+		--name=randwrite --stonewall --rw=randwrite --bs=4k --iodepth=16 --size=128m \
 		--norandommap --time_based --runtime=3 >/dev/null; then
 		disk_ok=1
-		echo "   1 MiB writes then reads at queue depth 32; 4 KiB random reads at depth 16 for 3 s"
+		echo "   1 MiB writes then reads at queue depth 32; 4 KiB random reads, then writes, at depth 16 for 3 s each"
 	else
 		echo "   fio on a plain file failed; the report will have no disk baseline" >&2
 	fi
