@@ -116,7 +116,8 @@ fio_arg() {
 }
 
 build_release() {
-	setup build/release --buildtype=release -Dwerror=true -Dwarning_level=2 $(fio_arg)
+	setup build/release --buildtype=release -Dwerror=true -Dwarning_level=2 \
+		-Dpkgconfig.relocatable=true $(fio_arg)
 	ninja -C build/release -j "$JOBS"
 }
 
