@@ -264,3 +264,5 @@ if shutil.which('gnuplot'):
         print('Plot: %s (left: throughput next to its baselines; right: latency by request size)' % png)
     except subprocess.CalledProcessError as e:
         print('Plot: gnuplot failed: %s' % e.stderr.decode(errors='replace').strip())
+else:
+    print('Plot: skipped, gnuplot is missing (tools/dev.sh deps installs it)')
