@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <pty.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -714,4 +715,50 @@ Test(cli, progress_only_on_a_terminal)
 		  "terminal got '%s'", buf);
 	cr_expect(strstr(buf, "\r\033[K"), "the line is cleared at the end");
 	expect_listing("big s");
+}
+
+/* Ctrl-C during a put from a pipe: status 1, "interrupted", and the object
+ * that put created is gone. */
+Test(cli, interrupted_put_removes_the_object)
+{
+	char errpath[600];
+	struct run r;
+	int in[2], st;
+	pid_t pid;
+
+	make_store("s", "16M", "zstd");
+	snprintf(errpath, sizeof(errpath), "%s.err", dir);
+	cr_assert_eq(pipe(in), 0);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		int e = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		dup2(in[0], 0);
+		dup2(e, 2);
+		close(in[1]);
+		execl(COIL_CLI_PATH, COIL_CLI_PATH, "put", P("s"), "partial", "-",
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	{
+		char *data = calloc(1, 1u << 20);
+		cr_assert_eq(write(in[1], data, 1u << 20), 1 << 20);
+		free(data);
+	}
+	usleep(500000); /* the object exists and holds a megabyte */
+	kill(pid, SIGINT);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	close(in[1]);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+	{
+		char *err = slurp(errpath, NULL);
+		cr_expect_str_eq(err, "coil: put: interrupted; object 'partial' removed\n");
+		free(err);
+	}
+	unlink(errpath);
+	r = coil_run(NULL, "ls", P("s"), NULL);
+	expect(r, 0, "", "");
+	run_free(&r);
+	expect_listing("s");
 }
