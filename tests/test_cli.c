@@ -228,6 +228,7 @@ Test(cli, help_goes_to_stdout_with_status_0)
 		expect(a, 0, NULL, "");
 		expect(b, 0, a.out, "");
 		cr_expect(strncmp(a.out, want, strlen(want)) == 0, "%s", a.out);
+		cr_expect(!strstr(a.out, "%%"), "help text is not a format: %s", a.out);
 		run_free(&a);
 		run_free(&b);
 	}

@@ -72,7 +72,7 @@ static const struct cmd cmds[] = {
 	  "                            alone)\n"
 	  "  -c, --compression CODEC   none, zstd (level 1) or zstd:1 .. zstd:19\n"
 	  "                            (default zstd:1); a blob that does not\n"
-	  "                            shrink by 12.5 %% is stored raw\n"
+	  "                            shrink by 12.5 % is stored raw\n"
 	  "\n"
 	  "If the put fails or is interrupted, the object NAME is removed: a\n"
 	  "new object is never left half written.  With --force this also means\n"
