@@ -465,6 +465,17 @@ Test(cli, put_get_round_trip_sorted_ls)
 	expect(r, 0, "", "");
 	cr_expect(same_file(P("rnd"), P("zeta.out")));
 	run_free(&r);
+	/* ... and through a symbolic link, which stays a link. */
+	{
+		struct stat st;
+		cr_assert_eq(symlink("zeta.out", P("link")), 0);
+		r = coil_run(NULL, "get", P("s"), "zeta", P("link"), NULL);
+		expect(r, 0, "", "");
+		run_free(&r);
+		cr_assert_eq(lstat(P("link"), &st), 0);
+		cr_expect(S_ISLNK(st.st_mode));
+		cr_expect(same_file(P("big"), P("zeta.out")));
+	}
 	r = coil_run(NULL, "check", P("s"), NULL);
 	expect(r, 0, "checked 4 objects, 9.9 MiB (10337307 bytes): no damage\n", "");
 	run_free(&r);
@@ -475,7 +486,7 @@ Test(cli, put_get_round_trip_sorted_ls)
 	r = coil_run(NULL, "ls", P("s"), NULL);
 	expect(r, 0, "from-stdin\nzeta\n", "");
 	run_free(&r);
-	expect_listing("big rnd s zeta.out");
+	expect_listing("big link rnd s zeta.out");
 }
 
 Test(cli, put_refuses_to_overwrite_without_force)

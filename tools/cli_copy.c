@@ -225,7 +225,7 @@ static char *temp_path_for(const char *dest)
 int cmd_get(int argc, char **argv)
 {
 	const char *store, *name, *file;
-	char *pos[3], *tmp = NULL;
+	char *pos[3], *tmp = NULL, *target = NULL;
 	bool to_stdout, local = false;
 	struct stat st;
 	coil_store *s;
@@ -260,7 +260,10 @@ int cmd_get(int argc, char **argv)
 	if (to_stdout) {
 		fd = STDOUT_FILENO;
 	} else {
-		tmp = temp_path_for(file);
+		/* Write through a symbolic link, as cp does: the file it
+		 * names is replaced, the link stays. */
+		target = realpath(file, NULL);
+		tmp = temp_path_for(target ? target : file);
 		fd = tmp ? mkstemp(tmp) : -1;
 		if (fd < 0) {
 			cli_err("get: cannot write '%s': %s", file,
@@ -273,10 +276,12 @@ int cmd_get(int argc, char **argv)
 		/* mkstemp made it 0600: give it the mode a new file would get,
 		 * or the mode of the file it replaces. */
 		mode_t mask = umask(0);
+		mode_t mode = 0666 & ~mask;
+
 		umask(mask);
-		if (fchmod(fd, stat(file, &st) == 0 ? st.st_mode & 07777 :
-						      0666 & ~mask) < 0 ||
-		    fsync(fd) < 0) {
+		if (target && stat(target, &st) == 0)
+			mode = st.st_mode & 07777;
+		if (fchmod(fd, mode) < 0 || fsync(fd) < 0) {
 			rc = -errno;
 			local = true;
 		}
@@ -285,7 +290,7 @@ int cmd_get(int argc, char **argv)
 		rc = -errno;
 		local = true;
 	}
-	if (rc == 0 && !to_stdout && rename(tmp, file) < 0) {
+	if (rc == 0 && !to_stdout && rename(tmp, target ? target : file) < 0) {
 		rc = -errno;
 		local = true;
 	}
@@ -307,5 +312,6 @@ out_store:
 	if (cli_close_store(store, s) < 0)
 		ret = CLI_FAIL;
 	free(tmp);
+	free(target);
 	return ret;
 }
