@@ -72,6 +72,7 @@ COIL_API const char *coil_strerror(int err)
 	case -ESHUTDOWN: return "store is closing";
 	case -EOVERFLOW: return "value too large";
 	case -ENOTSUP: return "not supported";
+	case -EMEDIUMTYPE: return "not a coil store (no valid superblock)";
 	default: return "unknown error";
 	}
 }

@@ -195,6 +195,7 @@ static int read_supers(struct coil_store *s)
 	uint8_t *buf = bufpool_get(&s->bp, 2 * FMT_BLOCK);
 	struct fmt_super a, b;
 	int ra, rb, pick, rc;
+	bool foreign;
 
 	if (!buf)
 		return -ENOMEM;
@@ -205,10 +206,15 @@ static int read_supers(struct coil_store *s)
 	}
 	ra = fmt_super_decode(&a, buf, FMT_BLOCK);
 	rb = fmt_super_decode(&b, buf + FMT_BLOCK, FMT_BLOCK);
+	/* Neither copy has the magic: this was never a store (a user's file,
+	 * an empty device), which callers report differently from a store
+	 * whose superblocks are damaged. */
+	foreign = !fmt_super_has_magic(buf, FMT_BLOCK) &&
+		  !fmt_super_has_magic(buf + FMT_BLOCK, FMT_BLOCK);
 	bufpool_put(&s->bp, buf);
 	pick = fmt_super_pick(&a, ra, &b, rb);
 	if (pick < 0)
-		return -EIO;
+		return foreign ? -EMEDIUMTYPE : -EIO;
 	s->sb = pick == 0 ? a : b;
 	s->store_id = fmt_super_store_id(&s->sb);
 	return 0;
@@ -227,7 +233,8 @@ static int dev_size(int fd, const struct stat *st, uint64_t *size)
 		*size = (uint64_t)st->st_size;
 		return 0;
 	}
-	return -EINVAL;
+	/* A read-only open(2) of a directory succeeds; say what it is. */
+	return S_ISDIR(st->st_mode) ? -EISDIR : -EINVAL;
 }
 
 /* Keep appending to the emptiest partly used segment instead of starting a
@@ -343,6 +350,9 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	}
 	if (s->fd < 0) {
 		rc = -errno;
+		/* Linux refuses O_DIRECT on a directory with EINVAL. */
+		if (rc == -EINVAL && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+			rc = -EISDIR;
 		goto fail;
 	}
 	if (fstat(s->fd, &st) < 0) {
@@ -404,7 +414,7 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 		}
 		fresh = true;
 	} else if (size < 2 * FMT_BLOCK) {
-		rc = -EIO;
+		rc = -EMEDIUMTYPE; /* too short to hold the superblocks */
 		goto fail_reg;
 	}
 
@@ -433,7 +443,8 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 			goto fail_reg;
 	} else {
 		rc = read_supers(s);
-		if (rc == -EIO && (o->flags & COIL_CREATE) &&
+		if ((rc == -EIO || rc == -EMEDIUMTYPE) &&
+		    (o->flags & COIL_CREATE) &&
 		    S_ISBLK(st.st_mode)) {
 			/* A device with no coil store on it: make one. */
 			rc = store_format(s, COIL_ALIGN_DOWN(size, FMT_BLOCK),

@@ -210,6 +210,10 @@ int fmt_super_encode(const struct fmt_super *sb, uint8_t *buf, size_t len);
 /* @return 0; -EINVAL if len < FMT_BLOCK; -EIO for bad magic, version,
  * checksum or geometry. */
 int fmt_super_decode(struct fmt_super *sb, const uint8_t *buf, size_t len);
+/* 1 when the BLOCK at @buf starts with the superblock magic, whatever the
+ * rest holds: a copy without it was never a coil superblock, a copy with it
+ * that does not decode is a damaged one. */
+int fmt_super_has_magic(const uint8_t *buf, size_t len);
 /* Zeroes @sb and fills version, block_size, max_blob, the geometry for a new
  * store of @store_size bytes (docs/format.md) and ckpt_slot = NONE; the
  * caller sets uuid and seq.  @return 0, -EINVAL (max_blob not a power of two

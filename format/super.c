@@ -160,6 +160,12 @@ int fmt_super_decode(struct fmt_super *sb, const uint8_t *buf, size_t len)
 	return 0;
 }
 
+int fmt_super_has_magic(const uint8_t *buf, size_t len)
+{
+	return buf && len >= sizeof(super_magic) &&
+	       !memcmp(buf, super_magic, sizeof(super_magic));
+}
+
 static uint64_t clamp_blocks(uint64_t v, uint64_t lo, uint64_t hi)
 {
 	v = COIL_ALIGN_DOWN(v, FMT_BLOCK);

@@ -72,9 +72,15 @@ typedef void (*coil_cb)(void *arg, int64_t res);
  * any bytes except NUL. */
 #define COIL_NAME_MAX 255
 
+/* The smallest store coil_open creates with the default max_blob (room for
+ * the superblocks, journal, two checkpoint areas and two data segments); a
+ * larger max_blob needs larger segments, so more.  Smaller is -ENOSPC. */
+#define COIL_MIN_SIZE (6ull << 20)
+
 struct coil_options {
 	uint64_t size;           /* capacity of a new file-backed store, bytes
-	                            (default 1 GiB); ignored for block devices */
+	                            (default 1 GiB, at least COIL_MIN_SIZE);
+	                            ignored for block devices */
 	unsigned flags;          /* COIL_CREATE, COIL_RDONLY, COIL_NO_DIRECT,
 	                            COIL_ZERO_FILL, COIL_INLINE_CB */
 	const char *compression; /* "none", "zstd", "zstd:N" (default "zstd:1");
@@ -97,16 +103,18 @@ COIL_API void coil_options_init(struct coil_options *o);
  * @o may be NULL for all defaults.  On success *@out holds the store, valid
  * until coil_close(); on failure *@out is NULL.
  * COIL_CREATE makes a store only where there is none: a missing or empty
- * regular file (sized to o->size), or a block device with no valid coil
- * superblock (sized by the device).  A non-empty file that is not a store is
- * -EIO, never overwritten.  Opening recovers from a crash (journal replay);
+ * regular file (sized to o->size, at least COIL_MIN_SIZE), or a block device
+ * with no valid coil superblock (sized by the device).  A non-empty file that
+ * is not a store is -EMEDIUMTYPE, never overwritten.  Opening recovers from a crash (journal replay);
  * then, unless COIL_RDONLY, a checkpoint makes the recovered state the new
  * base.  COIL_RDONLY recovers in memory only and writes nothing.
  * @return 0, or -EINVAL (bad option or path), -ENOENT (missing, no
- *   COIL_CREATE), -EBUSY (open in this or another process), -EIO (not a coil
- *   store, both superblocks corrupt, its checkpoint corrupt, or a device read
- *   failed during recovery), -ENOSPC (size too small), -ENOMEM, or the errno
- *   of a failed system call (-EACCES, -EISDIR...). */
+ *   COIL_CREATE), -EISDIR (a directory), -EBUSY (open in this or another
+ *   process), -EMEDIUMTYPE (not a coil store: neither superblock copy has
+ *   coil's magic, or the file is too short to hold them), -EIO (a damaged
+ *   store: both superblocks corrupt, its checkpoint corrupt, or a device read
+ *   failed during recovery), -ENOSPC (new store smaller than COIL_MIN_SIZE),
+ *   -ENOMEM, or the errno of a failed system call (-EACCES...). */
 COIL_API int coil_open(const char *path, const struct coil_options *o,
                        coil_store **out);
 

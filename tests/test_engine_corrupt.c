@@ -220,14 +220,55 @@ Test(engine_corrupt, garbage_and_short_files, .timeout = 60)
 	for (int i = 0; i < 64; i++)
 		cr_assert_eq(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
 	close(fd);
-	cr_assert_eq(coil_open(p, &o, &s), -EIO);
+	/* Not a store at all, which is not the same as a damaged one. */
+	cr_assert_eq(coil_open(p, &o, &s), -EMEDIUMTYPE);
 	/* COIL_CREATE never formats over an existing non-empty file. */
 	o.flags |= COIL_CREATE;
-	cr_assert_eq(coil_open(p, &o, &s), -EIO);
+	cr_assert_eq(coil_open(p, &o, &s), -EMEDIUMTYPE);
 	fd = open(p, O_WRONLY | O_TRUNC);
 	cr_assert_eq(write(fd, junk, 100), 100);
 	close(fd);
 	o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(p, &o, &s), -EMEDIUMTYPE);
+	unlink(p);
+}
+
+/* Only one copy with coil's magic, and that one damaged: a damaged store
+ * (-EIO), not a foreign file. */
+Test(engine_corrupt, one_magic_is_a_damaged_store, .timeout = 60)
+{
+	char p[256];
+	struct coil_options o;
+	coil_store *s;
+	uint8_t blk[4096] = { 0 };
+	int fd;
+
+	et_path(p, sizeof(p), "onemagic");
+	et_opts(&o, p);
+	cr_assert_eq(coil_open(p, &o, &s), 0);
+	cr_assert_eq(coil_close(s), 0);
+	fd = open(p, O_RDWR);
+	cr_assert_eq(pwrite(fd, blk, sizeof(blk), 4096), (ssize_t)sizeof(blk));
+	cr_assert_eq(pread(fd, blk, sizeof(blk), 0), (ssize_t)sizeof(blk));
+	blk[40] ^= 0x10; /* keep A's magic, break its checksum */
+	cr_assert_eq(pwrite(fd, blk, sizeof(blk), 0), (ssize_t)sizeof(blk));
+	close(fd);
+	o.flags &= ~COIL_CREATE;
 	cr_assert_eq(coil_open(p, &o, &s), -EIO);
 	unlink(p);
+}
+
+Test(engine_corrupt, directory_is_eisdir, .timeout = 60)
+{
+	struct coil_options o;
+	coil_store *s;
+
+	mkdir("engine-stores", 0755);
+	et_opts(&o, "engine-stores");
+	o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open("engine-stores", &o, &s), -EISDIR);
+	o.flags |= COIL_RDONLY;
+	cr_assert_eq(coil_open("engine-stores", &o, &s), -EISDIR);
+	o.flags |= COIL_NO_DIRECT;
+	cr_assert_eq(coil_open("engine-stores", &o, &s), -EISDIR);
 }

@@ -1,268 +1,295 @@
 /* coil — the command-line tool for a coil store (uses only coil.h).
  *
- *   coil create STORE SIZE [COMPRESSION]   make a new store (SIZE: 64M, 2G...)
- *   coil ls STORE                           list objects and sizes
- *   coil stats STORE                        the store's stats JSON
- *   coil put STORE NAME FILE                copy FILE ("-" = stdin) into NAME
- *   coil get STORE NAME FILE                copy NAME into FILE ("-" = stdout)
- *   coil rm STORE NAME                      remove an object
- *   coil check STORE                        read and verify every object byte
- *
- * Exit status: 0 ok, 1 failure (message on stderr), 2 usage. */
+ * This file: the command table, help, --version and `create`.  The other
+ * commands live in cli_objects.c (ls, rm, check), cli_copy.c (put, get)
+ * and cli_stats.c (stats).  docs/cli.md is the manual; keep the help texts
+ * below and it saying the same. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include "coil.h"
+#include "tools/cli.h"
 
-#define BUF (4u << 20)
+#ifndef COIL_VERSION
+#define COIL_VERSION "unknown"
+#endif
 
-static int die(const char *what, int rc)
-{
-	fprintf(stderr, "coil: %s: %s\n", what, coil_strerror(rc));
-	return 1;
-}
-
-static int open_store(const char *path, unsigned flags, coil_store **s,
-		      uint64_t size, const char *comp)
-{
-	struct coil_options o;
-	int rc;
-
-	coil_options_init(&o);
-	o.flags = flags;
-	if (size)
-		o.size = size;
-	if (comp)
-		o.compression = comp;
-	rc = coil_open(path, &o, s);
-	if (rc == -EINVAL && !(flags & COIL_NO_DIRECT)) {
-		/* The filesystem may not do O_DIRECT (tmpfs). */
-		o.flags |= COIL_NO_DIRECT;
-		rc = coil_open(path, &o, s);
-	}
-	return rc;
-}
-
-static uint64_t parse_size(const char *s)
-{
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-
-	switch (*end) {
-	case 'k': case 'K': v <<= 10; break;
-	case 'm': case 'M': v <<= 20; break;
-	case 'g': case 'G': v <<= 30; break;
-	case 't': case 'T': v <<= 40; break;
-	case 0: break;
-	default: return 0;
-	}
-	return v;
-}
-
-static int ls_cb(void *arg, const char *name, size_t len, uint64_t size)
-{
-	(void)arg;
-	printf("%12llu  %.*s\n", (unsigned long long)size, (int)len, name);
-	return 0;
-}
-
-struct check {
-	coil_store *s;
-	uint8_t *buf;
-	uint64_t objects, bytes, bad_ranges;
+struct cmd {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *synopsis;
+	const char *summary;
+	const char *help; /* the rest of `coil help CMD` */
 };
 
-static int check_cb(void *arg, const char *name, size_t len, uint64_t size)
-{
-	struct check *c = arg;
-	coil_obj *h;
-	int rc = coil_obj_open(c->s, name, 0, &h);
+static const char size_help[] =
+	"SIZE is a whole number of bytes with an optional suffix K, M, G or T\n"
+	"(powers of 1024, either case; KiB, MB and the like too): 64M, 2G, 1536M.\n";
 
-	(void)len;
-	if (rc < 0) {
-		fprintf(stderr, "coil: check: open %s: %s\n", name, coil_strerror(rc));
-		c->bad_ranges++;
-		return 0;
-	}
-	for (uint64_t off = 0; off < size; off += BUF) {
-		int64_t n = coil_pread(h, c->buf, BUF, off);
-		if (n < 0) {
-			/* Narrow the failure down to 64 KiB pieces. */
-			for (uint64_t o = off; o < off + BUF && o < size; o += 65536) {
-				int64_t m = coil_pread(h, c->buf, 65536, o);
-				if (m < 0) {
-					fprintf(stderr, "coil: check: %s [%llu, +64K): %s\n",
-						name, (unsigned long long)o,
-						coil_strerror((int)m));
-					c->bad_ranges++;
-				}
-			}
-			continue;
-		}
-		c->bytes += (uint64_t)n;
-	}
-	c->objects++;
-	coil_obj_close(h);
-	return 0;
+static const struct cmd cmds[] = {
+	{ "create", cmd_create,
+	  "coil create [-c CODEC] STORE SIZE [CODEC]",
+	  "make a new store of SIZE bytes",
+	  "Make a new store in the file STORE (which must not exist) of SIZE\n"
+	  "bytes; the file is allocated at once.  The smallest store is 6 MiB.\n"
+	  "\n"
+	  "  -c, --compression CODEC   checked and accepted for compatibility\n"
+	  "                            (also as the third argument), but a store\n"
+	  "                            does not record a codec: each write uses\n"
+	  "                            the codec of the open that makes it (see\n"
+	  "                            'coil put -c')\n"
+	  "\n"
+	  "If the store cannot be made, no file is left behind.\n" },
+	{ "ls", cmd_ls,
+	  "coil ls [-l] STORE",
+	  "list the objects, sorted by name",
+	  "Print the name of every object, one a line, sorted by name (bytes).\n"
+	  "\n"
+	  "  -l, --long   also the logical size of each object in bytes (what a\n"
+	  "               get would produce; holes count).  The library does not\n"
+	  "               report stored (compressed) bytes per object: see\n"
+	  "               'coil stats' for the store's total.\n" },
+	{ "stats", cmd_stats,
+	  "coil stats [--json [--pretty]] STORE",
+	  "show space, compression, cache, pool and prefetch figures",
+	  "Show the store's space (logical, stored, allocated, free), its\n"
+	  "compression ratio and geometry, then the counters of this process's\n"
+	  "open of the store (cache, pool, prefetch: zero for a fresh open).\n"
+	  "\n"
+	  "  --json     print the library's JSON instead (one line)\n"
+	  "  --pretty   with --json: indented, one field a line\n" },
+	{ "put", cmd_put,
+	  "coil put [-f] [-c CODEC] STORE NAME FILE",
+	  "copy FILE (- for stdin) into the object NAME",
+	  "Copy the file FILE, or standard input if FILE is -, into the object\n"
+	  "NAME, and make it durable before exiting.\n"
+	  "\n"
+	  "  -f, --force               replace NAME if it exists (without it, an\n"
+	  "                            existing object is an error and is left\n"
+	  "                            alone)\n"
+	  "  -c, --compression CODEC   none, zstd (level 1) or zstd:1 .. zstd:19\n"
+	  "                            (default zstd:1); a blob that does not\n"
+	  "                            shrink by 12.5 % is stored raw\n"
+	  "\n"
+	  "If the put fails or is interrupted, the object NAME is removed: a\n"
+	  "new object is never left half written.  With --force this also means\n"
+	  "the old contents are gone: replacing is not atomic.\n" },
+	{ "get", cmd_get,
+	  "coil get STORE NAME FILE",
+	  "copy the object NAME into FILE (- for stdout)",
+	  "Copy the object NAME into the file FILE, or standard output if FILE\n"
+	  "is -.  The bytes go to a temporary file next to FILE, which is\n"
+	  "renamed over FILE only when every byte was read and verified; on any\n"
+	  "failure FILE is untouched and the temporary file removed.  (Standard\n"
+	  "output cannot be taken back: a failure there stops mid-stream.)\n" },
+	{ "rm", cmd_rm,
+	  "coil rm STORE NAME...",
+	  "remove objects",
+	  "Remove each object NAME.  A missing name is reported and the others\n"
+	  "are still removed; the exit status is then 1.\n" },
+	{ "check", cmd_check,
+	  "coil check STORE",
+	  "read every object and verify its checksums",
+	  "Read every byte of every object (which verifies every checksum) and\n"
+	  "report each damaged 64 KiB range on stderr, then a summary on stdout.\n"
+	  "The store is opened read-only.\n"
+	  "\n"
+	  "Exit status: 0 no damage, 3 damage found (or the store's own\n"
+	  "metadata does not read back), 1 the check could not run.\n" },
+};
+
+#define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
+
+static const struct cmd *find_cmd(const char *name)
+{
+	for (size_t i = 0; i < NCMDS; i++)
+		if (!strcmp(cmds[i].name, name))
+			return &cmds[i];
+	return NULL;
 }
 
-static int copy_in(coil_store *s, const char *name, const char *file)
+const char *cli_synopsis(const char *name)
 {
-	int fd = strcmp(file, "-") ? open(file, O_RDONLY) : 0;
-	uint8_t *buf = malloc(BUF);
-	uint64_t off = 0;
-	coil_obj *h;
-	int rc;
+	const struct cmd *c = find_cmd(name);
 
-	if (fd < 0 || !buf) {
-		free(buf);
-		return die(file, fd < 0 ? -errno : -ENOMEM);
-	}
-	rc = coil_obj_open(s, name, COIL_CREATE, &h);
-	if (rc < 0)
-		return die("open object", rc);
-	rc = coil_obj_truncate(h, 0);
-	for (; rc == 0;) {
-		ssize_t n = read(fd, buf, BUF);
-		int64_t w;
-		if (n < 0) {
-			rc = -errno;
-			break;
-		}
-		if (n == 0)
-			break;
-		w = coil_pwrite(h, buf, (size_t)n, off);
-		if (w < 0)
-			rc = (int)w;
-		off += (uint64_t)n;
-	}
-	if (rc == 0)
-		rc = coil_sync(s);
-	coil_obj_close(h);
-	if (fd)
-		close(fd);
-	free(buf);
-	return rc < 0 ? die("put", rc) : 0;
+	return c ? c->synopsis : "coil COMMAND ...";
 }
 
-static int copy_out(coil_store *s, const char *name, const char *file)
+static void print_usage(FILE *f)
 {
-	int fd = strcmp(file, "-") ? open(file, O_WRONLY | O_CREAT | O_TRUNC, 0644) : 1;
-	uint8_t *buf = malloc(BUF);
-	uint64_t off = 0;
-	coil_obj *h;
-	int rc;
-
-	if (fd < 0 || !buf) {
-		free(buf);
-		return die(file, fd < 0 ? -errno : -ENOMEM);
-	}
-	rc = coil_obj_open(s, name, 0, &h);
-	if (rc < 0)
-		return die("open object", rc);
-	for (;;) {
-		int64_t n = coil_pread(h, buf, BUF, off);
-		if (n <= 0) {
-			rc = (int)n;
-			break;
-		}
-		if (write(fd, buf, (size_t)n) != n) {
-			rc = -errno;
-			break;
-		}
-		off += (uint64_t)n;
-	}
-	coil_obj_close(h);
-	if (fd != 1)
-		close(fd);
-	free(buf);
-	return rc < 0 ? die("get", rc) : 0;
+	fprintf(f, "usage: coil COMMAND [OPTIONS] ARGUMENTS\n"
+		   "       coil help [COMMAND] | --help | --version\n\n"
+		   "Commands:\n");
+	for (size_t i = 0; i < NCMDS; i++)
+		fprintf(f, "  %-7s %s\n", cmds[i].name, cmds[i].summary);
+	fprintf(f, "  %-7s %s\n", "help", "this text, or one command's");
+	fprintf(f, "\n%s"
+		   "FILE - is standard input (put) or standard output (get).\n"
+		   "\n"
+		   "Exit status: 0 success, 1 the operation failed (the reason is on\n"
+		   "stderr), 2 bad command line, 3 check found damage.\n"
+		   "'coil COMMAND --help' describes one command; docs/cli.md has it all.\n",
+		size_help);
 }
 
-static int usage(void)
+static int cmd_help(const struct cmd *c)
 {
-	fprintf(stderr,
-		"usage: coil create STORE SIZE [none|zstd|zstd:N]\n"
-		"       coil ls STORE\n"
-		"       coil stats STORE\n"
-		"       coil put STORE NAME FILE\n"
-		"       coil get STORE NAME FILE\n"
-		"       coil rm STORE NAME\n"
-		"       coil check STORE\n");
-	return 2;
+	printf("usage: %s\n\n%s", c->synopsis, c->help);
+	if (!strcmp(c->name, "create"))
+		printf("\n%s", size_help);
+	return CLI_OK;
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	cli_interrupted = 1;
 }
 
 int main(int argc, char **argv)
 {
-	const char *cmd = argc > 1 ? argv[1] : "";
-	coil_store *s;
-	int rc, ret = 0;
+	const struct cmd *c;
+	struct sigaction sa;
 
-	if (argc < 3)
-		return usage();
-	if (!strcmp(cmd, "create")) {
-		uint64_t size = argc > 3 ? parse_size(argv[3]) : 0;
-		if (!size)
-			return usage();
-		if (access(argv[2], F_OK) == 0) {
-			fprintf(stderr, "coil: %s exists\n", argv[2]);
-			return 1;
-		}
-		rc = open_store(argv[2], COIL_CREATE, &s, size,
-				argc > 4 ? argv[4] : NULL);
-		if (rc < 0)
-			return die("create", rc);
-		return coil_close(s) < 0;
+	if (argc < 2) {
+		fprintf(stderr, "coil: no command given\n");
+		print_usage(stderr);
+		return CLI_USAGE;
 	}
-	rc = open_store(argv[2], (!strcmp(cmd, "ls") || !strcmp(cmd, "stats") ||
-				  !strcmp(cmd, "get") || !strcmp(cmd, "check")) ?
-					 COIL_RDONLY : 0, &s, 0, NULL);
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+	    (!strcmp(argv[1], "help") && argc == 2)) {
+		print_usage(stdout);
+		return CLI_OK;
+	}
+	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+		printf("coil %s\n", COIL_VERSION);
+		return CLI_OK;
+	}
+	if (!strcmp(argv[1], "help")) {
+		if (argc > 3) {
+			fprintf(stderr, "coil: help: one command at a time\n");
+			return CLI_USAGE;
+		}
+		c = find_cmd(argv[2]);
+		if (!c) {
+			fprintf(stderr, "coil: help: unknown command '%s' (see "
+				"'coil --help')\n", argv[2]);
+			return CLI_USAGE;
+		}
+		return cmd_help(c);
+	}
+	c = find_cmd(argv[1]);
+	if (!c) {
+		fprintf(stderr, "coil: unknown command '%s' (see 'coil --help')\n",
+			argv[1]);
+		return CLI_USAGE;
+	}
+	/* No SA_RESTART: a read from a pipe returns EINTR, and the copy
+	 * loops clean up (remove the half-made object or file) and stop. */
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	for (int i = 2; i < argc && strcmp(argv[i], "--"); i++)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+			return cmd_help(c);
+	return c->run(argc - 1, argv + 1);
+}
+
+/* ---- create -------------------------------------------------------------- */
+
+/* Check the codec here, so the message can name the option and list the
+ * accepted values (coil_open only says -EINVAL). */
+bool cli_codec_ok(const char *spec)
+{
+	char *end;
+	long v;
+
+	if (!strcmp(spec, "none") || !strcmp(spec, "zstd"))
+		return true;
+	if (strncmp(spec, "zstd:", 5) || spec[5] < '0' || spec[5] > '9')
+		return false;
+	errno = 0;
+	v = strtol(spec + 5, &end, 10);
+	return !errno && !*end && v >= 1 && v <= 19;
+}
+
+int cmd_create(int argc, char **argv)
+{
+	const char *codec = NULL, *codec_opt = "--compression";
+	const struct cli_opt opts[] = {
+		{ "--compression", 'c', &codec, NULL },
+		{ 0 },
+	};
+	struct coil_options o;
+	char *pos[3], h1[32], h2[32];
+	uint64_t size;
+	coil_store *s;
+	struct stat st;
+	bool blk = false;
+	int npos, rc;
+
+	rc = cli_parse_args("create", argc, argv, opts, pos, 3, &npos);
+	if (rc)
+		return rc;
+	if (npos < 2)
+		return cli_usage_error("create", "expected STORE SIZE");
+	if (npos == 3) {
+		if (codec)
+			return cli_usage_error("create", "the codec is given twice");
+		codec = pos[2];
+		codec_opt = "compression";
+	}
+	rc = cli_parse_size(pos[1], &size);
+	if (rc < 0) {
+		cli_err("create: size '%s': %s (use a byte count or K, M, G, T: "
+			"64M, 2G)", pos[1],
+			rc == -ERANGE ? "too large" : "not a size");
+		return CLI_USAGE;
+	}
+	if (codec && !cli_codec_ok(codec)) {
+		cli_err("%s '%s': unknown codec (use none, zstd or zstd:1..19)",
+			codec_opt, codec);
+		return CLI_USAGE;
+	}
+	if (stat(pos[0], &st) == 0) {
+		blk = S_ISBLK(st.st_mode);
+		if (!blk) {
+			cli_err("create '%s': %s (create never formats over a "
+				"file; remove it first)", pos[0],
+				S_ISDIR(st.st_mode) ? "is a directory" :
+						      "already exists");
+			return CLI_FAIL;
+		}
+	}
+	if (!blk && size < COIL_MIN_SIZE) {
+		cli_err("create '%s': store too small: minimum is %llu MiB "
+			"(asked for %s)", pos[0],
+			(unsigned long long)(COIL_MIN_SIZE >> 20),
+			cli_human(size, h1, sizeof(h1)));
+		return CLI_FAIL;
+	}
+	coil_options_init(&o);
+	o.flags = COIL_CREATE;
+	o.size = size;
+	if (codec)
+		o.compression = codec;
+	rc = coil_open(pos[0], &o, &s);
+	if (rc == -EINVAL) {
+		o.flags |= COIL_NO_DIRECT; /* tmpfs and the like */
+		rc = coil_open(pos[0], &o, &s);
+	}
+	if (rc == -ENOSPC)
+		cli_err("create '%s': not enough space on the file system for "
+			"%s", pos[0], cli_human(size, h2, sizeof(h2)));
+	else if (rc < 0)
+		cli_err("create '%s': %s", pos[0], cli_reason(rc));
 	if (rc < 0)
-		return die(argv[2], rc);
-	if (!strcmp(cmd, "ls")) {
-		rc = coil_obj_list(s, ls_cb, NULL);
-		if (rc < 0)
-			ret = die("ls", rc);
-	} else if (!strcmp(cmd, "stats")) {
-		int n = coil_stats_json(s, NULL, 0);
-		char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-		if (n < 0 || !buf)
-			ret = die("stats", n < 0 ? n : -ENOMEM);
-		else {
-			coil_stats_json(s, buf, (size_t)n + 1);
-			printf("%s\n", buf);
-		}
-		free(buf);
-	} else if (!strcmp(cmd, "put") && argc == 5) {
-		ret = copy_in(s, argv[3], argv[4]);
-	} else if (!strcmp(cmd, "get") && argc == 5) {
-		ret = copy_out(s, argv[3], argv[4]);
-	} else if (!strcmp(cmd, "rm") && argc == 4) {
-		rc = coil_obj_remove(s, argv[3]);
-		if (rc < 0)
-			ret = die("rm", rc);
-	} else if (!strcmp(cmd, "check")) {
-		struct check c = { .s = s, .buf = malloc(BUF) };
-		if (!c.buf) {
-			ret = die("check", -ENOMEM);
-		} else {
-			rc = coil_obj_list(s, check_cb, &c);
-			printf("checked %llu objects, %llu bytes, %llu bad ranges\n",
-			       (unsigned long long)c.objects,
-			       (unsigned long long)c.bytes,
-			       (unsigned long long)c.bad_ranges);
-			ret = (rc < 0 || c.bad_ranges) ? 1 : 0;
-			free(c.buf);
-		}
-	} else {
-		ret = usage();
-	}
-	rc = coil_close(s);
-	if (rc < 0 && !ret)
-		ret = die("close", rc);
-	return ret;
+		return CLI_FAIL;
+	return cli_close_store(pos[0], s) < 0 ? CLI_FAIL : CLI_OK;
 }

@@ -284,7 +284,10 @@ static int store_key(const char *path, char *key, size_t len)
 	return 0;
 }
 
-static struct store_ref *store_get(struct thread_data *td)
+/* Open (or share) the job's store.  @return 0 with *@out, or the negative
+ * errno after logging why: fio shows the errno, so it must be coil's, not a
+ * generic EINVAL. */
+static int store_get(struct thread_data *td, struct store_ref **out)
 {
 	struct coil_fio_options *fo = td->eo;
 	struct coil_options co;
@@ -293,14 +296,15 @@ static struct store_ref *store_get(struct thread_data *td)
 	coil_store *s;
 	int ret;
 
+	*out = NULL;
 	if (!fo->store || !fo->store[0]) {
 		log_err("coil: %s: set coil_store=PATH\n", td->o.name);
-		return NULL;
+		return -EINVAL;
 	}
 	ret = store_key(fo->store, key, sizeof(key));
 	if (ret < 0) {
 		log_err("coil: coil_store=%s: %s\n", fo->store, strerror(-ret));
-		return NULL;
+		return ret;
 	}
 	pthread_mutex_lock(&table_lock);
 	for (r = table; r; r = r->next) {
@@ -314,7 +318,8 @@ static struct store_ref *store_get(struct thread_data *td)
 					 r->path, r->sig, sig);
 			r->refs++;
 			pthread_mutex_unlock(&table_lock);
-			return r;
+			*out = r;
+			return 0;
 		}
 	}
 	/* Open under the lock so two threads never race to open one path;
@@ -344,6 +349,7 @@ static struct store_ref *store_get(struct thread_data *td)
 		r = NULL;
 		coil_close(s);
 		log_err("coil: out of memory\n");
+		ret = -ENOMEM;
 		goto out;
 	}
 	r->store = s;
@@ -353,7 +359,8 @@ static struct store_ref *store_get(struct thread_data *td)
 	table = r;
 out:
 	pthread_mutex_unlock(&table_lock);
-	return r;
+	*out = r;
+	return r ? 0 : ret;
 }
 
 static void stats_dump(coil_store *s)
@@ -765,6 +772,7 @@ static int fio_coil_setup(struct thread_data *td)
 	struct fio_file *f;
 	struct stat st;
 	unsigned int i;
+	int ret;
 
 	if (td->o.size || td->o.file_size_low) {
 		for_each_file(td, f, i)
@@ -775,9 +783,11 @@ static int fio_coil_setup(struct thread_data *td)
 		f->real_file_size = 0;
 	if (!fo->store || stat(fo->store, &st) < 0)
 		return 0;
-	r = store_get(td);
-	if (!r)
+	ret = store_get(td, &r);
+	if (ret < 0) {
+		td_verror(td, -ret, "coil_open");
 		return 1;
+	}
 	for_each_file(td, f, i) {
 		coil_obj *obj;
 		uint64_t sz = 0;
@@ -819,6 +829,7 @@ static int fio_coil_init(struct thread_data *td)
 {
 	struct coil_td *ct;
 	pthread_condattr_t ca;
+	int ret;
 
 	ct = calloc(1, sizeof(*ct));
 	if (!ct)
@@ -838,10 +849,10 @@ static int fio_coil_init(struct thread_data *td)
 		fio_coil_cleanup(td);
 		return 1;
 	}
-	ct->ref = store_get(td);
-	if (!ct->ref) {
+	ret = store_get(td, &ct->ref);
+	if (ret < 0) {
 		fio_coil_cleanup(td);
-		td_verror(td, EINVAL, "coil_open");
+		td_verror(td, -ret, "coil_open");
 		return 1;
 	}
 	return 0;

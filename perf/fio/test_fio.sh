@@ -161,5 +161,22 @@ else
 	bad "coil_poll_us=50 with 2 threads, verified"
 fi
 
+# 14. a store that cannot be opened: fio reports coil's errno and reason,
+# not the EINVAL it used to get for every open failure
+echo "not a store" >"$W/text.coil"
+mkdir -p "$W/dir.coil"
+got=
+run --name=e --coil_store="$W/text.coil" --rw=read --size=1m
+grep -q "coil: cannot open store $W/text.coil: not a coil store" "$W/out" &&
+	grep -q "err=124/.*func=coil_open, error=Wrong medium type" "$W/out" && got=1
+run --name=e --coil_store="$W/dir.coil" --rw=read --size=1m
+grep -q "coil: cannot open store $W/dir.coil: is a directory" "$W/out" &&
+	grep -q "err=21/.*func=coil_open, error=Is a directory" "$W/out" && got=$got.2
+if [ "$got" = 1.2 ]; then
+	ok "open failures carry coil's errno and reason"
+else
+	bad "open failures carry coil's errno and reason"
+fi
+
 echo "fio plugin: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -1,0 +1,104 @@
+/* tools/cli.h — what the files of the coil command-line tool share.
+ *
+ * The tool uses only include/coil.h.  Each command is a function
+ * cmd_<name>(argc, argv) with argv[0] the command's name; it returns the
+ * process exit status (CLI_OK, CLI_FAIL, CLI_USAGE, CLI_DAMAGED). */
+#ifndef COIL_CLI_H
+#define COIL_CLI_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coil.h"
+
+/* Exit statuses, documented in docs/cli.md and `coil help`. */
+#define CLI_OK      0 /* done */
+#define CLI_FAIL    1 /* the operation failed (message on stderr) */
+#define CLI_USAGE   2 /* bad command line */
+#define CLI_DAMAGED 3 /* check: the store or an object is damaged */
+
+/* One copy buffer: large enough that a put or get is a few calls per
+ * megabyte, small enough for any machine. */
+#define CLI_BUF_BYTES (4u << 20)
+
+/* Set by SIGINT / SIGTERM / SIGHUP; long loops stop and clean up. */
+extern volatile sig_atomic_t cli_interrupted;
+
+/* "coil: " + the formatted message + newline, on stderr. */
+void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A store-level error (-errno from coil) in words for the user. */
+const char *cli_reason(int rc);
+
+/* Open @path for the command @cmd ("ls", "put"...).  Falls back to
+ * COIL_NO_DIRECT where the file system refuses O_DIRECT.  On failure the
+ * message names the store and the cause, and the return is the negative
+ * errno. */
+int cli_open_store(const char *cmd, const char *path, unsigned flags,
+		   coil_store **s);
+/* Is @spec a codec coil_open accepts ("none", "zstd", "zstd:1".."zstd:19")? */
+bool cli_codec_ok(const char *spec);
+/* cli_open_store with a codec for the data this open writes (NULL: the
+ * library's default). */
+int cli_open_store_codec(const char *cmd, const char *path, unsigned flags,
+			 const char *codec, coil_store **s);
+/* Close it; a failure is reported.  @return 0 or the negative errno. */
+int cli_close_store(const char *path, coil_store *s);
+
+/* Parse "4096", "64K", "64KiB", "2g" (powers of 1024).  @return 0 and
+ * *@v, or -EINVAL (not a size) / -ERANGE (past 2^64). */
+int cli_parse_size(const char *text, uint64_t *v);
+/* "1.5 MiB": @buf of at least 32 bytes. */
+const char *cli_human(uint64_t bytes, char *buf, size_t len);
+
+/* A progress line on stderr, only when stderr is a terminal and only once
+ * the operation has run for a second. */
+struct cli_progress {
+	const char *what;
+	uint64_t total; /* 0 = unknown (stdin) */
+	uint64_t start_ns, shown_ns;
+	bool tty, shown;
+};
+void cli_progress_start(struct cli_progress *p, const char *what, uint64_t total);
+void cli_progress_update(struct cli_progress *p, uint64_t done);
+void cli_progress_end(struct cli_progress *p);
+
+/* The command line of one command: options first or mixed with the
+ * arguments, "--" ends them, "-" alone is an argument. */
+struct cli_opt {
+	const char *lng;   /* "--force" */
+	char shrt;         /* 'f', or 0 */
+	const char **arg;  /* where its value goes, or NULL for a flag */
+	bool *flag;        /* set when present (flags) */
+};
+/* (--help and -h are seen by main before the command runs.)
+ * @return 0 with the arguments in @pos (*@npos of them, at most @maxpos),
+ * or CLI_USAGE after printing what is wrong. */
+int cli_parse_args(const char *cmd, int argc, char **argv,
+		   const struct cli_opt *opts, char **pos, int maxpos, int *npos);
+/* Print "coil: CMD: expected ARGS" and the command's usage line. */
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* The usage line of a command ("coil put [--force] STORE NAME FILE"). */
+const char *cli_synopsis(const char *cmd);
+
+/* Objects of a store, sorted by name (bytewise). */
+struct cli_entry {
+	char *name;
+	size_t len;
+	uint64_t size;
+};
+int cli_list_sorted(coil_store *s, struct cli_entry **out, size_t *n);
+void cli_list_free(struct cli_entry *e, size_t n);
+
+int cmd_create(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_stats(int argc, char **argv);
+int cmd_put(int argc, char **argv);
+int cmd_get(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
+int cmd_check(int argc, char **argv);
+
+#endif
