@@ -166,7 +166,10 @@ static int store_open_coil(const char *path, int create, coil_store **out)
 {
 	struct coil_options o;
 	const char *codec = getenv("COIL_COMPRESSION");
-	int rc, waited_ms;
+	uint64_t wait_ms = bytes_from_env("COIL_SQLITE_BUSY_WAIT_MS",
+					  STORE_BUSY_WAIT_MS);
+	uint64_t waited_ms;
+	int rc;
 
 	coil_options_init(&o);
 	o.size = bytes_from_env("COIL_STORE_SIZE", STORE_SIZE_DEFAULT);
@@ -187,7 +190,7 @@ static int store_open_coil(const char *path, int create, coil_store **out)
 		 * the kernel has torn down its io_uring, asynchronously
 		 * (~0.2 s measured): a restart right after a crash waits that
 		 * out instead of failing; a live owner costs the wait once. */
-		if (rc != -EBUSY || waited_ms >= STORE_BUSY_WAIT_MS)
+		if (rc != -EBUSY || waited_ms >= wait_ms)
 			return rc;
 		nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000 * 1000 }, NULL);
 	}
