@@ -639,7 +639,7 @@ static void two_connections(const char *mode)
 Test(sqlite, two_connections_wal) { two_connections("wal"); }
 Test(sqlite, two_connections_rollback) { two_connections("delete"); }
 
-/* The same database name open in two stores (the store is the namespace):
+/* The same database name open in two stores (each store is its own namespace):
  * SQLite's xAccess and xDelete of a journal carry no store, and must reach
  * the journal's own store, not whichever store was opened last. */
 Test(sqlite, same_name_in_two_stores)
