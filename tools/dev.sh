@@ -325,7 +325,7 @@ deps_sqlite_testfixture() {
 # The files `tools/dev.sh sqlite-suite` runs with no argument, and the short
 # set `tools/dev.sh test` runs (docs/sqlite.md has the table and the reasons
 # for what still fails on coil).
-SQLITE_SUITE_FILES=(select1 insert update delete index lock crash crash2 crash3
+SQLITE_SUITE_FILES=(select1 insert update delete index lock crash2 crash3
 	crash4 crash5 crash7 crash8 walcrash walcrash4 ioerr ioerr2 corrupt
 	corrupt2 corrupt3 corruptA corruptC fuzz fuzz2 e_select e_insert
 	e_delete e_update trans shared pager1 journal1 wal)
