@@ -39,6 +39,7 @@
 SQLITE_EXTENSION_INIT1
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <limits.h>
 #include <pthread.h>
@@ -48,6 +49,7 @@ SQLITE_EXTENSION_INIT1
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "coil.h"
 #include "coil_vfs.h"
@@ -75,8 +77,34 @@ static const sqlite3_io_methods vfile_methods;
 
 /* --- errors ------------------------------------------------------------ */
 
+/* The reason behind this thread's last failed call: SQLite's own message is
+ * only the result code's ("unable to open database file", "database is
+ * locked"), so the VFS keeps coil's text and the store path for
+ * xGetLastError (which SQLite also asks for sqlite3_system_errno()) and
+ * sends it to sqlite3_log. */
+static __thread struct {
+	int err; /* positive errno */
+	char msg[512];
+} t_last;
+
+static void vfs_fail(int code, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void vfs_fail(int code, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(t_last.msg, sizeof(t_last.msg), fmt, ap);
+	va_end(ap);
+	t_last.err = err < 0 ? -err : err;
+	sqlite3_log(code, "%s", t_last.msg);
+}
+
 int vfs_err_to_sqlite(int64_t err, int ioerr)
 {
+	if (err < 0 && err > -4096)
+		vfs_fail(ioerr, (int)err, "coil: %s", coil_strerror((int)err));
 	switch (err) {
 	case -ENOSPC:
 	case -EFBIG:
@@ -138,7 +166,10 @@ static int store_open_coil(const char *path, int create, coil_store **out)
 {
 	struct coil_options o;
 	const char *codec = getenv("COIL_COMPRESSION");
-	int rc, waited_ms;
+	uint64_t wait_ms = bytes_from_env("COIL_SQLITE_BUSY_WAIT_MS",
+					  STORE_BUSY_WAIT_MS);
+	uint64_t waited_ms;
+	int rc;
 
 	coil_options_init(&o);
 	o.size = bytes_from_env("COIL_STORE_SIZE", STORE_SIZE_DEFAULT);
@@ -159,7 +190,7 @@ static int store_open_coil(const char *path, int create, coil_store **out)
 		 * the kernel has torn down its io_uring, asynchronously
 		 * (~0.2 s measured): a restart right after a crash waits that
 		 * out instead of failing; a live owner costs the wait once. */
-		if (rc != -EBUSY || waited_ms >= STORE_BUSY_WAIT_MS)
+		if (rc != -EBUSY || waited_ms >= wait_ms)
 			return rc;
 		nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000 * 1000 }, NULL);
 	}
@@ -229,8 +260,17 @@ static int store_get(const char *path, int create, struct vstore **out)
 	}
 	rc = store_open_coil(path, create, &st->s);
 	if (rc < 0) {
-		sqlite3_log(SQLITE_CANTOPEN, "coil: cannot open store %s: %s",
-			    path, coil_strerror(rc));
+		if (rc == -EBUSY)
+			vfs_fail(SQLITE_BUSY, rc, "coil: store %s is in use by "
+				 "another process (a store admits one process "
+				 "at a time): %s", path, coil_strerror(rc));
+		else if (rc == -ENOENT && !create)
+			vfs_fail(SQLITE_CANTOPEN, rc, "coil: store %s does not "
+				 "exist (it is created only when the database "
+				 "is opened with SQLITE_OPEN_CREATE)", path);
+		else
+			vfs_fail(SQLITE_CANTOPEN, rc, "coil: cannot open store "
+				 "%s: %s", path, coil_strerror(rc));
 		store_io_fini(st);
 		free(st);
 		if (rc == -EBUSY)
@@ -882,16 +922,17 @@ static int store_for_open(const char *name, int flags, struct vstore **out)
 		if (*out)
 			return SQLITE_OK;
 		if (ambiguous) {
-			sqlite3_log(SQLITE_CANTOPEN, "coil: %s: its database "
-				    "is open in more than one store", name);
+			vfs_fail(SQLITE_CANTOPEN, EINVAL, "coil: %s: its "
+				 "database is open in more than one store", name);
 			return SQLITE_CANTOPEN;
 		}
 	}
 	if (!path)
 		path = store_default_path();
 	if (!path || !*path) {
-		sqlite3_log(SQLITE_CANTOPEN, "coil: no store for %s: give "
-			    "coil_store= in the URI or set COIL_STORE", name);
+		vfs_fail(SQLITE_CANTOPEN, ENOENT, "coil: no store for %s: "
+			 "COIL_STORE is not set and the URI has no coil_store= "
+			 "parameter", name);
 		return SQLITE_CANTOPEN;
 	}
 	return store_get(path, !!(flags & SQLITE_OPEN_CREATE), out);
@@ -910,8 +951,11 @@ static int vfs_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *file,
 		return g_root->xOpen(g_root, name, file, flags, out_flags);
 
 	memset(f, 0, sizeof(*f));
-	if (strlen(name) > COIL_NAME_MAX)
+	if (strlen(name) > COIL_NAME_MAX) {
+		vfs_fail(SQLITE_CANTOPEN, ENAMETOOLONG, "coil: %s: an object "
+			 "name is at most %d bytes", name, COIL_NAME_MAX);
 		return SQLITE_CANTOPEN;
+	}
 	pthread_mutex_lock(&vfs_mu);
 	rc = store_for_open(name, flags, &st);
 	if (rc != SQLITE_OK)
@@ -922,6 +966,8 @@ static int vfs_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *file,
 		oflags |= COIL_EXCL;
 	crc = coil_obj_open(st->s, name, oflags, &f->obj);
 	if (crc < 0) {
+		vfs_fail(SQLITE_CANTOPEN, crc, "coil: %s in store %s: %s", name,
+			 st->key, coil_strerror(crc));
 		rc = crc == -ENOMEM ? SQLITE_NOMEM :
 		     crc == -EROFS ? SQLITE_READONLY : SQLITE_CANTOPEN;
 		store_put(st);
@@ -981,8 +1027,8 @@ static int store_for_name(const char *name, struct vstore **out)
 	if (*out)
 		return SQLITE_OK;
 	if (ambiguous) {
-		sqlite3_log(SQLITE_IOERR, "coil: %s: its database is open in "
-			    "more than one store", name);
+		vfs_fail(SQLITE_IOERR, EINVAL, "coil: %s: its database is "
+			 "open in more than one store", name);
 		return SQLITE_IOERR;
 	}
 	path = store_default_path();
@@ -1070,38 +1116,76 @@ out:
 	return rc;
 }
 
-/* Object names are the path as SQLite was given it, with "." components
- * and repeated slashes dropped — not resolved against the working
- * directory: the store is the namespace, and a store file moved elsewhere
- * keeps its databases. */
+/* Append path component @c (@len bytes) to the canonical name in
+ * @out[0..*@n): "" and "." add nothing, ".." drops the last component
+ * (never above the root).  @return 0, or -1 when @out_len is too short. */
+static int path_push(char *out, size_t *n, size_t out_len, const char *c,
+		     size_t len)
+{
+	if (len == 0 || (len == 1 && c[0] == '.'))
+		return 0;
+	if (len == 2 && c[0] == '.' && c[1] == '.') {
+		while (*n > 0 && out[*n - 1] != '/')
+			(*n)--;
+		if (*n > 0)
+			(*n)--; /* the slash before it */
+		return 0;
+	}
+	if (*n + 1 + len + 1 > out_len)
+		return -1;
+	out[(*n)++] = '/';
+	memcpy(out + *n, c, len);
+	*n += len;
+	return 0;
+}
+
+/* Push every component of @path. */
+static int path_push_all(char *out, size_t *n, size_t out_len, const char *path)
+{
+	while (*path) {
+		const char *end = strchr(path, '/');
+		size_t len = end ? (size_t)(end - path) : strlen(path);
+
+		if (path_push(out, n, out_len, path, len))
+			return -1;
+		path += len;
+		if (*path == '/')
+			path++;
+	}
+	return 0;
+}
+
+/* An object is named by its canonical absolute path, as os_unix.c names a
+ * file: a relative name is taken from the working directory, and ".",
+ * ".." and repeated slashes are resolved lexically, so every spelling of
+ * one path reaches one database (a second connection opening
+ * "dir/../test.db" must see the same database as "test.db").  Symbolic
+ * links are not followed: the name lives in the store, not on the host.
+ * The store itself stays the namespace — a store file moved elsewhere keeps
+ * its databases under the names they were created with. */
 static int vfs_full_pathname(sqlite3_vfs *vfs, const char *name, int out_len,
 			     char *out)
 {
+	char cwd[PATH_MAX];
 	size_t n = 0;
-	const char *p = name;
 
 	(void)vfs;
-	if (out_len <= 0)
+	if (out_len <= 1)
 		return SQLITE_CANTOPEN;
-	while (*p) {
-		if ((p == name || p[-1] == '/') && p[0] == '.' &&
-		    (p[1] == '/' || p[1] == '\0')) {
-			p += p[1] ? 2 : 1;
-			continue;
+	if (name[0] != '/') {
+		if (!getcwd(cwd, sizeof(cwd))) {
+			vfs_fail(SQLITE_CANTOPEN, errno, "coil: %s: cannot "
+				 "read the working directory: %s", name,
+				 strerror(errno));
+			return SQLITE_CANTOPEN_FULLPATH;
 		}
-		if (p[0] == '/' && n > 0 && out[n - 1] == '/') {
-			p++;
-			continue;
-		}
-		if (n + 1 >= (size_t)out_len)
+		if (path_push_all(out, &n, (size_t)out_len, cwd))
 			return SQLITE_CANTOPEN;
-		out[n++] = *p++;
 	}
-	if (n == 0) {
-		if ((size_t)out_len < 2)
-			return SQLITE_CANTOPEN;
-		out[n++] = '.';
-	}
+	if (path_push_all(out, &n, (size_t)out_len, name))
+		return SQLITE_CANTOPEN;
+	if (n == 0)
+		out[n++] = '/';
 	out[n] = '\0';
 	return SQLITE_OK;
 }
@@ -1148,10 +1232,15 @@ static int vfs_current_time(sqlite3_vfs *vfs, double *out)
 	return g_root->xCurrentTime(g_root, out);
 }
 
+/* The errno behind this thread's last failure (what
+ * sqlite3_system_errno() reports) and, when @n > 0, its text: coil's
+ * reason with the store path. */
 static int vfs_get_last_error(sqlite3_vfs *vfs, int n, char *out)
 {
 	(void)vfs;
-	return g_root->xGetLastError ? g_root->xGetLastError(g_root, n, out) : 0;
+	if (n > 0 && out)
+		snprintf(out, (size_t)n, "%s", t_last.msg);
+	return t_last.err;
 }
 
 static int vfs_current_time64(sqlite3_vfs *vfs, sqlite3_int64 *out)

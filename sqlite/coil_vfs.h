@@ -2,8 +2,9 @@
  * and libcoil_sqlite (the same library the sqlite3 shell loads with .load).
  *
  * The VFS is named "coil".  Each database, rollback journal, WAL and super
- * journal is a coil object named by its path (normalised, not resolved
- * against the working directory: the store is the namespace).  Temporary
+ * journal is a coil object named by its canonical absolute path (taken
+ * from the working directory when relative; ".", ".." and repeated slashes
+ * resolved), as the default VFS names files.  Temporary
  * files (temp databases, statement journals) stay on the default VFS.
  *
  * Which store a database lives in, first match wins:

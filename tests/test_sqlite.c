@@ -202,9 +202,9 @@ static char *shell_run(struct scratch *s, const char *script, char *const *env,
 }
 
 /* The lines that open the coil database "db.sqlite" in @s's store.  The
- * extension is loaded as the issue asks, by path without ".so" and without
- * an entry point: SQLite adds the suffix and derives sqlite3_coilsqlite_init
- * from the file name. */
+ * extension is loaded as a shell user loads it, by path without ".so" and
+ * without an entry point: SQLite adds the suffix and derives
+ * sqlite3_coilsqlite_init from the file name. */
 static void coil_preamble(FILE *m, const struct scratch *s, const char *mode)
 {
 	size_t n = strlen(COIL_SQLITE_EXT);
@@ -226,14 +226,24 @@ static uint64_t now_ns(void)
 }
 
 /* Size of object @name in the store, -ENOENT when absent (the shell must
- * have exited: the store admits one process). */
-static int64_t store_obj_size(const struct scratch *s, const char *name)
+ * have exited: the store admits one process).  A relative @name is taken
+ * from the working directory, as the VFS names objects (the shells run in
+ * this process's directory). */
+static int64_t store_obj_size(const struct scratch *s, const char *rel)
 {
 	struct coil_options o;
 	coil_store *st;
 	coil_obj *obj;
+	char name[PATH_MAX + 64], cwd[PATH_MAX];
 	uint64_t size = 0;
 	int rc;
+
+	if (rel[0] == '/') {
+		snprintf(name, sizeof(name), "%s", rel);
+	} else {
+		cr_assert_not_null(getcwd(cwd, sizeof(cwd)));
+		snprintf(name, sizeof(name), "%s/%s", cwd, rel);
+	}
 
 	uint64_t t0 = now_ns();
 
@@ -483,6 +493,7 @@ Test(sqlite, second_process_refused)
 
 	/* B is refused with an error, not a crash or a hang. */
 	m = open_memstream(&script, &len);
+	fprintf(m, ".log stderr\n");
 	coil_preamble(m, &s, NULL);
 	fprintf(m, "SELECT 'count', count(*) FROM t;\n");
 	fclose(m);
@@ -490,6 +501,9 @@ Test(sqlite, second_process_refused)
 	cr_assert_lt(status, 128, "second shell crashed (%d):\n%s", status, out);
 	cr_assert_null(strstr(out, "count|3"), "second process got in:\n%s", out);
 	cr_assert_not_null(strstr(out, "locked"), "no clean refusal:\n%s", out);
+	/* ... and the log says why, naming the store */
+	cr_assert_not_null(strstr(out, "in use by another process"), "%s", out);
+	cr_assert_not_null(strstr(out, s.store), "%s", out);
 	free(out);
 
 	/* A is unharmed, and once it exits B gets in. */
@@ -558,13 +572,15 @@ Test(sqlite, no_store_is_an_error)
 
 	scratch_init(&s, "nostore");
 	snprintf(script, sizeof(script),
-		 ".load %s\n.open file:nodb?vfs=coil\nCREATE TABLE t(x);\n"
-		 "SELECT 'created';\n", COIL_SQLITE_EXT);
+		 ".log stderr\n.load %s\n.open file:nodb?vfs=coil\n"
+		 "CREATE TABLE t(x);\nSELECT 'created';\n", COIL_SQLITE_EXT);
 	out = shell_run(&s, script, NULL, &status);
 	/* The shell then carries on with a substitute in-memory database. */
 	cr_assert_lt(status, 128, "crashed:\n%s", out);
 	cr_assert_not_null(strstr(out, "unable to open database \"file:nodb"),
 			   "%s", out);
+	/* SQLite's message is only its code's; the reason goes to the log */
+	cr_assert_not_null(strstr(out, "COIL_STORE is not set"), "%s", out);
 	cr_assert(!file_exists(s.store));
 	free(out);
 	scratch_fini(&s);
@@ -623,7 +639,7 @@ static void two_connections(const char *mode)
 Test(sqlite, two_connections_wal) { two_connections("wal"); }
 Test(sqlite, two_connections_rollback) { two_connections("delete"); }
 
-/* The same database name open in two stores (the store is the namespace):
+/* The same database name open in two stores (each store is its own namespace):
  * SQLite's xAccess and xDelete of a journal carry no store, and must reach
  * the journal's own store, not whichever store was opened last. */
 Test(sqlite, same_name_in_two_stores)
@@ -692,8 +708,8 @@ struct capi {
 	struct sqlite3_vfs_head *(*vfs_find)(const char *);
 };
 
-/* The head of struct sqlite3_vfs (sqlite3.h, iVersion 1 fields, stable
- * since 3.5): enough to call xDelete. */
+/* struct sqlite3_vfs (sqlite3.h) up to its last iVersion 1 field, stable
+ * since 3.5; only the members called here are typed. */
 struct sqlite3_vfs_head {
 	int iVersion, szOsFile, mxPathname;
 	void *pNext;
@@ -701,6 +717,11 @@ struct sqlite3_vfs_head {
 	void *pAppData;
 	int (*xOpen)(void);
 	int (*xDelete)(struct sqlite3_vfs_head *, const char *, int);
+	int (*xAccess)(void);
+	int (*xFullPathname)(struct sqlite3_vfs_head *, const char *, int, char *);
+	void (*xDlOpen)(void), (*xDlError)(void), (*xDlSym)(void), (*xDlClose)(void);
+	int (*xRandomness)(void), (*xSleep)(void), (*xCurrentTime)(void);
+	int (*xGetLastError)(struct sqlite3_vfs_head *, int, char *);
 };
 
 static void capi_load(struct capi *c)
@@ -773,6 +794,85 @@ Test(sqlite, c_api_register)
 	scratch_fini(&s);
 }
 
+/* Every spelling of one path reaches one database, as on the default VFS:
+ * a name is made absolute from the working directory and ".", ".." and
+ * repeated slashes are resolved (a second connection that named the
+ * database through "sub/.." used to open a different, empty object). */
+Test(sqlite, one_name_per_database)
+{
+	static const char *const spellings[] = {
+		"./names.db", "sub/../names.db", "./a/.//b/../../names.db",
+		"a/b/c/../../..//names.db",
+	};
+	struct scratch s;
+	struct capi c;
+	struct sqlite3_vfs_head *vfs;
+	char cwd[PATH_MAX], want[PATH_MAX + 16], full[PATH_MAX + 64];
+	char abs_name[PATH_MAX + 16];
+	sqlite3 *db, *other;
+	long count = -1;
+	size_t i;
+
+	scratch_init(&s, "names");
+	capi_load(&c);
+	cr_assert_eq(c.reg(s.store, 1), 0);
+	vfs = c.vfs_find("coil");
+	cr_assert_not_null(vfs);
+	cr_assert_not_null(getcwd(cwd, sizeof(cwd)));
+	snprintf(want, sizeof(want), "%s/names.db", cwd);
+	for (i = 0; i < sizeof(spellings) / sizeof(spellings[0]); i++) {
+		cr_assert_eq(vfs->xFullPathname(vfs, spellings[i], sizeof(full),
+						full), 0);
+		cr_assert_str_eq(full, want, "%s", spellings[i]);
+	}
+	cr_assert_eq(vfs->xFullPathname(vfs, "/x/../../y//./z/..", sizeof(full),
+					full), 0);
+	cr_assert_str_eq(full, "/y");
+
+	db = capi_open(&c, "names.db", "CREATE TABLE t(x);"
+		       "INSERT INTO t VALUES (1), (2), (3);");
+	for (i = 0; i < sizeof(spellings) / sizeof(spellings[0]); i++) {
+		count = -1;
+		other = capi_open(&c, spellings[i], "SELECT 1;");
+		cr_assert_eq(c.exec(other, "SELECT count(*) FROM t;", count_cb,
+				    &count, NULL), 0, "%s", spellings[i]);
+		cr_assert_eq(count, 3, "%s", spellings[i]);
+		cr_assert_eq(c.close_db(other), 0);
+	}
+	snprintf(abs_name, sizeof(abs_name), "%s/names.db", cwd);
+	other = capi_open(&c, abs_name, "INSERT INTO t VALUES (4);");
+	cr_assert_eq(c.close_db(other), 0);
+	cr_assert_eq(c.exec(db, "SELECT count(*) FROM t;", count_cb, &count,
+			    NULL), 0);
+	cr_assert_eq(count, 4);
+	cr_assert_eq(c.close_db(db), 0);
+	cr_assert_gt(store_obj_size(&s, want), 0);
+	scratch_fini(&s);
+}
+
+/* SQLite's message for a failed open is only its code's ("unable to open
+ * database file"); the VFS's xGetLastError gives coil's reason. */
+Test(sqlite, last_error_says_why)
+{
+	struct capi c;
+	struct sqlite3_vfs_head *vfs;
+	sqlite3 *db = NULL;
+	char msg[512] = "";
+
+	unsetenv("COIL_STORE");
+	capi_load(&c);
+	cr_assert_eq(c.reg(NULL, 1), 0);
+	/* SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE: SQLITE_CANTOPEN */
+	cr_assert_eq(c.open_v2("nostore.db", &db, 0x2 | 0x4, NULL), 14);
+	c.close_db(db);
+	vfs = c.vfs_find("coil");
+	cr_assert_not_null(vfs);
+	cr_assert_eq(vfs->xGetLastError(vfs, sizeof(msg), msg), ENOENT);
+	cr_assert_not_null(strstr(msg, "COIL_STORE is not set"), "%s", msg);
+	cr_assert_not_null(strstr(msg, "nostore.db"), "%s", msg);
+	cr_assert(!file_exists("nostore.db"));
+}
+
 /* Two connections of one program share the store's write-back window, so
  * one connection's send can carry (and lose) another's writes.  Here the
  * store is full when connection b's commit sends the window, which also
@@ -837,7 +937,12 @@ Test(sqlite, lost_writes_of_one_connection_fail_its_commit, .timeout = 120)
 	/* room again */
 	vfs = c.vfs_find("coil");
 	cr_assert_not_null(vfs);
-	cr_assert_eq(vfs->xDelete(vfs, "f.db", 0), 0);
+	{
+		char full[PATH_MAX + 64];
+
+		cr_assert_eq(vfs->xFullPathname(vfs, "f.db", sizeof(full), full), 0);
+		cr_assert_eq(vfs->xDelete(vfs, full, 0), 0);
+	}
 
 	rc = c.exec(a, "COMMIT;", NULL, NULL, NULL);
 	cr_assert_neq(rc, 0, "a's commit succeeded after its spilled writes "
