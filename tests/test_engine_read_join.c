@@ -152,9 +152,7 @@ Test(engine_read_join, a_corrupt_blob_fails_the_reads_that_include_it,
 		uint8_t b;
 		bool bad[2 * MIB / BLOB];
 
-		seed ^= seed << 13;
-		seed ^= seed >> 7;
-		seed ^= seed << 17;
+		tu_xorshift(&seed);
 		/* the object's stored bytes: about 1 MiB from the data start */
 		off = sb.data_off + FMT_BLOCK + seed % MIB;
 		cr_assert_eq(pread(fd, &b, 1, (off_t)off), 1);
