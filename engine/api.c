@@ -6,7 +6,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/engine.h"
+#include "engine/io/read.h"
+#include "engine/io/readahead.h"
+#include "engine/io/wreq.h"
+#include "engine/io/write.h"
+#include "engine/log/journal.h"
+#include "engine/log/meta.h"
+#include "engine/place/object.h"
+#include "engine/stats.h"
+#include "engine/store.h"
 
 /* Every call on a handle runs between handle_enter and handle_leave.
  * Closed handles keep their memory (in the store's free list) until the
@@ -357,57 +365,13 @@ COIL_API int coil_prefetch(coil_obj *h, uint64_t off, uint64_t len)
 
 /* ---- synchronous wrappers ------------------------------------------------ */
 
-struct waiter {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	bool done;
-	int64_t res;
-};
-
-static void waiter_init(struct waiter *w)
-{
-	pthread_mutex_init(&w->mu, NULL);
-	pthread_cond_init(&w->cv, NULL);
-	w->done = false;
-	w->res = 0;
-}
-
-static void waiter_cb(void *arg, int64_t res)
-{
-	struct waiter *w = arg;
-
-	pthread_mutex_lock(&w->mu);
-	w->res = res;
-	w->done = true;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->mu);
-}
-
-/* @rc is what the async call returned: on failure its callback never
- * comes, so return @rc (after freeing the waiter) instead of waiting. */
-static int64_t waiter_wait(struct waiter *w, int rc)
-{
-	if (rc < 0) {
-		pthread_mutex_destroy(&w->mu);
-		pthread_cond_destroy(&w->cv);
-		return rc;
-	}
-	pthread_mutex_lock(&w->mu);
-	while (!w->done)
-		pthread_cond_wait(&w->cv, &w->mu);
-	pthread_mutex_unlock(&w->mu);
-	pthread_mutex_destroy(&w->mu);
-	pthread_cond_destroy(&w->cv);
-	return w->res;
-}
-
 /* A synchronous call waits for a callback that a coil thread would have to
  * run itself: refuse it there.  The handle stays entered until the
  * request completes (a close waits for it). */
 COIL_API int64_t coil_pwrite(coil_obj *h, const void *buf, size_t len,
 			     uint64_t off)
 {
-	struct waiter w;
+	struct store_waiter w;
 	int64_t ret;
 	int rc = handle_enter(h);
 
@@ -417,16 +381,16 @@ COIL_API int64_t coil_pwrite(coil_obj *h, const void *buf, size_t len,
 		handle_leave(h);
 		return -EDEADLK;
 	}
-	waiter_init(&w);
-	rc = write_submit(h, buf, len, off, waiter_cb, &w);
-	ret = waiter_wait(&w, rc);
+	store_waiter_init(&w);
+	rc = write_submit(h, buf, len, off, store_waiter_cb, &w);
+	ret = store_waiter_wait(&w, rc);
 	handle_leave(h);
 	return ret;
 }
 
 COIL_API int64_t coil_pread(coil_obj *h, void *buf, size_t len, uint64_t off)
 {
-	struct waiter w;
+	struct store_waiter w;
 	int64_t ret;
 	int rc = handle_enter(h);
 
@@ -436,23 +400,13 @@ COIL_API int64_t coil_pread(coil_obj *h, void *buf, size_t len, uint64_t off)
 		handle_leave(h);
 		return -EDEADLK;
 	}
-	waiter_init(&w);
+	store_waiter_init(&w);
 	/* as coil_read, but a read served wholly by the cache (or holes)
 	 * completes in this call: no ring round trip for our own waiter */
-	rc = read_submit(h, buf, len, off, waiter_cb, &w, true);
-	ret = waiter_wait(&w, rc);
+	rc = read_submit(h, buf, len, off, store_waiter_cb, &w, true);
+	ret = store_waiter_wait(&w, rc);
 	handle_leave(h);
 	return ret;
-}
-
-int coil_sync_internal(struct coil_store *s)
-{
-	struct waiter w;
-	int rc;
-
-	waiter_init(&w);
-	rc = journal_flush(s, waiter_cb, &w);
-	return (int)waiter_wait(&w, rc);
 }
 
 COIL_API int coil_sync(coil_store *s)

@@ -6,7 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine.h"
+#include "engine/cleaner.h"
+#include "engine/io/bcache.h"
+#include "engine/io/readahead.h"
+#include "engine/log/ckpt.h"
+#include "engine/log/journal.h"
+#include "engine/place/blob.h"
+#include "engine/place/extmap.h"
+#include "engine/place/object.h"
+#include "engine/stats.h"
+#include "engine/store.h"
 
 struct sbuf {
 	char *p;

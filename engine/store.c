@@ -18,7 +18,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/engine.h"
+#include "engine/cleaner.h"
+#include "engine/io/bcache.h"
+#include "engine/io/readahead.h"
+#include "engine/io/wreq.h"
+#include "engine/log/ckpt.h"
+#include "engine/log/journal.h"
+#include "engine/log/recovery.h"
+#include "engine/options.h"
+#include "engine/place/bufpool.h"
+#include "engine/place/dev.h"
+#include "engine/place/extmap.h"
+#include "engine/place/object.h"
+#include "engine/place/segment.h"
+#include "engine/store.h"
 
 /* ---- process-wide registry of open stores ------------------------------- */
 
@@ -536,6 +549,55 @@ fail_unlink:
 fail:
 	store_free(s);
 	return rc;
+}
+
+/* ---- the synchronous waiter (coil_pwrite, coil_pread, coil_sync, close) -- */
+
+void store_waiter_init(struct store_waiter *w)
+{
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	w->done = false;
+	w->res = 0;
+}
+
+void store_waiter_cb(void *arg, int64_t res)
+{
+	struct store_waiter *w = arg;
+
+	pthread_mutex_lock(&w->mu);
+	w->res = res;
+	w->done = true;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* @rc is what the async call returned: on failure its callback never
+ * comes, so return @rc (after freeing the waiter) instead of waiting. */
+int64_t store_waiter_wait(struct store_waiter *w, int rc)
+{
+	if (rc < 0) {
+		pthread_mutex_destroy(&w->mu);
+		pthread_cond_destroy(&w->cv);
+		return rc;
+	}
+	pthread_mutex_lock(&w->mu);
+	while (!w->done)
+		pthread_cond_wait(&w->cv, &w->mu);
+	pthread_mutex_unlock(&w->mu);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	return w->res;
+}
+
+int coil_sync_internal(struct coil_store *s)
+{
+	struct store_waiter w;
+	int rc;
+
+	store_waiter_init(&w);
+	rc = journal_flush(s, store_waiter_cb, &w);
+	return (int)store_waiter_wait(&w, rc);
 }
 
 COIL_API int coil_close(coil_store *s)

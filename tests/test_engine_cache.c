@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "coil.h"
-#include "engine/engine.h"
+#include "engine/store.h"
 #include "engine_test_util.h"
 
 static coil_store *open_store(const char *name, char *path, size_t plen,

@@ -1,5 +1,5 @@
 /* tests/test_engine_ckpt.c — checkpoints keep their working memory from one
- * to the next (engine/ckpt.c, struct ckpt_mem): the metadata growing and
+ * to the next (engine/log/ckpt.c, struct ckpt_mem): the metadata growing and
  * shrinking between checkpoints, and writers changing it while a checkpoint
  * sizes its snapshot, still give a checkpoint that reopens to exactly what
  * was written; the snapshot's lock hold is reported.  The snapshot copies
@@ -19,7 +19,9 @@
 #include <unistd.h>
 
 #include "coil.h"
-#include "engine/engine.h"
+#include "engine/log/ckpt.h"
+#include "engine/log/journal.h"
+#include "engine/store.h"
 #include "tests/engine_test_util.h"
 
 #define OBJ_LEN (8u << 20)

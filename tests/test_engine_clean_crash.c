@@ -27,7 +27,9 @@
 #include <unistd.h>
 
 #include "coil.h"
-#include "engine/engine.h"
+#include "engine/cleaner.h"
+#include "engine/place/segment.h"
+#include "engine/store.h"
 #include "tests/engine_test_util.h"
 #include "uring/uring_fault.h"
 

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/blob.h"
-#include "engine/extmap.h"
+#include "engine/place/blob.h"
+#include "engine/place/extmap.h"
 #include "format/format.h"
 #include "tests/test_util.h"
 

@@ -7,7 +7,8 @@
 #include <string.h>
 
 #include "coil.h"
-#include "engine/engine.h"
+#include "engine/place/segment.h"
+#include "engine/store.h"
 #include "tests/engine_test_util.h"
 
 #define NOBJ 3

@@ -1,5 +1,5 @@
 /* tests/test_engine_read_join.c — the blobs of one read that lie together on
- * the device are fetched by one device read (engine/read.c, read_groups):
+ * the device are fetched by one device read (engine/io/read.c, read_groups):
  * how many reads a request costs, that bytes are exact for compressed, raw
  * and partly wanted blobs, that a blob elsewhere (overwritten later) starts
  * another read, and that a corrupt or failed blob fails exactly the reads

@@ -39,7 +39,9 @@
 #include <unistd.h>
 
 #include "coil.h"
-#include "engine/engine.h"
+#include "engine/cleaner.h"
+#include "engine/log/ckpt.h"
+#include "engine/store.h"
 #include "tests/engine_test_util.h"
 
 /* A 64 KiB block's content for (block, version): cheap to regenerate. */

@@ -1,4 +1,4 @@
-/* engine/journal.c — tickets, the reorder ring, group commit and flushes.
+/* engine/log/journal.c — tickets, the reorder ring, group commit and flushes.
  *
  * Every mutation takes a ticket: create and remove when submitted, writes
  * and truncates in their object's submission order (journal_take_turn,
@@ -27,7 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine.h"
+#include "engine/io/wreq.h"
+#include "engine/log/ckpt.h"
+#include "engine/log/journal.h"
+#include "engine/place/object.h"
+#include "engine/store.h"
 
 int journal_init(struct coil_store *s)
 {

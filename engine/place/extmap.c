@@ -1,12 +1,12 @@
-/* engine/extmap.c — the per-object extent map (see extmap.h). */
-#include "engine/extmap.h"
+/* engine/place/extmap.c — the per-object extent map (see extmap.h). */
+#include "engine/place/extmap.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
-#include "engine/blob.h"
+#include "engine/place/blob.h"
 
 /* Spare leaves kept so that a punch + insert (at most two leaf splits) never
  * fails half way: every allocation happens in extmap_reserve, before the map

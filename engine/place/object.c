@@ -1,4 +1,4 @@
-/* engine/object.c — the object table: objects by name and by id.
+/* engine/place/object.c — the object table: objects by name and by id.
  *
  * Two chained hash tables over the same objects, grown by doubling.  All
  * under s->mlock.  An object lives while its table link, open handles or
@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine.h"
+#include "engine/place/extmap.h"
+#include "engine/place/object.h"
+#include "engine/store.h"
 
 static uint64_t name_hash(const char *name, size_t len)
 {

@@ -1,4 +1,4 @@
-/* engine/extmap.h — one object's extent map: which bytes of which blob back
+/* engine/place/extmap.h — one object's extent map: which bytes of which blob back
  * each byte range of the object.
  *
  * Extents are kept sorted by object offset and never overlap.  A new extent
@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct blobd; /* engine/blob.h: a refcounted stored-blob descriptor */
+#include "engine/place/blob.h" /* an extent holds a reference to its blob */
 
 struct ext {
 	uint64_t off;     /* object offset */

@@ -1,4 +1,5 @@
-/* engine/write.c — the write path and the request-context pools.
+/* engine/io/write.c — the write path (the request contexts and the steps
+ * the cleaner shares are io/wreq.c).
  *
  *   coil_write (caller)      validate, take a context and a place in the
  *                            object's order, split into blobs, one pool
@@ -25,101 +26,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine.h"
-
-bool engine_on_coil_thread(struct coil_store *s)
-{
-	return uring_on_ring_thread(s->ring) || pool_worker_index() >= 0;
-}
-
-int reqs_init(struct coil_store *s)
-{
-	s->wreqs = calloc(ENGINE_WREQ_MAX, sizeof(*s->wreqs));
-	s->rreqs = calloc(ENGINE_RREQ_MAX, sizeof(*s->rreqs));
-	if (!s->wreqs || !s->rreqs)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < ENGINE_WREQ_MAX; i++) {
-		s->wreqs[i].next_free = s->wfree;
-		s->wfree = &s->wreqs[i];
-	}
-	for (uint32_t i = 0; i < ENGINE_RREQ_MAX; i++) {
-		s->rreqs[i].next_free = s->rfree;
-		s->rfree = &s->rreqs[i];
-	}
-	return 0;
-}
-
-void wreq_free_arrays(struct wreq *w)
-{
-	free(w->tasks);
-	free(w->fb);
-	free(w->bd);
-	free(w->slot);
-	free(w->runs);
-	free(w->recbuf);
-}
-
-void reqs_destroy(struct coil_store *s)
-{
-	if (s->wreqs) {
-		for (uint32_t i = 0; i < ENGINE_WREQ_MAX; i++)
-			wreq_free_arrays(&s->wreqs[i]);
-	}
-	if (s->rreqs) {
-		for (uint32_t i = 0; i < ENGINE_RREQ_MAX; i++) {
-			struct rreq *r = &s->rreqs[i];
-			free(r->rb);
-			free(r->pc);
-			free(r->tasks);
-			free(r->task_blob);
-		}
-	}
-	free(s->wreqs);
-	free(s->rreqs);
-	s->wreqs = NULL;
-	s->rreqs = NULL;
-}
-
-struct wreq *wreq_get(struct coil_store *s)
-{
-	struct wreq *w;
-	bool coil = engine_on_coil_thread(s);
-
-	pthread_mutex_lock(&s->rq_mu);
-	while (!s->wfree) {
-		if (coil) {
-			/* A callback must not block: the caller may retry. */
-			pthread_mutex_unlock(&s->rq_mu);
-			return NULL;
-		}
-		pthread_cond_wait(&s->rq_cond, &s->rq_mu);
-	}
-	w = s->wfree;
-	s->wfree = w->next_free;
-	pthread_mutex_unlock(&s->rq_mu);
-	return w;
-}
-
-void wreq_put(struct coil_store *s, struct wreq *w)
-{
-	/* A context that grew for one huge write gives the memory back. */
-	if (w->cap_blobs > 64) {
-		free(w->tasks);
-		free(w->fb);
-		free(w->bd);
-		free(w->slot);
-		w->tasks = NULL;
-		w->fb = NULL;
-		w->bd = NULL;
-		w->slot = NULL;
-		w->cap_blobs = 0;
-	}
-	pthread_mutex_lock(&s->rq_mu);
-	w->next_free = s->wfree;
-	s->wfree = w;
-	pthread_cond_signal(&s->rq_cond);
-	pthread_mutex_unlock(&s->rq_mu);
-}
+#include "engine/cleaner.h"
+#include "engine/io/readahead.h"
+#include "engine/io/wreq.h"
+#include "engine/io/write.h"
+#include "engine/log/ckpt.h"
+#include "engine/log/journal.h"
+#include "engine/log/meta.h"
+#include "engine/place/blob.h"
+#include "engine/place/bufpool.h"
+#include "engine/place/object.h"
+#include "engine/place/segment.h"
+#include "engine/store.h"
 
 static int wreq_reserve(struct wreq *w, uint32_t n)
 {
@@ -223,69 +141,6 @@ static void write_fail(struct coil_store *s, struct wreq *w, int err)
 	journal_ready(s, &w->je);
 }
 
-/* ---- steps shared with the cleaner's relocation (cleaner.c) ------------- */
-
-void wreq_drop_blobs(struct wreq *w, uint32_t from)
-{
-	for (uint32_t k = from; k < w->nblobs; k++) {
-		blobd_unref(w->bd[k]);
-		w->bd[k] = NULL;
-	}
-}
-
-int wreq_put_extent(struct fmt_cursor *c, struct fmt_extent *fe,
-		    uint64_t obj_off, uint32_t len, uint32_t skip,
-		    const struct fmt_blob *fb)
-{
-	fe->obj_off = obj_off;
-	fe->len = len;
-	fe->blob_skip = skip;
-	/* Only the checksums the blob has: the rest of the array is unused. */
-	memcpy(&fe->blob, fb,
-	       offsetof(struct fmt_blob, csums) + 8u * fb->n_csums);
-	return fmt_cursor_put_extent(c, fe);
-}
-
-void wreq_run_done(struct uring_io *io, int res)
-{
-	struct wrun *r = io->arg;
-	struct wreq *w = r->w;
-
-	if (res >= 0 && (uint32_t)res != io->len)
-		res = -EIO;
-	if (res < 0) {
-		int zero = 0;
-		atomic_compare_exchange_strong(&w->io_status, &zero, res);
-	}
-	if (atomic_fetch_sub(&w->runs_pending, 1) == 1)
-		journal_data_done(w->s, &w->je, atomic_load(&w->io_status));
-}
-
-void wreq_send(struct coil_store *s, struct wreq *w)
-{
-	/* Data first, then the record joins the journal: the chunk write is
-	 * submitted after the runs, so an fsync after the chunk is held by
-	 * the ring until the runs are done too.  The record does not wait
-	 * for the data (see struct jent). */
-	if (w->nruns) {
-		atomic_store(&w->runs_pending, w->nruns);
-		atomic_store(&w->io_status, 0);
-		w->je.data_pending = true;
-	}
-	for (uint32_t i = 0; i < w->nruns; i++) {
-		struct wrun *r = &w->runs[i];
-		int rc;
-
-		r->io.cb = wreq_run_done;
-		r->io.arg = r;
-		stat_add(&s->st.dev_bytes_written, r->io.len);
-		rc = uring_submit(s->ring, &r->io);
-		if (rc < 0)
-			wreq_run_done(&r->io, rc);
-	}
-	journal_ready(s, &w->je);
-}
-
 /* Encoded and holding its ticket: place, describe, submit (or fail).  Runs
  * on a pool worker, or on whichever thread encoded it or released it. */
 static void write_ticketed(struct coil_store *s, struct jent *e)
@@ -293,6 +148,8 @@ static void write_ticketed(struct coil_store *s, struct jent *e)
 	struct wreq *w = (struct wreq *)e;
 	struct fmt_cursor c;
 	size_t mark, need;
+	uint64_t keep;
+	unsigned rep = 0;
 	int rc = w->enc_rc;
 
 	if (rc == 0 && w->nblobs == 0) {
@@ -309,7 +166,8 @@ static void write_ticketed(struct coil_store *s, struct jent *e)
 	}
 	for (uint32_t k = 0; k < w->nblobs; k++)
 		w->bd[k] = NULL;
-	rc = seg_place_write(s, w);
+	keep = cleaner_write_keep(s, w);
+	rc = wreq_place(s, w, keep, &rep);
 	for (int tries = 0; rc == -ENOSPC && w->space_pending &&
 	     tries < ENGINE_SPACE_CKPT_TRIES && !uring_on_ring_thread(s->ring) &&
 	     ckpt_wait(s) == 0; tries++) {
@@ -318,8 +176,12 @@ static void write_ticketed(struct coil_store *s, struct jent *e)
 		 * One may not free them all: a segment emptied by a chunk
 		 * still applied in part waits for the next (ckpt.c).
 		 * -ENOSPC only when space is really gone. */
-		rc = seg_place_write(s, w);
+		rc = wreq_place(s, w, keep, &rep);
 	}
+	/* The cleaner's own policy: a segment opened may bring free space
+	 * under its low mark (its passes take the checkpoints then). */
+	if (rep & SEG_REPORT_OPENED)
+		cleaner_kick(s);
 	if (rc < 0) {
 		write_fail(s, w, rc);
 		return;

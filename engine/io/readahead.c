@@ -1,4 +1,4 @@
-/* engine/readahead.c — readahead: one prefetch stream per open handle.
+/* engine/io/readahead.c — readahead: one prefetch stream per open handle.
  *
  * Each coil_obj with prefetch on (and a cache to publish into) owns a
  * ra_stream: the readahead policy (struct ra_state), the admission state
@@ -35,7 +35,15 @@
 #include <string.h>
 
 #include "cache/cache.h"
-#include "engine/engine.h"
+#include "engine/io/bcache.h"
+#include "engine/io/read.h"
+#include "engine/io/readahead.h"
+#include "engine/place/blob.h"
+#include "engine/place/bufpool.h"
+#include "engine/place/extmap.h"
+#include "engine/place/object.h"
+#include "engine/place/segment.h"
+#include "engine/store.h"
 #include "prefetch/prefetch.h"
 
 /* The readahead window's maximum, in blobs (ra_config; prefetch/'s default

@@ -1,4 +1,4 @@
-/* engine/read.c — the read path.
+/* engine/io/read.c — the read path.
  *
  *   coil_read (caller)     under mlock: map [off, off+len) to holes and
  *                          pieces of blobs (a blob read once however many
@@ -16,7 +16,7 @@
  * device failure makes the whole read -EIO; no byte of a failed blob is ever
  * copied out.
  *
- * Issue 8 (decoded-blob cache, readahead; engine/rcache.c, readahead.c):
+ * Issue 8 (decoded-blob cache, readahead; engine/bcache.c, readahead.c):
  * each blob is looked up in the cache (key: dev_off + its segment's gen)
  * before any I/O; a miss whose unit a prefetch has queued or in flight
  * waits for that job (no thread blocks: read_blob_resume continues it) or
@@ -28,7 +28,15 @@
 #include <string.h>
 
 #include "cache/cache.h"
-#include "engine/engine.h"
+#include "engine/io/bcache.h"
+#include "engine/io/read.h"
+#include "engine/io/readahead.h"
+#include "engine/place/blob.h"
+#include "engine/place/bufpool.h"
+#include "engine/place/extmap.h"
+#include "engine/place/segment.h"
+#include "engine/place/object.h"
+#include "engine/store.h"
 
 static struct rreq *rreq_get(struct coil_store *s)
 {
@@ -178,14 +186,6 @@ static void read_decoded(struct pool_req *preq, void *arg)
 /* ---- decode steps shared with readahead.c -------------------------------- */
 
 /* The read wants all of this blob, in one piece (engine.h). */
-bool read_blob_whole(const struct rblob *rb)
-{
-	const struct rpiece *pc = &rb->r->pc[rb->piece];
-
-	return rb->npieces == 1 && pc->skip == 0 &&
-	       pc->len == rb->b->logical_len;
-}
-
 void read_decode_task(struct pool_task *t, const struct fmt_blob *fb,
 		      const struct blobd *b, const uint8_t *iobuf,
 		      uint64_t rd_off, uint8_t *dst)
