@@ -31,7 +31,7 @@ static int handle_enter(struct coil_obj *h)
 	atomic_fetch_add(&h->inflight, 1);
 	if (__atomic_load_n(&h->magic, __ATOMIC_SEQ_CST) != HANDLE_MAGIC ||
 	    __atomic_load_n(&h->obj->removed, __ATOMIC_ACQUIRE)) {
-		atomic_fetch_sub(&h->inflight, 1);
+		COUNT_SUB(&h->inflight, 1);
 		return -EBADF;
 	}
 	return 0;
@@ -39,7 +39,7 @@ static int handle_enter(struct coil_obj *h)
 
 static void handle_leave(struct coil_obj *h)
 {
-	atomic_fetch_sub(&h->inflight, 1);
+	COUNT_SUB(&h->inflight, 1);
 }
 
 /* An open store and an object name of 1..COIL_NAME_MAX bytes before its
@@ -141,7 +141,7 @@ COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 		journal_release_meta(s);
 	if (rc == 0) {
 		journal_kick(s);
-		/* issue 8: without a stream the handle reads without
+		/* without a stream the handle reads without
 		 * readahead; not a reason to fail the open */
 		readahead_open(h);
 		*out = h;
@@ -170,7 +170,7 @@ COIL_API int coil_obj_close(coil_obj *h)
 	/* calls that got past handle_enter, and their requests in flight */
 	while (atomic_load(&h->inflight))
 		usleep(100);
-	/* issue 8: cancel its readahead and wait for the prefetch I/O (the
+	/* cancel its readahead and wait for the prefetch I/O (the
 	 * stream maps units through h->obj, so before the put) */
 	readahead_close(h);
 	pthread_mutex_lock(&s->mlock);
@@ -178,6 +178,7 @@ COIL_API int coil_obj_close(coil_obj *h)
 	h->obj = NULL;
 	h->next = s->handles_free;
 	s->handles_free = h;
+	COIL_ASSERT(s->nhandles > 0);
 	s->nhandles--;
 	pthread_mutex_unlock(&s->mlock);
 	return 0;
@@ -248,7 +249,7 @@ static int obj_truncate(struct coil_obj *h, uint64_t size)
 		return rc;
 	if (engine_on_coil_thread(h->s))
 		return -EDEADLK;
-	readahead_on_truncate(h, size); /* issue 8: cancel past the cut */
+	readahead_on_truncate(h, size); /* cancel past the cut */
 	return meta_truncate(h->s, h->obj, size);
 }
 
@@ -353,7 +354,7 @@ COIL_API int coil_prefetch(coil_obj *h, uint64_t off, uint64_t len)
 	if (coil_add_overflows(off, len, &end)) {
 		rc = -EINVAL;
 	} else {
-		/* issue 8: admitted through the handle's readahead stream
+		/* admitted through the handle's readahead stream
 		 * (dropped when prefetch or the cache is off, which the API
 		 * allows) */
 		stat_add(&h->s->st.prefetch_hints, 1);

@@ -1,6 +1,9 @@
-/* engine/cleaner.c — space management (issue 7): the segment cleaner, the
- * free-segment reserve, throttling of foreground writers, TRIM of freed
- * segments, the live-byte recount and the cleaner's stats.
+/* engine/cleaner.c — space management: the segment cleaner, the
+ * free-segment reserve, throttling of foreground writers, turning on TRIM of
+ * freed segments (place/segment.c does it), the live-byte recount and the
+ * cleaner's stats.  On top of the engine: it calls the write-request steps
+ * (io/wreq.c), the journal, the checkpoint and placement; only io/write.c
+ * (throttle, kick), store.c and stats.c call it.
  *
  * A pass (on the cleaner's own thread):
  *   1. under mlock: pick victims among the SEALED segments by LFS
@@ -9,17 +12,18 @@
  *   2. under mlock: walk the extent maps once, collect every extent whose
  *      blob lies in a victim (object and blob references taken);
  *   3. per victim: a sequential read of the segment (up to its last live
- *      byte, in CLEAN_READ_PIECE pieces one after another), verify each live blob, copy its stored bytes VERBATIM into a
- *      batch; per object and batch one relocation through the write path's
- *      placement (seg_place_write, allowed into the reserve), its data runs
+ *      byte, in CLEAN_READ_PIECE pieces one after another), verify each
+ *      live blob, copy its stored bytes VERBATIM into a batch; per object
+ *      and batch one relocation through the write path's steps
+ *      (wreq_place, allowed into the reserve; wreq_send), its data runs
  *      and one WRITE record with the REMAP flag in the journal;
- *   4. at apply (ticket order, like every write), cleaner_remap_extent
+ *   4. at apply (ticket order, like every write), meta_apply_remap
  *      installs the copy only where the map still maps the same blob
  *      content at the same alignment (compare-and-swap); a copy that lost
  *      the race is never live, i.e. dead space;
  *   5. release the victims and wait for a checkpoint: the emptied victims
  *      were PENDING and become FREE (ckpt_write discards them first,
- *      cleaner_discard_range).
+ *      seg_discard_freed).
  *
  * Copies are verbatim, so a relocated blob has the same descriptor as the
  * original except dev_off: the compare-and-swap compares content identity
@@ -62,7 +66,7 @@
 /* One relocation batch: stored bytes, blobs, extents.  The byte bound and
  * the read piece are small because the device serves requests about in
  * order: a foreground write queued behind a 1 MiB cleaner read or
- * relocation waited for all of it (the issue 7 benchmark's p99 and IOPS
+ * relocation waited for all of it (the space benchmark's p99 and IOPS
  * both moved with these, docs/space.md). */
 #define CLEAN_BATCH_BYTES (256u << 10)
 #define CLEAN_READ_PIECE (128u << 10)
@@ -216,7 +220,7 @@ static void thresholds(struct cleaner *cl, uint32_t nseg, uint64_t seg_size)
 	/* Clean late: the less free space is kept, the more dead bytes the
 	 * sealed segments hold and the emptier the victims (cheaper to read
 	 * and to relocate).  A sixteenth of the store plus a band: on the
-	 * issue 7 benchmark (3 GiB store, 1 GiB live) victims went from about
+	 * space benchmark (3 GiB store, 1 GiB live) victims went from about
 	 * a fifth live to less, WA 1.50 -> 1.32, no writer throttled.  With
 	 * whole-segment victim reads the cleaner could not keep up this late
 	 * (writers were throttled); reading the live ranges it can. */
@@ -278,6 +282,35 @@ void cleaner_kick(struct coil_store *s)
 
 /* ---- live-byte recount --------------------------------------------------- */
 
+/* The running extent totals coil_stats_json prints against a walk of the
+ * maps.  mlock held. */
+static int check_map_totals(struct coil_store *s)
+{
+	uint64_t n = 0, bytes = 0, stored = 0;
+
+	for (uint32_t b = 0; b < s->tab_cap; b++) {
+		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
+			struct extmap_iter it;
+			const struct ext *e;
+
+			extmap_iter_init(&it, &o->map, 0);
+			while ((e = extmap_iter_next(&it))) {
+				n++;
+				bytes += e->len;
+				stored += ext_stored(e);
+			}
+		}
+	}
+	if (n == s->ext_acct.n && bytes == s->ext_acct.bytes &&
+	    stored == s->ext_acct.stored)
+		return 0;
+	fprintf(stderr, "coil: extents %" PRIu64 "/%" PRIu64 ", bytes %" PRIu64
+		"/%" PRIu64 ", stored %" PRIu64 "/%" PRIu64
+		" (walked/kept)\n", n, s->ext_acct.n, bytes, s->ext_acct.bytes,
+		stored, s->ext_acct.stored);
+	return -EUCLEAN;
+}
+
 int cleaner_check_live(struct coil_store *s)
 {
 	uint64_t *live = calloc(s->nseg, sizeof(*live));
@@ -307,6 +340,8 @@ int cleaner_check_live(struct coil_store *s)
 			s->free_segs, nfree);
 		rc = -EUCLEAN;
 	}
+	if (rc == 0)
+		rc = check_map_totals(s);
 	pthread_mutex_unlock(&s->mlock);
 	free(live);
 	return rc;
@@ -352,6 +387,7 @@ static void reloc_done(struct coil_store *s, struct jent *e, int res)
 	struct cleaner *cl = s->cl;
 
 	(void)e;
+	COIL_ASSERT(res <= 0);
 	journal_release_meta(s);
 	pthread_mutex_lock(&cl->mu);
 	cl->reloc_fin = true;
@@ -523,6 +559,8 @@ static uint32_t pick_victims(struct cleaner *cl, uint32_t max_v,
 		cl->victim[cand[j].seg] = 1;
 		atomic_fetch_add(&g->readers, 1);
 	}
+	COIL_ASSERT(nv <= max_v);
+	COIL_ASSERT(taken <= budget);
 	return nv;
 }
 
@@ -541,7 +579,7 @@ static int items_push(struct cleaner *cl, const struct citem *it)
 }
 
 /* Collect the extents that reference the victims (mlock held). */
-static int collect(struct cleaner *cl)
+static int collect_items(struct cleaner *cl)
 {
 	struct coil_store *s = cl->s;
 	int rc = 0;
@@ -824,7 +862,7 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 
 /* Drop the references of items [a, z) and, when @seg is a victim, its
  * reader count, so a checkpoint may free it (mlock taken). */
-static void release(struct cleaner *cl, size_t a, size_t z, uint32_t seg)
+static void release_items(struct cleaner *cl, size_t a, size_t z, uint32_t seg)
 {
 	struct coil_store *s = cl->s;
 
@@ -833,9 +871,10 @@ static void release(struct cleaner *cl, size_t a, size_t z, uint32_t seg)
 		blobd_unref(cl->items[i].b);
 		object_put(s, cl->items[i].o);
 	}
+	COIL_ASSERT(seg == UINT32_MAX || seg < s->nseg);
 	if (seg != UINT32_MAX && cl->victim[seg]) {
 		cl->victim[seg] = 0;
-		atomic_fetch_sub(&s->segs[seg].readers, 1);
+		COUNT_SUB(&s->segs[seg].readers, 1);
 		seg_maybe_pending(s, seg);
 	}
 	pthread_mutex_unlock(&s->mlock);
@@ -859,7 +898,7 @@ static int clean_pass(struct cleaner *cl, uint32_t max_v)
 	for (uint32_t i = 0; i < s->nseg; i++)
 		npending += s->segs[i].state == SEG_PENDING;
 	if (nv)
-		rc = collect(cl);
+		rc = collect_items(cl);
 	held = coil_now_ns() - t0;
 	pthread_mutex_unlock(&s->mlock);
 	atomic_store(&cl->pick_lock_ns_last, held);
@@ -886,13 +925,13 @@ static int clean_pass(struct cleaner *cl, uint32_t max_v)
 		/* Each victim is let go as soon as it is relocated: a
 		 * checkpoint (ours below, or one writers wait for) can free
 		 * it while the pass goes on. */
-		release(cl, a, z, seg);
+		release_items(cl, a, z, seg);
 		if (rc == 0 && free_now(s) <= cl->throttle)
 			ckpt_trigger(s);
 	}
 	cl->nitems = 0;
 	for (uint32_t j = 0; j < nv; j++)
-		release(cl, 0, 0, cl->vlist[j]);
+		release_items(cl, 0, 0, cl->vlist[j]);
 	if (rc == 0 || rc == -ENOSPC) {
 		/* The emptied victims are PENDING: a checkpoint frees them. */
 		if (ckpt_wait(s) < 0)

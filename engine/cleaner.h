@@ -1,4 +1,4 @@
-/* engine/cleaner.h — space management (issue 7): the segment cleaner, the
+/* engine/cleaner.h — space management: the segment cleaner, the
  * free-segment reserve, foreground throttling, TRIM of freed segments, the
  * live-byte recount, and the space part of coil_stats_json.  See
  * docs/space.md.

@@ -55,7 +55,7 @@ struct coil_obj {
 	 * other reads in flight (readahead.c, readahead_on_read). */
 	_Atomic uint64_t rd_bytes;
 	struct coil_obj *next;     /* free list / open list */
-	struct ra_stream *ra;      /* issue 8: readahead stream (readahead.c),
+	struct ra_stream *ra;      /* readahead stream (readahead.c),
 				    * NULL when prefetch or the cache is off */
 };
 
@@ -73,7 +73,7 @@ struct engine_stats {
 	 * that one's ticket (journal_take_turn) */
 	_Atomic uint64_t turn_waits;
 	_Atomic uint64_t ckpts, ckpt_bytes, ckpt_ns_last, ckpt_failures;
-	/* issue 7: how long a checkpoint's snapshot held mlock (writers'
+	/* how long a checkpoint's snapshot held mlock (writers'
 	 * apply and every read wait that long) */
 	_Atomic uint64_t ckpt_snap_ns_last, ckpt_snap_ns_max;
 	_Atomic uint64_t ckpt_area_full; /* writes refused: checkpoint area full */
@@ -204,11 +204,11 @@ struct coil_store {
 	struct engine_stats st;
 	struct coil_store *reg_next; /* process-wide registry */
 
-	/* ---- issue 7: space management (engine/cleaner.c) ---- */
+	/* ---- space management (engine/cleaner.c) ---- */
 	struct cleaner *cl;     /* NULL: read-only, or not started */
 	struct seg_discard disc; /* TRIM of freed segments (the cleaner's) */
 
-	/* issue 8: decoded-blob cache (NULL: cache_bytes 0) and the
+	/* decoded-blob cache (NULL: cache_bytes 0) and the
 	 * store-wide readahead state (live streams, closed reports) */
 	struct cache *cache;
 	/* tests: bcache_value_alloc fails (the read falls back to bufpool);
@@ -265,10 +265,39 @@ static inline void store_break(struct coil_store *s, int err)
 	atomic_compare_exchange_strong(&s->broken, &zero, err);
 }
 
+/* Take @n off an atomic count that holds at least @n.  An underflow is an
+ * unpaired decrement somewhere: wrapped to a huge count it would keep a
+ * close or a segment reuse waiting forever, so it stops the process. */
+#define COUNT_SUB(c, n)							\
+	do {								\
+		uint64_t n_ = (n);					\
+		uint64_t old_ = atomic_fetch_sub((c), n_);		\
+		COIL_ASSERT(old_ >= n_);				\
+	} while (0)
+
+/* Live bytes added to segment @idx for an extent of blob @b: the blob lies
+ * inside the segment (placement and recovery's bounds check made sure),
+ * and the count does not wrap.  Live bytes are logical: with compression a
+ * segment's live count may exceed its size, so that is not the bound. */
+static inline void seg_live_add(struct coil_store *s, uint32_t idx,
+				const struct blobd *b, uint32_t len)
+{
+	uint64_t base = s->sb.data_off + (uint64_t)idx * s->sb.segment_size;
+
+	COIL_ASSERT(idx < s->nseg);
+	COIL_ASSERT(b->dev_off >= base &&
+		    b->dev_off + b->stored_len <= base + s->sb.segment_size);
+	COIL_ASSERT(s->segs[idx].live + len >= s->segs[idx].live);
+	s->segs[idx].live += len;
+}
+
 /* An operation counted in ops_inflight finished (after its callback). */
 static inline void ops_done(struct coil_store *s)
 {
-	if (atomic_fetch_sub(&s->ops_inflight, 1) == 1) {
+	uint64_t old = atomic_fetch_sub(&s->ops_inflight, 1);
+
+	COIL_ASSERT(old >= 1);
+	if (old == 1) {
 		pthread_mutex_lock(&s->rq_mu);
 		pthread_cond_broadcast(&s->rq_cond);
 		pthread_mutex_unlock(&s->rq_mu);

@@ -50,7 +50,7 @@ struct rblob {
 	struct rblob *io_next;
 	struct uring_io io;
 	struct fmt_blob fb;
-	/* issue 8: the blob's cache key is {b->dev_off, gen}; ce is the cache
+	/* the blob's cache key is {b->dev_off, gen}; ce is the cache
 	 * entry serving it (held until release); pf_next/pf_wait_ns link a
 	 * demand waiting for the prefetch job fetching this blob */
 	uint32_t gen;

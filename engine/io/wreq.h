@@ -61,7 +61,7 @@ struct wreq {
 	size_t batch_len;       /* sum of the slots: an upper bound of the runs */
 	int enc_rc;             /* encoding's result, kept while parked */
 	bool space_pending;     /* -ENOSPC, but a checkpoint would free space */
-	bool use_reserve;       /* issue 7: a relocation may use the reserve */
+	bool use_reserve;       /* a relocation may use the reserve */
 	uint64_t ckpt_res;      /* checkpoint bytes reserved at placement */
 	struct wrun *runs;
 	uint32_t nruns, cap_runs;

@@ -118,6 +118,7 @@ static void write_done(struct coil_store *s, struct jent *e, int res)
 	int64_t ret = res < 0 ? res : (int64_t)w->len;
 	struct coil_obj *h = w->h;
 
+	COIL_ASSERT(res <= 0);
 	if (res < 0)
 		stat_add(&s->st.write_errors, 1);
 	else {
@@ -127,7 +128,7 @@ static void write_done(struct coil_store *s, struct jent *e, int res)
 	bufpool_put(&s->bp, w->batch);
 	w->batch = NULL;
 	wreq_put(s, w);
-	atomic_fetch_sub(&h->inflight, 1);
+	COUNT_SUB(&h->inflight, 1);
 	if (cb)
 		cb(arg, ret);
 	ops_done(s);
@@ -135,6 +136,9 @@ static void write_done(struct coil_store *s, struct jent *e, int res)
 
 static void write_fail(struct coil_store *s, struct wreq *w, int err)
 {
+	/* A status of 0 would pass for a record: the journal would wait for
+	 * one that never comes. */
+	COIL_ASSERT(err < 0);
 	wreq_drop_blobs(w, 0);
 	w->je.status = err;
 	w->je.rec_len = 0;
@@ -267,20 +271,99 @@ static void write_encode_inline(struct coil_store *s, struct wreq *w)
 	pthread_mutex_unlock(&s->zmu);
 }
 
+/* Cut [off, off + len) into @n blobs at max_blob boundaries of the object
+ * offset: each blob's slot in one batch buffer (its length rounded up to
+ * 4 KiB) and its ENCODE task.  @return 0 or -ENOMEM. */
+static int write_split(struct coil_store *s, struct wreq *w, const void *buf,
+		       uint32_t n)
+{
+	uint64_t pos, off = w->off, end = w->off + w->len;
+	uint32_t mb = s->max_blob;
+	size_t total = 0;
+
+	pos = off;
+	for (uint32_t k = 0; k < n; k++) {
+		uint64_t bend = COIL_MIN(COIL_ALIGN_DOWN(pos, mb) + mb, end);
+
+		w->slot[k] = (uint32_t)total;
+		w->bd[k] = NULL;
+		total += COIL_ALIGN_UP(bend - pos, FMT_BLOCK);
+		pos = bend;
+	}
+	w->batch = NULL;
+	w->batch_len = total;
+	if (n) {
+		w->batch = bufpool_get(&s->bp, total);
+		if (!w->batch)
+			return -ENOMEM;
+	}
+	pos = off;
+	for (uint32_t k = 0; k < n; k++) {
+		uint64_t bend = COIL_MIN(COIL_ALIGN_DOWN(pos, mb) + mb, end);
+		struct pool_task *t = &w->tasks[k];
+
+		memset(t, 0, sizeof(*t));
+		t->kind = POOL_TASK_ENCODE_BLOB;
+		t->u.encode.src = (const uint8_t *)buf + (pos - off);
+		t->u.encode.len = (uint32_t)(bend - pos);
+		t->u.encode.level = s->level;
+		t->u.encode.dst = w->batch + w->slot[k];
+		t->u.encode.dst_cap = COIL_ALIGN_UP(bend - pos, FMT_BLOCK);
+		t->u.encode.out = &w->fb[k];
+		pos = bend;
+	}
+	return 0;
+}
+
+/* Encode the write's @n blobs: here when storing raw and small, else on the
+ * pool (here too when the pool is full).  write_encoded_go follows. */
+static void write_encode(struct coil_store *s, struct wreq *w, uint32_t n)
+{
+	int rc;
+
+	if (n == 0) {
+		write_encoded_go(w, 0);
+		return;
+	}
+	if (s->level == 0 && w->len <= ENGINE_RAW_INLINE_MAX) {
+		/* Storing raw is a copy and a checksum per 4 KiB: cheaper
+		 * here than the two thread hops a pool task costs. */
+		for (uint32_t k = 0; k < n; k++) {
+			struct pool_task *t = &w->tasks[k];
+			t->result = fmt_blob_encode(NULL, 0, NULL, 0,
+						    t->u.encode.src,
+						    t->u.encode.len,
+						    t->u.encode.dst,
+						    t->u.encode.dst_cap,
+						    t->u.encode.out);
+		}
+		write_encoded_go(w, 0);
+		return;
+	}
+	rc = pool_submit(s->pool, &w->preq, w->tasks, n, write_encoded, w,
+			 engine_on_coil_thread(s) ? POOL_NONBLOCK : 0);
+	if (rc == -EAGAIN) {
+		write_encode_inline(s, w);
+		write_encoded_go(w, 0);
+	} else if (rc < 0) {
+		write_encoded_go(w, rc);
+	}
+}
+
 int engine_write(struct coil_obj *h, const void *buf, size_t len, uint64_t off,
 		 coil_cb cb, void *arg)
 {
 	struct coil_store *s = h->s;
 	uint32_t mb = s->max_blob, n = 0;
 	uint64_t pos, end = off + len;
-	size_t total = 0;
 	struct wreq *w;
 	int rc;
 
+	COIL_ASSERT(len <= ENGINE_WRITE_MAX);
 	w = wreq_get(s);
 	if (!w)
 		return -EAGAIN;
-	readahead_on_write(h, off, len); /* issue 8: overwrite of the window */
+	readahead_on_write(h, off, len); /* an overwrite of the window */
 	for (pos = off; pos < end; n++)
 		pos = COIL_MIN(COIL_ALIGN_DOWN(pos, mb) + mb, end);
 	rc = wreq_reserve(w, n ? n : 1);
@@ -305,71 +388,17 @@ int engine_write(struct coil_obj *h, const void *buf, size_t len, uint64_t off,
 	w->nruns = 0;
 	w->ckpt_res = 0;
 	w->stored = 0;
-	pos = off;
-	for (uint32_t k = 0; k < n; k++) {
-		uint64_t bend = COIL_MIN(COIL_ALIGN_DOWN(pos, mb) + mb, end);
-
-		w->slot[k] = (uint32_t)total;
-		w->bd[k] = NULL;
-		total += COIL_ALIGN_UP(bend - pos, FMT_BLOCK);
-		pos = bend;
+	rc = write_split(s, w, buf, n);
+	if (rc < 0) {
+		wreq_put(s, w);
+		return rc;
 	}
-	w->batch = NULL;
-	w->batch_len = total;
-	if (n) {
-		w->batch = bufpool_get(&s->bp, total);
-		if (!w->batch) {
-			wreq_put(s, w);
-			return -ENOMEM;
-		}
-	}
-	pos = off;
-	for (uint32_t k = 0; k < n; k++) {
-		uint64_t bend = COIL_MIN(COIL_ALIGN_DOWN(pos, mb) + mb, end);
-		struct pool_task *t = &w->tasks[k];
-
-		memset(t, 0, sizeof(*t));
-		t->kind = POOL_TASK_ENCODE_BLOB;
-		t->u.encode.src = (const uint8_t *)buf + (pos - off);
-		t->u.encode.len = (uint32_t)(bend - pos);
-		t->u.encode.level = s->level;
-		t->u.encode.dst = w->batch + w->slot[k];
-		t->u.encode.dst_cap = COIL_ALIGN_UP(bend - pos, FMT_BLOCK);
-		t->u.encode.out = &w->fb[k];
-		pos = bend;
-	}
-	/* issue 7: wait for the cleaner here, before the ticket: a
-	 * relocation's record applies in ticket order after ours. */
-	cleaner_throttle(s, total);
+	/* Wait for the cleaner here, before the ticket: a relocation's
+	 * record applies in ticket order after ours. */
+	cleaner_throttle(s, w->batch_len);
 	atomic_fetch_add(&s->ops_inflight, 1);
 	atomic_fetch_add(&h->inflight, 1);
 	w->je.turn = journal_turn(s, w->obj);
-	if (n == 0) {
-		write_encoded_go(w, 0);
-		return 0;
-	}
-	if (s->level == 0 && len <= ENGINE_RAW_INLINE_MAX) {
-		/* Storing raw is a copy and a checksum per 4 KiB: cheaper
-		 * here than the two thread hops a pool task costs. */
-		for (uint32_t k = 0; k < n; k++) {
-			struct pool_task *t = &w->tasks[k];
-			t->result = fmt_blob_encode(NULL, 0, NULL, 0,
-						    t->u.encode.src,
-						    t->u.encode.len,
-						    t->u.encode.dst,
-						    t->u.encode.dst_cap,
-						    t->u.encode.out);
-		}
-		write_encoded_go(w, 0);
-		return 0;
-	}
-	rc = pool_submit(s->pool, &w->preq, w->tasks, n, write_encoded, w,
-			 engine_on_coil_thread(s) ? POOL_NONBLOCK : 0);
-	if (rc == -EAGAIN) {
-		write_encode_inline(s, w);
-		write_encoded_go(w, 0);
-	} else if (rc < 0) {
-		write_encoded_go(w, rc);
-	}
+	write_encode(s, w, n);
 	return 0;
 }

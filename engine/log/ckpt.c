@@ -367,16 +367,116 @@ static int snap_take(struct coil_store *s, struct snap *sn)
 	return 0;
 }
 
+/* Phase 2: size and encode the snapshot's payload after the header block
+ * of the reused checkpoint buffer.  @return 0, -ENOSPC (the area is too
+ * small), -ENOMEM, -EIO. */
+static int ckpt_encode(struct coil_store *s, const struct snap *sn,
+		       struct fmt_extent *fe, uint8_t **bufp, uint64_t *payloadp)
+{
+	uint64_t payload = (uint64_t)s->nseg * FMT_CKPT_SEG_SIZE;
+	struct fmt_cursor c;
+	uint8_t *buf;
+	int rc = 0;
+
+	for (uint64_t i = 0; i < sn->nobj; i++)
+		payload += FMT_CKPT_OBJ_MIN - 1 + sn->obj[i].name_len;
+	for (uint64_t i = 0; i < sn->next; i++)
+		payload += FMT_EXTENT_FIXED + 8u * sn->ext[i].n_csums;
+	*payloadp = payload;
+	if (FMT_BLOCK + payload > s->sb.ckpt_len)
+		return -ENOSPC;
+	buf = ckpt_buf(s->ckmem, FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK));
+	if (!buf)
+		return -ENOMEM;
+	*bufp = buf;
+	memset(buf + FMT_BLOCK + payload, 0,
+	       COIL_ALIGN_UP(payload, FMT_BLOCK) - payload);
+	fmt_cursor_init(&c, buf + FMT_BLOCK, payload);
+	for (uint32_t i = 0; i < s->nseg; i++)
+		fmt_ckpt_put_seg(&c, sn->seg_live[i], sn->seg_state[i]);
+	for (uint64_t i = 0; i < sn->nobj && rc == 0; i++) {
+		const struct snap_obj *so = &sn->obj[i];
+
+		fmt_ckpt_put_obj(&c, so->id, so->size, sn->names + so->name_off,
+				 so->name_len, (uint32_t)so->n_ext);
+		for (uint64_t k = 0; k < so->n_ext; k++) {
+			ext_to_fmt(&sn->ext[so->first_ext + k], fe);
+			fmt_cursor_put_extent(&c, fe);
+		}
+		rc = c.err;
+	}
+	if (rc == 0 && c.pos != payload)
+		rc = -EIO;
+	return rc;
+}
+
+/* Phase 3: the header, the write to the area the superblock does not name,
+ * fdatasync, then the superblocks.  From here the checkpoint is durable. */
+static int ckpt_commit(struct coil_store *s, uint8_t *buf, uint64_t payload,
+		       const struct fmt_ckpt *hin, bool clean)
+{
+	struct fmt_ckpt h = *hin;
+	uint32_t slot;
+	int rc;
+
+	h.store_id = s->store_id;
+	h.seq = s->sb.ckpt_seq + 1;
+	h.payload_len = payload;
+	h.payload_csum = fmt_csum(buf + FMT_BLOCK, payload);
+	h.segment_count = s->nseg;
+	h.n_dicts = 0;
+	rc = fmt_ckpt_encode(&h, buf, FMT_BLOCK);
+	if (rc < 0)
+		return rc;
+	slot = s->sb.ckpt_slot == 0 ? 1 : 0;
+	rc = store_io_big(s, URING_OP_WRITE, buf,
+			  FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK),
+			  s->sb.ckpt_off[slot]);
+	if (rc == 0)
+		rc = store_io_sync(s, URING_OP_FSYNC, NULL, 0, 0);
+	if (rc < 0)
+		return rc;
+	s->sb.ckpt_slot = slot;
+	s->sb.ckpt_seq = h.seq;
+	s->sb.ckpt_bytes = FMT_BLOCK + payload;
+	s->sb.ckpt_csum = fmt_ckpt_block_csum(buf);
+	s->sb.replay_off = h.replay_off;
+	s->sb.replay_seq = h.replay_seq;
+	return super_write(s, clean);
+}
+
+/* Phase 4: what the durable checkpoint releases: the journal before its
+ * snapshot point, and the segments PENDING at the snapshot that no reader
+ * is in (discarded first, so no discard lands after a reuse). */
+static void ckpt_release(struct coil_store *s, uint64_t snap_lin)
+{
+	pthread_mutex_lock(&s->jlock);
+	if (snap_lin > s->j_tail_lin)
+		s->j_tail_lin = snap_lin;
+	pthread_mutex_unlock(&s->jlock);
+	seg_discard_freed(s); /* TRIM what is freed below, before reuse */
+	pthread_mutex_lock(&s->mlock);
+	for (uint32_t i = 0; i < s->nseg; i++) {
+		struct seg *g = &s->segs[i];
+		if (g->in_ckpt && g->state == SEG_PENDING &&
+		    atomic_load(&g->readers) == 0) {
+			COIL_ASSERT(g->live == 0);
+			g->state = SEG_FREE;
+			s->free_segs++;
+		}
+		g->in_ckpt = 0;
+	}
+	COIL_ASSERT(s->free_segs <= s->nseg);
+	pthread_mutex_unlock(&s->mlock);
+}
+
 int ckpt_write(struct coil_store *s, bool clean)
 {
-	uint64_t t0 = coil_now_ns(), payload = 0, nobj = 0, snap_lin, snap_seq;
-	uint64_t next_obj_id, jlen = s->sb.journal_len;
+	uint64_t t0 = coil_now_ns(), payload = 0, snap_lin;
 	struct fmt_extent *fe = NULL;
 	struct snap sn = { 0 };
-	struct fmt_cursor c;
 	struct fmt_ckpt h;
 	uint8_t *buf = NULL;
-	uint32_t slot;
 	int rc = 0;
 
 	if (s->rdonly)
@@ -390,104 +490,26 @@ int ckpt_write(struct coil_store *s, bool clean)
 	 * happens after the lock is released, so writers' apply steps stall
 	 * only for the copy, not for building the payload. */
 	rc = snap_take(s, &sn);
+	memset(&h, 0, sizeof(h));
 	snap_lin = sn.lin;
-	snap_seq = sn.next_seq;
-	next_obj_id = sn.next_obj_id;
-	nobj = sn.nobj;
-	if (rc < 0)
-		goto unlock;
-
-	/* Phase 2: size, encode. */
-	payload = (uint64_t)s->nseg * FMT_CKPT_SEG_SIZE;
-	for (uint64_t i = 0; i < sn.nobj; i++)
-		payload += FMT_CKPT_OBJ_MIN - 1 + sn.obj[i].name_len;
-	for (uint64_t i = 0; i < sn.next; i++)
-		payload += FMT_EXTENT_FIXED + 8u * sn.ext[i].n_csums;
-	if (FMT_BLOCK + payload > s->sb.ckpt_len) {
-		rc = -ENOSPC;
-		goto unlock;
-	}
-	buf = ckpt_buf(s->ckmem, FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK));
-	if (!buf) {
-		rc = -ENOMEM;
-		goto unlock;
-	}
-	memset(buf + FMT_BLOCK + payload, 0,
-	       COIL_ALIGN_UP(payload, FMT_BLOCK) - payload);
-	fmt_cursor_init(&c, buf + FMT_BLOCK, payload);
-	for (uint32_t i = 0; i < s->nseg; i++)
-		fmt_ckpt_put_seg(&c, sn.seg_live[i], sn.seg_state[i]);
-	for (uint64_t i = 0; i < sn.nobj && rc == 0; i++) {
-		const struct snap_obj *so = &sn.obj[i];
-
-		fmt_ckpt_put_obj(&c, so->id, so->size, sn.names + so->name_off,
-				 so->name_len, (uint32_t)so->n_ext);
-		for (uint64_t k = 0; k < so->n_ext; k++) {
-			ext_to_fmt(&sn.ext[so->first_ext + k], fe);
-			fmt_cursor_put_extent(&c, fe);
-		}
-		rc = c.err;
-	}
-	if (rc == 0 && c.pos != payload)
-		rc = -EIO;
-unlock:
+	h.replay_off = sn.lin % s->sb.journal_len;
+	h.replay_seq = sn.next_seq;
+	h.next_obj_id = sn.next_obj_id;
+	h.n_objects = sn.nobj;
+	if (rc == 0)
+		rc = ckpt_encode(s, &sn, fe, &buf, &payload);
 	snap_release(&sn);
 	free(fe);
-	if (rc < 0)
-		goto out;
-
-	memset(&h, 0, sizeof(h));
-	h.store_id = s->store_id;
-	h.seq = s->sb.ckpt_seq + 1;
-	h.payload_len = payload;
-	h.payload_csum = fmt_csum(buf + FMT_BLOCK, payload);
-	h.replay_off = snap_lin % jlen;
-	h.replay_seq = snap_seq;
-	h.next_obj_id = next_obj_id;
-	h.n_objects = nobj;
-	h.segment_count = s->nseg;
-	h.n_dicts = 0;
-	rc = fmt_ckpt_encode(&h, buf, FMT_BLOCK);
-	if (rc < 0)
-		goto out;
-	slot = s->sb.ckpt_slot == 0 ? 1 : 0;
-	rc = store_io_big(s, URING_OP_WRITE, buf,
-		    FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK),
-		    s->sb.ckpt_off[slot]);
 	if (rc == 0)
-		rc = store_io_sync(s, URING_OP_FSYNC, NULL, 0, 0);
-	if (rc < 0)
-		goto out;
-	s->sb.ckpt_slot = slot;
-	s->sb.ckpt_seq = h.seq;
-	s->sb.ckpt_bytes = FMT_BLOCK + payload;
-	s->sb.ckpt_csum = fmt_ckpt_block_csum(buf);
-	s->sb.replay_off = h.replay_off;
-	s->sb.replay_seq = h.replay_seq;
-	rc = super_write(s, clean);
-	if (rc < 0)
-		goto out;
-
-	pthread_mutex_lock(&s->jlock);
-	if (snap_lin > s->j_tail_lin)
-		s->j_tail_lin = snap_lin;
-	pthread_mutex_unlock(&s->jlock);
-	seg_discard_freed(s); /* TRIM what is freed below, before reuse */
-	pthread_mutex_lock(&s->mlock);
-	for (uint32_t i = 0; i < s->nseg; i++) {
-		struct seg *g = &s->segs[i];
-		if (g->in_ckpt && g->state == SEG_PENDING &&
-		    atomic_load(&g->readers) == 0) {
-			g->state = SEG_FREE;
-			s->free_segs++;
-		}
-		g->in_ckpt = 0;
+		rc = ckpt_commit(s, buf, payload, &h, clean);
+	if (rc == 0) {
+		/* Feedback loop, this end: the released journal space is
+		 * what a full journal waits for (journal_kick follows). */
+		ckpt_release(s, snap_lin);
+		stat_add(&s->st.ckpts, 1);
+		stat_add(&s->st.ckpt_bytes, FMT_BLOCK + payload);
+		atomic_store(&s->st.ckpt_ns_last, coil_now_ns() - t0);
 	}
-	pthread_mutex_unlock(&s->mlock);
-	stat_add(&s->st.ckpts, 1);
-	stat_add(&s->st.ckpt_bytes, FMT_BLOCK + payload);
-	atomic_store(&s->st.ckpt_ns_last, coil_now_ns() - t0);
-out:
 	pthread_mutex_unlock(&s->ckpt_mu);
 	if (rc < 0)
 		stat_add(&s->st.ckpt_failures, 1);
@@ -554,6 +576,8 @@ static void *ckpt_main(void *arg)
 			s->ck_last_err = rc;
 			store_break(s, rc);
 		}
+		/* Feedback loop (log/journal.c, cycle_start): a full journal
+		 * triggered this checkpoint and waits for the space it freed. */
 		journal_kick(s);
 		pthread_mutex_lock(&s->ck_mu);
 		s->ck_running = false;

@@ -36,7 +36,7 @@ int meta_apply_write(struct coil_store *s, struct object *o, uint64_t off,
 				blobd_unref(ex[j].b);
 			return rc;
 		}
-		s->segs[idx].live += ex[i].len;
+		seg_live_add(s, idx, ex[i].b, ex[i].len);
 	}
 	if (!remap && len && off + len > o->size)
 		o->size = off + len;
@@ -57,7 +57,7 @@ int meta_apply_truncate(struct coil_store *s, struct object *o, uint64_t size)
 
 void meta_apply_remove(struct coil_store *s, struct object *o)
 {
-	objtab_unlink(s, o);
+	objtab_unlink(s, o, meta_extent_dropped);
 }
 
 /* ---- metadata ops through the journal ----------------------------------- */
@@ -329,7 +329,7 @@ int64_t meta_apply_remap(struct coil_store *s, struct object *o,
 			blobd_unref(ex->b);
 			return rc;
 		}
-		s->segs[seg_of(s, ex->b->dev_off)].live += ne.len;
+		seg_live_add(s, seg_of(s, ex->b->dev_off), ex->b, ne.len);
 		done += ne.len;
 		cur = z;
 	}

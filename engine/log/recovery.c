@@ -32,6 +32,10 @@ static int blob_in_bounds(const struct coil_store *s, const struct fmt_blob *b)
 
 	if (b->dev_off < s->sb.data_off || b->stored_len == 0)
 		return -EIO;
+	/* No blob of this store is larger than its max_blob: a bigger one
+	 * would overrun the read buffers sized by it. */
+	if (b->logical_len > s->sb.max_blob || b->stored_len > s->sb.max_blob)
+		return -EIO;
 	idx = (b->dev_off - s->sb.data_off) / s->sb.segment_size;
 	if (idx >= s->nseg)
 		return -EIO;
@@ -257,7 +261,7 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r)
 		if (rc < 0)
 			return 1;
 		while ((rc = fmt_jrec_write_next(&w2, &rp->fe)) == 1) {
-			/* issue 7: a relocation installs only where the map
+			/* a relocation installs only where the map
 			 * still holds the same blob (as the live path did) */
 			if (w.flags & FMT_JREC_REMAP)
 				rc = meta_replay_remap(s, o, &rp->fe);
@@ -276,13 +280,83 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r)
 	}
 }
 
+/* Read the chunk with sequence @seq at journal offset @pos, or at 0 when
+ * it did not fit before the end and wrapped.  @return 1 (found: *@h, *@at,
+ * its blocks in @chunk, payload verified), 0 (none: the journal ends), or
+ * -errno of a read. */
+static int replay_read_chunk(struct coil_store *s, uint8_t *chunk,
+			     uint64_t pos, uint64_t seq, struct fmt_jchunk *h,
+			     uint64_t *at)
+{
+	uint64_t jlen = s->sb.journal_len;
+	bool ok = false;
+	int rc;
+
+	*at = pos;
+	for (int attempt = 0; attempt < 2 && !ok; attempt++) {
+		if (attempt == 1) {
+			if (*at == 0)
+				break;
+			*at = 0; /* a chunk that did not fit wrapped */
+		}
+		if (*at + FMT_BLOCK > jlen)
+			continue;
+		rc = store_io_sync(s, URING_OP_READ, chunk, FMT_BLOCK,
+				   s->sb.journal_off + *at);
+		if (rc < 0)
+			return rc;
+		if (fmt_jchunk_decode(h, chunk, FMT_BLOCK) < 0 ||
+		    h->store_id != s->store_id || h->seq != seq ||
+		    *at + (uint64_t)h->nblocks * FMT_BLOCK > jlen ||
+		    (uint64_t)h->nblocks * FMT_BLOCK > REPLAY_CHUNK_MAX)
+			continue;
+		ok = true;
+	}
+	if (!ok)
+		return 0;
+	if (h->nblocks > 1) {
+		rc = store_io_big(s, URING_OP_READ, chunk + FMT_BLOCK,
+				  (uint64_t)(h->nblocks - 1) * FMT_BLOCK,
+				  s->sb.journal_off + *at + FMT_BLOCK);
+		if (rc < 0)
+			return rc;
+	}
+	if (fmt_jchunk_verify_payload(h, chunk + FMT_JCHUNK_HDR,
+				      (size_t)h->nblocks * FMT_BLOCK -
+					      FMT_JCHUNK_HDR) < 0)
+		return 0;
+	return 1;
+}
+
+/* Apply the records of one verified chunk.  @return 0 (all applied), 1
+ * (replay stops here: a malformed record, or one whose blobs do not
+ * verify), or -errno. */
+static int replay_chunk_records(struct replay *rp, const uint8_t *chunk,
+				const struct fmt_jchunk *h)
+{
+	struct fmt_cursor c;
+	struct fmt_jrec r;
+	int rc;
+
+	fmt_cursor_init_ro(&c, chunk + FMT_JCHUNK_HDR, h->payload_len);
+	for (;;) {
+		int got = fmt_jrec_next(&c, &r);
+
+		if (got <= 0)
+			return got < 0 ? 1 : 0;
+		rc = replay_record(rp, &r);
+		if (rc != 0)
+			return rc;
+		stat_add(&rp->s->st.replayed_records, 1);
+	}
+}
+
 int replay_journal(struct coil_store *s)
 {
 	uint64_t jlen = s->sb.journal_len, pos = s->sb.replay_off % jlen;
 	uint64_t lin = pos, seq = s->sb.replay_seq;
 	uint8_t *chunk = NULL;
 	struct replay *rp;
-	bool stop = false;
 	int rc = 0;
 
 	rp = calloc(1, sizeof(*rp));
@@ -300,44 +374,14 @@ int replay_journal(struct coil_store *s)
 		rc = -ENOMEM;
 		goto out;
 	}
-	while (!stop) {
+	/* Bounded: each pass consumes one chunk of the journal with the next
+	 * sequence, and the journal holds finitely many. */
+	for (;;) {
 		struct fmt_jchunk h;
-		struct fmt_cursor c;
-		struct fmt_jrec r;
-		uint64_t at = pos;
-		bool ok = false;
+		uint64_t at;
 
-		for (int attempt = 0; attempt < 2 && !ok; attempt++) {
-			if (attempt == 1) {
-				if (at == 0)
-					break;
-				at = 0; /* a chunk that did not fit wrapped */
-			}
-			if (at + FMT_BLOCK > jlen)
-				continue;
-			rc = store_io_sync(s, URING_OP_READ, chunk, FMT_BLOCK,
-					   s->sb.journal_off + at);
-			if (rc < 0)
-				goto out;
-			if (fmt_jchunk_decode(&h, chunk, FMT_BLOCK) < 0 ||
-			    h.store_id != s->store_id || h.seq != seq ||
-			    at + (uint64_t)h.nblocks * FMT_BLOCK > jlen ||
-			    (uint64_t)h.nblocks * FMT_BLOCK > REPLAY_CHUNK_MAX)
-				continue;
-			ok = true;
-		}
-		if (!ok)
-			break;
-		if (h.nblocks > 1) {
-			rc = store_io_big(s, URING_OP_READ, chunk + FMT_BLOCK,
-				    (uint64_t)(h.nblocks - 1) * FMT_BLOCK,
-				    s->sb.journal_off + at + FMT_BLOCK);
-			if (rc < 0)
-				goto out;
-		}
-		if (fmt_jchunk_verify_payload(&h, chunk + FMT_JCHUNK_HDR,
-					      (size_t)h.nblocks * FMT_BLOCK -
-						      FMT_JCHUNK_HDR) < 0)
+		rc = replay_read_chunk(s, chunk, pos, seq, &h, &at);
+		if (rc <= 0)
 			break;
 		/* The chunk is consumed from here on, even if a record in it
 		 * stops replay: new chunks go after it. */
@@ -349,26 +393,12 @@ int replay_journal(struct coil_store *s)
 			pos = 0;
 		seq++;
 		stat_add(&s->st.replayed_chunks, 1);
-		fmt_cursor_init_ro(&c, chunk + FMT_JCHUNK_HDR, h.payload_len);
-		for (;;) {
-			int got = fmt_jrec_next(&c, &r);
-			if (got <= 0) {
-				if (got < 0)
-					stop = true;
-				break;
-			}
-			rc = replay_record(rp, &r);
-			if (rc < 0)
-				goto out;
-			if (rc == 1) {
-				stop = true;
-				rc = 0;
-				break;
-			}
-			stat_add(&s->st.replayed_records, 1);
-		}
+		rc = replay_chunk_records(rp, chunk, &h);
+		if (rc != 0)
+			break;
 	}
-	rc = 0;
+	if (rc > 0)
+		rc = 0;
 out:
 	/* New chunks start where replay ended, with a sequence no chunk left
 	 * on disk can carry (ENGINE_SEQ_GAP). */

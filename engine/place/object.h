@@ -38,7 +38,10 @@ struct object *objtab_find_id(struct coil_store *s, uint64_t id);
 /* Create and link an object (refs = 1 for the table).  -ENOMEM. */
 int objtab_add(struct coil_store *s, uint64_t id, const char *name,
 	       size_t len, struct object **out);
-void objtab_unlink(struct coil_store *s, struct object *o);
+/* Unlink a removed object; its extents are dropped through @drop (@arg:
+ * the store), so the caller decides who else hears of them. */
+void objtab_unlink(struct coil_store *s, struct object *o,
+		   extmap_drop_fn drop);
 void object_put(struct coil_store *s, struct object *o);
 
 #endif
