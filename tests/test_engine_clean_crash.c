@@ -1,4 +1,4 @@
-/* tests/test_engine_clean_crash.c — issue 7: crashes in the middle of
+/* tests/test_engine_clean_crash.c — crashes in the middle of
  * cleaning lose nothing and never double-count space.
  *
  *   kill9_while_cleaning  a forked child overwrites 64 KiB blocks while a

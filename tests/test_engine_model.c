@@ -30,7 +30,7 @@ static void check_all(coil_store *s, struct model *m, coil_obj **h)
 	uint8_t *rd = malloc(OBJ_MAX);
 	uint32_t bad = 0;
 
-	/* Live bytes per segment are exact (issue 7 builds on them). */
+	/* Live bytes per segment are exact (the cleaner picks victims by them). */
 	cr_assert_eq(seg_verify_accounting(s, &bad), 0, "segment %u live bytes", bad);
 
 	for (int i = 0; i < NOBJ; i++) {

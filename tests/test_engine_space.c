@@ -1,4 +1,4 @@
-/* tests/test_engine_space.c — issue 7: space accounting, the cleaner, the
+/* tests/test_engine_space.c — space accounting, the cleaner, the
  * reserve and -ENOSPC.
  *
  *   fill_enospc        fill a 64 MiB store until -ENOSPC; every completed

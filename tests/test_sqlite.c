@@ -202,7 +202,7 @@ static char *shell_run(struct scratch *s, const char *script, char *const *env,
 }
 
 /* The lines that open the coil database "db.sqlite" in @s's store.  The
- * extension is loaded as the issue asks, by path without ".so" and without
+ * extension is loaded as a user would, by path without ".so" and without
  * an entry point: SQLite adds the suffix and derives sqlite3_coilsqlite_init
  * from the file name. */
 static void coil_preamble(FILE *m, const struct scratch *s, const char *mode)
