@@ -304,7 +304,7 @@ COIL_API int coil_write(coil_obj *h, const void *buf, size_t len, uint64_t off,
 	return rc;
 }
 
-/* @inline: engine_read_inline (a read that sends nothing to the device
+/* @inline_cb: engine_read_inline (a read that sends nothing to the device
  * completes in this call), for the synchronous wrapper's own waiter. */
 static int read_submit(struct coil_obj *h, void *buf, size_t len,
 		       uint64_t off, coil_cb cb, void *arg, bool inline_cb)
