@@ -113,16 +113,17 @@ void wreq_put(struct coil_store *s, struct wreq *w)
 int wreq_place(struct coil_store *s, struct wreq *w, uint64_t keep,
 	       unsigned *rep)
 {
+	unsigned now = 0; /* this call's report: a retry acts on its own */
 	int rc;
 
 	w->nruns = 0;
 	w->ckpt_res = 0;
 	pthread_mutex_lock(&s->mlock);
-	rc = seg_room_check(s, w, keep, rep);
+	rc = seg_room_check(s, w, keep, &now);
 	if (rc == 0)
 		rc = ckpt_reserve_write(s, w);
 	if (rc == 0) {
-		rc = seg_place_write(s, w, rep);
+		rc = seg_place_write(s, w, &now);
 		if (rc < 0) {
 			/* seg_inflight_done gave the reservation back */
 			COIL_ASSERT(w->ckpt_res == 0);
@@ -133,8 +134,8 @@ int wreq_place(struct coil_store *s, struct wreq *w, uint64_t keep,
 	/* The allocator's report, acted on outside mlock.  Without a cleaner,
 	 * low free space means a checkpoint (PENDING segments come back only
 	 * through one); with one, its passes take them. */
-	if ((*rep & SEG_REPORT_PENDING) ||
-	    ((*rep & SEG_REPORT_LOW) && !s->cl))
+	*rep |= now;
+	if ((now & SEG_REPORT_PENDING) || ((now & SEG_REPORT_LOW) && !s->cl))
 		ckpt_trigger(s);
 	/* A reused segment's old cache entries can never be looked up again
 	 * (the generation is in the key): drop them now for the memory. */

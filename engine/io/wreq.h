@@ -82,8 +82,9 @@ void wreq_put(struct coil_store *s, struct wreq *w);
 /* Place w's encoded blobs (seg_place_write, with the checkpoint
  * reservation) and act on what the allocator reports: trigger the
  * checkpoint that frees PENDING segments, drop the cache's entries of
- * reused segments.  @keep as seg_place_write.  *@rep gets the report, for
- * the caller's own policy (io/write.c kicks the cleaner).  @return 0,
+ * reused segments.  @keep: free bytes the write may not take (the
+ * cleaner's reserve).  This call's report is ORed into *@rep, for the
+ * caller's own policy (io/write.c kicks the cleaner).  @return 0,
  * -ENOSPC, -ENOMEM. */
 int wreq_place(struct coil_store *s, struct wreq *w, uint64_t keep,
 	       unsigned *rep);
