@@ -6,7 +6,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/engine.h"
+#include "engine/io/read.h"
+#include "engine/io/readahead.h"
+#include "engine/io/wreq.h"
+#include "engine/io/write.h"
+#include "engine/log/journal.h"
+#include "engine/log/meta.h"
+#include "engine/place/object.h"
+#include "engine/stats.h"
+#include "engine/store.h"
 
 /* Every call on a handle runs between handle_enter and handle_leave.
  * Closed handles keep their memory (in the store's free list) until the
@@ -23,7 +31,7 @@ static int handle_enter(struct coil_obj *h)
 	atomic_fetch_add(&h->inflight, 1);
 	if (__atomic_load_n(&h->magic, __ATOMIC_SEQ_CST) != HANDLE_MAGIC ||
 	    __atomic_load_n(&h->obj->removed, __ATOMIC_ACQUIRE)) {
-		atomic_fetch_sub(&h->inflight, 1);
+		COUNT_SUB(&h->inflight, 1);
 		return -EBADF;
 	}
 	return 0;
@@ -31,7 +39,7 @@ static int handle_enter(struct coil_obj *h)
 
 static void handle_leave(struct coil_obj *h)
 {
-	atomic_fetch_sub(&h->inflight, 1);
+	COUNT_SUB(&h->inflight, 1);
 }
 
 /* An open store and an object name of 1..COIL_NAME_MAX bytes before its
@@ -133,7 +141,7 @@ COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 		journal_release_meta(s);
 	if (rc == 0) {
 		journal_kick(s);
-		/* issue 8: without a stream the handle reads without
+		/* without a stream the handle reads without
 		 * readahead; not a reason to fail the open */
 		readahead_open(h);
 		*out = h;
@@ -162,7 +170,7 @@ COIL_API int coil_obj_close(coil_obj *h)
 	/* calls that got past handle_enter, and their requests in flight */
 	while (atomic_load(&h->inflight))
 		usleep(100);
-	/* issue 8: cancel its readahead and wait for the prefetch I/O (the
+	/* cancel its readahead and wait for the prefetch I/O (the
 	 * stream maps units through h->obj, so before the put) */
 	readahead_close(h);
 	pthread_mutex_lock(&s->mlock);
@@ -170,6 +178,7 @@ COIL_API int coil_obj_close(coil_obj *h)
 	h->obj = NULL;
 	h->next = s->handles_free;
 	s->handles_free = h;
+	COIL_ASSERT(s->nhandles > 0);
 	s->nhandles--;
 	pthread_mutex_unlock(&s->mlock);
 	return 0;
@@ -240,7 +249,7 @@ static int obj_truncate(struct coil_obj *h, uint64_t size)
 		return rc;
 	if (engine_on_coil_thread(h->s))
 		return -EDEADLK;
-	readahead_on_truncate(h, size); /* issue 8: cancel past the cut */
+	readahead_on_truncate(h, size); /* cancel past the cut */
 	return meta_truncate(h->s, h->obj, size);
 }
 
@@ -295,7 +304,7 @@ COIL_API int coil_write(coil_obj *h, const void *buf, size_t len, uint64_t off,
 	return rc;
 }
 
-/* @inline: engine_read_inline (a read that sends nothing to the device
+/* @inline_cb: engine_read_inline (a read that sends nothing to the device
  * completes in this call), for the synchronous wrapper's own waiter. */
 static int read_submit(struct coil_obj *h, void *buf, size_t len,
 		       uint64_t off, coil_cb cb, void *arg, bool inline_cb)
@@ -345,7 +354,7 @@ COIL_API int coil_prefetch(coil_obj *h, uint64_t off, uint64_t len)
 	if (coil_add_overflows(off, len, &end)) {
 		rc = -EINVAL;
 	} else {
-		/* issue 8: admitted through the handle's readahead stream
+		/* admitted through the handle's readahead stream
 		 * (dropped when prefetch or the cache is off, which the API
 		 * allows) */
 		stat_add(&h->s->st.prefetch_hints, 1);
@@ -357,57 +366,13 @@ COIL_API int coil_prefetch(coil_obj *h, uint64_t off, uint64_t len)
 
 /* ---- synchronous wrappers ------------------------------------------------ */
 
-struct waiter {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	bool done;
-	int64_t res;
-};
-
-static void waiter_init(struct waiter *w)
-{
-	pthread_mutex_init(&w->mu, NULL);
-	pthread_cond_init(&w->cv, NULL);
-	w->done = false;
-	w->res = 0;
-}
-
-static void waiter_cb(void *arg, int64_t res)
-{
-	struct waiter *w = arg;
-
-	pthread_mutex_lock(&w->mu);
-	w->res = res;
-	w->done = true;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->mu);
-}
-
-/* @rc is what the async call returned: on failure its callback never
- * comes, so return @rc (after freeing the waiter) instead of waiting. */
-static int64_t waiter_wait(struct waiter *w, int rc)
-{
-	if (rc < 0) {
-		pthread_mutex_destroy(&w->mu);
-		pthread_cond_destroy(&w->cv);
-		return rc;
-	}
-	pthread_mutex_lock(&w->mu);
-	while (!w->done)
-		pthread_cond_wait(&w->cv, &w->mu);
-	pthread_mutex_unlock(&w->mu);
-	pthread_mutex_destroy(&w->mu);
-	pthread_cond_destroy(&w->cv);
-	return w->res;
-}
-
 /* A synchronous call waits for a callback that a coil thread would have to
  * run itself: refuse it there.  The handle stays entered until the
  * request completes (a close waits for it). */
 COIL_API int64_t coil_pwrite(coil_obj *h, const void *buf, size_t len,
 			     uint64_t off)
 {
-	struct waiter w;
+	struct store_waiter w;
 	int64_t ret;
 	int rc = handle_enter(h);
 
@@ -417,16 +382,16 @@ COIL_API int64_t coil_pwrite(coil_obj *h, const void *buf, size_t len,
 		handle_leave(h);
 		return -EDEADLK;
 	}
-	waiter_init(&w);
-	rc = write_submit(h, buf, len, off, waiter_cb, &w);
-	ret = waiter_wait(&w, rc);
+	store_waiter_init(&w);
+	rc = write_submit(h, buf, len, off, store_waiter_cb, &w);
+	ret = store_waiter_wait(&w, rc);
 	handle_leave(h);
 	return ret;
 }
 
 COIL_API int64_t coil_pread(coil_obj *h, void *buf, size_t len, uint64_t off)
 {
-	struct waiter w;
+	struct store_waiter w;
 	int64_t ret;
 	int rc = handle_enter(h);
 
@@ -436,23 +401,13 @@ COIL_API int64_t coil_pread(coil_obj *h, void *buf, size_t len, uint64_t off)
 		handle_leave(h);
 		return -EDEADLK;
 	}
-	waiter_init(&w);
+	store_waiter_init(&w);
 	/* as coil_read, but a read served wholly by the cache (or holes)
 	 * completes in this call: no ring round trip for our own waiter */
-	rc = read_submit(h, buf, len, off, waiter_cb, &w, true);
-	ret = waiter_wait(&w, rc);
+	rc = read_submit(h, buf, len, off, store_waiter_cb, &w, true);
+	ret = store_waiter_wait(&w, rc);
 	handle_leave(h);
 	return ret;
-}
-
-int coil_sync_internal(struct coil_store *s)
-{
-	struct waiter w;
-	int rc;
-
-	waiter_init(&w);
-	rc = journal_flush(s, waiter_cb, &w);
-	return (int)waiter_wait(&w, rc);
 }
 
 COIL_API int coil_sync(coil_store *s)

@@ -1,6 +1,9 @@
-/* engine/cleaner.c — space management (issue 7): the segment cleaner, the
- * free-segment reserve, throttling of foreground writers, TRIM of freed
- * segments, the live-byte recount and the cleaner's stats.
+/* engine/cleaner.c — space management: the segment cleaner, the
+ * free-segment reserve, throttling of foreground writers, turning on TRIM of
+ * freed segments (place/segment.c does it), the live-byte recount and the
+ * cleaner's stats.  On top of the engine: it calls the write-request steps
+ * (io/wreq.c), the journal, the checkpoint and placement; only io/write.c
+ * (throttle, kick), store.c and stats.c call it.
  *
  * A pass (on the cleaner's own thread):
  *   1. under mlock: pick victims among the SEALED segments by LFS
@@ -9,17 +12,18 @@
  *   2. under mlock: walk the extent maps once, collect every extent whose
  *      blob lies in a victim (object and blob references taken);
  *   3. per victim: a sequential read of the segment (up to its last live
- *      byte, in CLEAN_READ_PIECE pieces one after another), verify each live blob, copy its stored bytes VERBATIM into a
- *      batch; per object and batch one relocation through the write path's
- *      placement (seg_place_write, allowed into the reserve), its data runs
+ *      byte, in CLEAN_READ_PIECE pieces one after another), verify each
+ *      live blob, copy its stored bytes VERBATIM into a batch; per object
+ *      and batch one relocation through the write path's steps
+ *      (wreq_place, allowed into the reserve; wreq_send), its data runs
  *      and one WRITE record with the REMAP flag in the journal;
- *   4. at apply (ticket order, like every write), cleaner_remap_extent
+ *   4. at apply (ticket order, like every write), meta_apply_remap
  *      installs the copy only where the map still maps the same blob
  *      content at the same alignment (compare-and-swap); a copy that lost
  *      the race is never live, i.e. dead space;
  *   5. release the victims and wait for a checkpoint: the emptied victims
  *      were PENDING and become FREE (ckpt_write discards them first,
- *      cleaner_discard_range).
+ *      seg_discard_freed).
  *
  * Copies are verbatim, so a relocated blob has the same descriptor as the
  * original except dev_off: the compare-and-swap compares content identity
@@ -42,7 +46,14 @@
 #include <time.h>
 
 #include "engine/cleaner.h"
-#include "engine/engine.h"
+#include "engine/io/wreq.h"
+#include "engine/log/ckpt.h"
+#include "engine/log/journal.h"
+#include "engine/log/meta.h"
+#include "engine/place/blob.h"
+#include "engine/place/object.h"
+#include "engine/place/segment.h"
+#include "engine/store.h"
 
 /* Victims per pass at most: bounds the pass's memory; the normal policy
  * takes about CLEAN_PASS_SPAN bytes of segments per pass, so the one
@@ -55,7 +66,7 @@
 /* One relocation batch: stored bytes, blobs, extents.  The byte bound and
  * the read piece are small because the device serves requests about in
  * order: a foreground write queued behind a 1 MiB cleaner read or
- * relocation waited for all of it (the issue 7 benchmark's p99 and IOPS
+ * relocation waited for all of it (the space benchmark's p99 and IOPS
  * both moved with these, docs/space.md). */
 #define CLEAN_BATCH_BYTES (256u << 10)
 #define CLEAN_READ_PIECE (128u << 10)
@@ -139,7 +150,6 @@ struct cleaner {
 	uint32_t *gen_seen;
 	uint64_t *born_ns;
 	uint8_t *victim;
-	struct { uint32_t first, n; } *drun; /* discard runs (ckpt thread) */
 
 	/* pass state (cleaner thread only) */
 	struct citem *items;
@@ -160,11 +170,10 @@ struct cleaner {
 	_Atomic uint64_t passes, segs_cleaned, segs_freed, bytes_read;
 	_Atomic uint64_t bytes_relocated, logical_relocated, blobs_relocated;
 	_Atomic uint64_t cas_installed, cas_dropped, verify_failures;
-	_Atomic uint64_t reloc_failures, discards, discard_bytes;
-	_Atomic uint64_t discard_errors, throttled, throttle_ns;
+	_Atomic uint64_t reloc_failures;
+	_Atomic uint64_t throttled, throttle_ns;
 	_Atomic uint64_t throttle_ns_max, enospc_hints;
 	_Atomic uint64_t pick_lock_ns_last, pick_lock_ns_max; /* mlock held */
-	_Atomic bool discard_off;
 	_Atomic bool stopping;   /* close: finish the batch in flight only */
 };
 
@@ -175,21 +184,17 @@ uint32_t cleaner_reserve_segs(const struct coil_store *s)
 	return s->cl ? s->cl->reserve : 0;
 }
 
-/* Bytes a free segment can surely take (as seg_place_write counts). */
+/* Bytes a free segment can surely take (as the allocator counts). */
 static uint64_t per_seg(const struct coil_store *s)
 {
-	return s->sb.segment_size - FMT_BLOCK - (s->max_blob + FMT_BLOCK);
+	return seg_bytes_per_free(s);
 }
 
-uint64_t cleaner_write_cap(const struct coil_store *s, const struct wreq *w,
-			   uint64_t cap)
+uint64_t cleaner_write_keep(const struct coil_store *s, const struct wreq *w)
 {
-	uint64_t keep;
-
 	if (w->use_reserve || !s->cl)
-		return cap;
-	keep = (uint64_t)s->cl->reserve * per_seg(s);
-	return cap > keep ? cap - keep : 0;
+		return 0;
+	return (uint64_t)s->cl->reserve * per_seg(s);
 }
 
 /* Foreground capacity: what a write may take now.  mlock held. */
@@ -215,7 +220,7 @@ static void thresholds(struct cleaner *cl, uint32_t nseg, uint64_t seg_size)
 	/* Clean late: the less free space is kept, the more dead bytes the
 	 * sealed segments hold and the emptier the victims (cheaper to read
 	 * and to relocate).  A sixteenth of the store plus a band: on the
-	 * issue 7 benchmark (3 GiB store, 1 GiB live) victims went from about
+	 * space benchmark (3 GiB store, 1 GiB live) victims went from about
 	 * a fifth live to less, WA 1.50 -> 1.32, no writer throttled.  With
 	 * whole-segment victim reads the cleaner could not keep up this late
 	 * (writers were throttled); reading the live ranges it can. */
@@ -258,7 +263,14 @@ void cleaner_kick(struct coil_store *s)
 {
 	struct cleaner *cl = s->cl;
 
-	if (!cl || s->free_segs >= cl->clean_lo)
+	uint32_t free_segs;
+
+	if (!cl)
+		return;
+	pthread_mutex_lock(&s->mlock);
+	free_segs = s->free_segs;
+	pthread_mutex_unlock(&s->mlock);
+	if (free_segs >= cl->clean_lo)
 		return;
 	pthread_mutex_lock(&cl->mu);
 	if (!cl->running)
@@ -268,115 +280,36 @@ void cleaner_kick(struct coil_store *s)
 
 /* ---- the compare-and-swap install ---------------------------------------- */
 
-static bool blob_same_content(const struct blobd *a, const struct blobd *b)
+/* ---- live-byte recount --------------------------------------------------- */
+
+/* The running extent totals coil_stats_json prints against a walk of the
+ * maps.  mlock held. */
+static int check_map_totals(struct coil_store *s)
 {
-	return a->codec == b->codec && a->flags == b->flags &&
-	       a->n_csums == b->n_csums && a->stored_len == b->stored_len &&
-	       a->logical_len == b->logical_len && a->dict_id == b->dict_id &&
-	       !memcmp(a->csums, b->csums, (size_t)a->n_csums * 8u);
-}
+	uint64_t n = 0, bytes = 0, stored = 0;
 
-static uint32_t sector_len(const struct blobd *b, uint32_t i)
-{
-	return (uint32_t)COIL_MIN((uint64_t)FMT_BLOCK,
-				  b->logical_len - (uint64_t)i * FMT_BLOCK);
-}
+	for (uint32_t b = 0; b < s->tab_cap; b++) {
+		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
+			struct extmap_iter it;
+			const struct ext *e;
 
-/* Does the relocated blob @n (mapped by @ex) hold the same bytes as the
- * map's extent @e over object bytes [a, z)?  Compressed: the same blob
- * content at the same alignment.  Raw: @n may be a sector range of the
- * old blob; every sector both map in [a, z) must sit at the same place
- * with the same length and checksum. */
-static bool extent_same_bytes(const struct ext *e, const struct ext *ex,
-			      uint64_t a, uint64_t z)
-{
-	const struct blobd *o = e->b, *n = ex->b;
-	int64_t delta;
-	uint32_t j0, j1, d;
-
-	if (o->dev_off == n->dev_off || o->codec != n->codec ||
-	    o->dict_id != n->dict_id || o->flags != n->flags)
-		return false;
-	if (o->codec != FMT_CODEC_RAW)
-		return e->off + ex->skip == ex->off + e->skip &&
-		       blob_same_content(o, n);
-	/* old byte = new byte + delta, for every object byte */
-	delta = ((int64_t)e->skip - (int64_t)e->off) -
-		((int64_t)ex->skip - (int64_t)ex->off);
-	if (delta < 0 || delta % FMT_BLOCK)
-		return false;
-	d = (uint32_t)(delta / FMT_BLOCK);
-	j0 = (uint32_t)((a - ex->off + ex->skip) / FMT_BLOCK);
-	j1 = (uint32_t)((z - 1 - ex->off + ex->skip) / FMT_BLOCK);
-	if (j1 >= n->n_csums || j1 + d >= o->n_csums)
-		return false;
-	for (uint32_t j = j0; j <= j1; j++)
-		if (n->csums[j] != o->csums[j + d] ||
-		    sector_len(n, j) != sector_len(o, j + d))
-			return false;
-	return true;
-}
-
-int64_t cleaner_remap_extent(struct coil_store *s, struct object *o,
-			     const struct ext *ex)
-{
-	uint64_t cur = ex->off, end = ex->off + ex->len;
-	int64_t done = 0;
-
-	while (cur < end) {
-		struct extmap_iter it;
-		const struct ext *e;
-		uint64_t a = 0, z = 0;
-		bool found = false;
-		struct ext ne;
-		int rc;
-
-		extmap_iter_init(&it, &o->map, cur);
-		while ((e = extmap_iter_next(&it)) && e->off < end) {
-			a = COIL_MAX(e->off, cur);
-			z = COIL_MIN(e->off + e->len, end);
-			if (a < z && extent_same_bytes(e, ex, a, z)) {
-				found = true;
-				break;
+			extmap_iter_init(&it, &o->map, 0);
+			while ((e = extmap_iter_next(&it))) {
+				n++;
+				bytes += e->len;
+				stored += ext_stored(e);
 			}
 		}
-		if (!found)
-			break;
-		ne.off = a;
-		ne.len = (uint32_t)(z - a);
-		ne.skip = ex->skip + (uint32_t)(a - ex->off);
-		ne.b = ex->b;
-		blobd_ref(ex->b);
-		rc = extmap_insert(&o->map, &ne, seg_drop_live, s);
-		if (rc < 0) {
-			blobd_unref(ex->b);
-			return rc;
-		}
-		s->segs[seg_of(s, ex->b->dev_off)].live += ne.len;
-		done += ne.len;
-		cur = z;
 	}
-	return done;
+	if (n == s->ext_acct.n && bytes == s->ext_acct.bytes &&
+	    stored == s->ext_acct.stored)
+		return 0;
+	fprintf(stderr, "coil: extents %" PRIu64 "/%" PRIu64 ", bytes %" PRIu64
+		"/%" PRIu64 ", stored %" PRIu64 "/%" PRIu64
+		" (walked/kept)\n", n, s->ext_acct.n, bytes, s->ext_acct.bytes,
+		stored, s->ext_acct.stored);
+	return -EUCLEAN;
 }
-
-int cleaner_replay_remap(struct coil_store *s, struct object *o,
-			 const struct fmt_extent *fe)
-{
-	struct ext e;
-	int64_t n;
-
-	e.off = fe->obj_off;
-	e.len = fe->len;
-	e.skip = fe->blob_skip;
-	e.b = blobd_new(&fe->blob);
-	if (!e.b)
-		return -ENOMEM;
-	n = cleaner_remap_extent(s, o, &e);
-	blobd_unref(e.b);
-	return n < 0 ? (int)n : 0;
-}
-
-/* ---- live-byte recount --------------------------------------------------- */
 
 int cleaner_check_live(struct coil_store *s)
 {
@@ -407,68 +340,12 @@ int cleaner_check_live(struct coil_store *s)
 			s->free_segs, nfree);
 		rc = -EUCLEAN;
 	}
+	if (rc == 0)
+		rc = check_map_totals(s);
 	pthread_mutex_unlock(&s->mlock);
 	free(live);
 	return rc;
 }
-
-/* ---- discard -------------------------------------------------------------- */
-
-void cleaner_discard_range(struct coil_store *s, uint32_t first, uint32_t n)
-{
-	struct cleaner *cl = s->cl;
-	uint64_t off = seg_base(s, first), len = (uint64_t)n * s->sb.segment_size;
-	int rc = 0;
-
-	if (!cl || n == 0 || atomic_load(&cl->discard_off))
-		return;
-	/* uring lengths are 32-bit: in pieces below 4 GiB. */
-	for (uint64_t done = 0; done < len && rc == 0;) {
-		uint32_t step = (uint32_t)COIL_MIN(len - done, 1ull << 30);
-		rc = store_io_sync(s, URING_OP_DISCARD, NULL, step, off + done);
-		done += step;
-	}
-	if (rc == -EOPNOTSUPP || rc == -ENOTTY || rc == -EINVAL) {
-		/* The file system or device cannot punch: stop asking. */
-		atomic_store(&cl->discard_off, true);
-	}
-	if (rc < 0) {
-		stat_add(&cl->discard_errors, 1);
-		return;
-	}
-	stat_add(&cl->discards, 1);
-	stat_add(&cl->discard_bytes, len);
-}
-
-void cleaner_discard_freed(struct coil_store *s)
-{
-	struct cleaner *cl = s->cl;
-	uint32_t nr = 0;
-
-	if (!cl || atomic_load(&cl->discard_off))
-		return;
-	pthread_mutex_lock(&s->mlock);
-	for (uint32_t i = 0; i < s->nseg; i++) {
-		const struct seg *g = &s->segs[i];
-		bool go = g->in_ckpt && g->state == SEG_PENDING &&
-			  atomic_load(&g->readers) == 0;
-
-		if (!go)
-			continue;
-		if (nr && cl->drun[nr - 1].first + cl->drun[nr - 1].n == i) {
-			cl->drun[nr - 1].n++;
-		} else {
-			cl->drun[nr].first = i;
-			cl->drun[nr].n = 1;
-			nr++;
-		}
-	}
-	pthread_mutex_unlock(&s->mlock);
-	for (uint32_t r = 0; r < nr; r++)
-		cleaner_discard_range(s, cl->drun[r].first, cl->drun[r].n);
-}
-
-/* ---- relocation ----------------------------------------------------------- */
 
 static void reloc_apply(struct coil_store *s, struct jent *e)
 {
@@ -489,7 +366,7 @@ static void reloc_apply(struct coil_store *s, struct jent *e)
 			ex = (struct ext){ .off = it[i].off, .len = it[i].len,
 					   .skip = it[i].nskip,
 					   .b = w->bd[it[i].k] };
-			got = cleaner_remap_extent(s, o, &ex);
+			got = meta_apply_remap(s, o, &ex);
 
 			if (got < 0) {
 				store_break(s, (int)got);
@@ -510,6 +387,7 @@ static void reloc_done(struct coil_store *s, struct jent *e, int res)
 	struct cleaner *cl = s->cl;
 
 	(void)e;
+	COIL_ASSERT(res <= 0);
 	journal_release_meta(s);
 	pthread_mutex_lock(&cl->mu);
 	cl->reloc_fin = true;
@@ -530,6 +408,7 @@ static int reloc_submit(struct cleaner *cl, struct object *o,
 	uint32_t nrec = 0;
 	struct fmt_cursor c;
 	size_t mark;
+	unsigned rep = 0;
 	int rc;
 
 	w->je = (struct jent){ .apply = reloc_apply, .done = reloc_done };
@@ -539,7 +418,9 @@ static int reloc_submit(struct cleaner *cl, struct object *o,
 	w->src = (const uint8_t *)items;
 	w->len = n;
 	w->use_reserve = true;
-	rc = seg_place_write(s, w);
+	/* The reserve is the cleaner's: keep nothing back.  A segment opened
+	 * here kicks no one (the cleaner is running). */
+	rc = wreq_place(s, w, 0, &rep);
 	if (rc < 0)
 		return rc;
 	for (uint32_t k = 0; k < w->nblobs; k++) {
@@ -678,6 +559,8 @@ static uint32_t pick_victims(struct cleaner *cl, uint32_t max_v,
 		cl->victim[cand[j].seg] = 1;
 		atomic_fetch_add(&g->readers, 1);
 	}
+	COIL_ASSERT(nv <= max_v);
+	COIL_ASSERT(taken <= budget);
 	return nv;
 }
 
@@ -696,7 +579,7 @@ static int items_push(struct cleaner *cl, const struct citem *it)
 }
 
 /* Collect the extents that reference the victims (mlock held). */
-static int collect(struct cleaner *cl)
+static int collect_items(struct cleaner *cl)
 {
 	struct coil_store *s = cl->s;
 	int rc = 0;
@@ -979,7 +862,7 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 
 /* Drop the references of items [a, z) and, when @seg is a victim, its
  * reader count, so a checkpoint may free it (mlock taken). */
-static void release(struct cleaner *cl, size_t a, size_t z, uint32_t seg)
+static void release_items(struct cleaner *cl, size_t a, size_t z, uint32_t seg)
 {
 	struct coil_store *s = cl->s;
 
@@ -988,9 +871,10 @@ static void release(struct cleaner *cl, size_t a, size_t z, uint32_t seg)
 		blobd_unref(cl->items[i].b);
 		object_put(s, cl->items[i].o);
 	}
+	COIL_ASSERT(seg == UINT32_MAX || seg < s->nseg);
 	if (seg != UINT32_MAX && cl->victim[seg]) {
 		cl->victim[seg] = 0;
-		atomic_fetch_sub(&s->segs[seg].readers, 1);
+		COUNT_SUB(&s->segs[seg].readers, 1);
 		seg_maybe_pending(s, seg);
 	}
 	pthread_mutex_unlock(&s->mlock);
@@ -1014,7 +898,7 @@ static int clean_pass(struct cleaner *cl, uint32_t max_v)
 	for (uint32_t i = 0; i < s->nseg; i++)
 		npending += s->segs[i].state == SEG_PENDING;
 	if (nv)
-		rc = collect(cl);
+		rc = collect_items(cl);
 	held = coil_now_ns() - t0;
 	pthread_mutex_unlock(&s->mlock);
 	atomic_store(&cl->pick_lock_ns_last, held);
@@ -1041,13 +925,13 @@ static int clean_pass(struct cleaner *cl, uint32_t max_v)
 		/* Each victim is let go as soon as it is relocated: a
 		 * checkpoint (ours below, or one writers wait for) can free
 		 * it while the pass goes on. */
-		release(cl, a, z, seg);
+		release_items(cl, a, z, seg);
 		if (rc == 0 && free_now(s) <= cl->throttle)
 			ckpt_trigger(s);
 	}
 	cl->nitems = 0;
 	for (uint32_t j = 0; j < nv; j++)
-		release(cl, 0, 0, cl->vlist[j]);
+		release_items(cl, 0, 0, cl->vlist[j]);
 	if (rc == 0 || rc == -ENOSPC) {
 		/* The emptied victims are PENDING: a checkpoint frees them. */
 		if (ckpt_wait(s) < 0)
@@ -1286,7 +1170,7 @@ static void cleaner_free(struct cleaner *cl)
 	free(cl->gen_seen);
 	free(cl->born_ns);
 	free(cl->victim);
-	free(cl->drun);
+	seg_discard_destroy(cl->s);
 	free(cl->vlist);
 	free(cl->items);
 	free(cl->runs);
@@ -1329,8 +1213,7 @@ int cleaner_start(struct coil_store *s)
 	thresholds(cl, s->nseg, s->sb.segment_size);
 	/* A zero-filled file keeps its blocks: punching a freed segment would
 	 * only make the next write into it convert unwritten extents. */
-	if ((s->sb.flags & FMT_SUPER_FILLED) && !s->is_blk)
-		atomic_store(&cl->discard_off, true);
+	rc = seg_discard_init(s, (s->sb.flags & FMT_SUPER_FILLED) && !s->is_blk);
 	/* A record must fit a chunk with room for others. */
 	cl->rec_max = COIL_MIN(256u << 10, s->chunk_cap / 2);
 	w = &cl->w;
@@ -1341,7 +1224,6 @@ int cleaner_start(struct coil_store *s)
 	cl->gen_seen = calloc(s->nseg, sizeof(*cl->gen_seen));
 	cl->born_ns = calloc(s->nseg, sizeof(*cl->born_ns));
 	cl->victim = calloc(s->nseg, 1);
-	cl->drun = calloc(s->nseg, sizeof(*cl->drun));
 	cl->vlist = calloc(CLEAN_VICTIMS_MAX + 1, sizeof(*cl->vlist));
 	cl->scratch = malloc(FMT_BLOB_MAX);
 	cl->dctx = ZSTD_createDCtx();
@@ -1355,8 +1237,7 @@ int cleaner_start(struct coil_store *s)
 	if (posix_memalign((void **)&w->batch, 4096, batch_cap))
 		w->batch = NULL;
 	w->batch_cap = batch_cap;
-	if (!cl->gen_seen || !cl->born_ns || !cl->victim || !cl->vlist ||
-	    !cl->drun ||
+	if (rc < 0 || !cl->gen_seen || !cl->born_ns || !cl->victim || !cl->vlist ||
 	    !cl->scratch || !cl->dctx || !w->fb || !w->bd || !w->slot ||
 	    !w->recbuf || !cl->seg_buf || !w->batch) {
 		cleaner_free(cl);
@@ -1459,8 +1340,8 @@ int cleaner_stats_fmt(struct coil_store *s, char *buf, size_t len)
 		LDA(c->logical_relocated), LDA(c->blobs_relocated),
 		LDA(c->cas_installed), LDA(c->cas_dropped),
 		LDA(c->verify_failures), LDA(c->reloc_failures),
-		LDA(c->discards), LDA(c->discard_bytes),
-		LDA(c->discard_errors), LDA(c->throttled), LDA(c->throttle_ns),
+		LDA(s->disc.discards), LDA(s->disc.bytes),
+		LDA(s->disc.errors), LDA(c->throttled), LDA(c->throttle_ns),
 		LDA(c->throttle_ns_max), LDA(c->enospc_hints),
 		logical ? (double)dev / (double)logical : 0.0,
 		(unsigned long long)dev, (unsigned long long)logical,

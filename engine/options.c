@@ -3,7 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine.h"
+#include "engine/options.h"
+#include "engine/store.h"
 
 COIL_API void coil_options_init(struct coil_options *o)
 {

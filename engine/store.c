@@ -18,7 +18,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/engine.h"
+#include "engine/cleaner.h"
+#include "engine/io/bcache.h"
+#include "engine/io/readahead.h"
+#include "engine/io/wreq.h"
+#include "engine/log/ckpt.h"
+#include "engine/log/journal.h"
+#include "engine/log/recovery.h"
+#include "engine/options.h"
+#include "engine/place/bufpool.h"
+#include "engine/place/dev.h"
+#include "engine/place/extmap.h"
+#include "engine/place/object.h"
+#include "engine/place/segment.h"
+#include "engine/store.h"
 
 /* ---- process-wide registry of open stores ------------------------------- */
 
@@ -87,14 +100,14 @@ static int validate_options(const struct coil_options *o, int *level)
 
 static void store_free(struct coil_store *s)
 {
-	cleaner_destroy(s); /* issue 7: joins the thread before the ring goes */
+	cleaner_destroy(s); /* joins the thread before the ring goes */
 	if (s->pool)
 		pool_destroy(s->pool);
 	s->pool = NULL;
 	if (s->ring)
 		uring_destroy(s->ring);
 	s->ring = NULL;
-	readahead_store_destroy(s); /* issue 8 */
+	readahead_store_destroy(s); /* after the ring: no prefetch I/O left */
 	bcache_destroy(s);
 	objtab_destroy(s);
 	journal_destroy(s);
@@ -284,33 +297,16 @@ static int resume_active_segment(struct coil_store *s)
 	return 0;
 }
 
-COIL_API int coil_open(const char *path, const struct coil_options *o,
-		       coil_store **out)
+/* ---- open, in its phases ------------------------------------------------ */
+
+/* Phase 1: the store's memory, its locks, and the options it keeps. */
+static struct coil_store *store_new(const char *path,
+				    const struct coil_options *o, int level)
 {
-	struct coil_options def;
-	struct coil_store *s;
-	struct uring_opts uo;
-	struct pool_opts po;
-	struct stat st;
-	uint64_t size = 0;
-	bool fresh = false, created = false, filled = false;
-	int level, flags, rc;
+	struct coil_store *s = calloc(1, sizeof(*s));
 
-	if (out)
-		*out = NULL;
-	if (!path || !out || !*path)
-		return -EINVAL;
-	if (!o) {
-		coil_options_init(&def);
-		o = &def;
-	}
-	rc = validate_options(o, &level);
-	if (rc < 0)
-		return rc;
-
-	s = calloc(1, sizeof(*s));
 	if (!s)
-		return -ENOMEM;
+		return NULL;
 	s->fd = -1;
 	s->lock_fd = -1;
 	pthread_mutex_init(&s->mlock, NULL);
@@ -335,97 +331,126 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	s->cache_bytes = o->cache_bytes;
 	s->path = strdup(path);
 	if (!s->path) {
-		rc = -ENOMEM;
-		goto fail;
+		store_free(s);
+		return NULL;
 	}
+	return s;
+}
 
-	flags = (s->rdonly ? O_RDONLY : O_RDWR) | O_CLOEXEC |
-		(s->direct ? O_DIRECT : 0);
-	s->fd = open(path, flags);
+/* Phase 2: open (or create) the file or device; its identity and size.
+ * *@created: this call made the file (a failed open removes it). */
+static int store_open_file(struct coil_store *s, const struct coil_options *o,
+			   struct stat *st, uint64_t *size, bool *created)
+{
+	int flags = (s->rdonly ? O_RDONLY : O_RDWR) | O_CLOEXEC |
+		    (s->direct ? O_DIRECT : 0);
+	int rc;
+
+	s->fd = open(s->path, flags);
 	if (s->fd < 0 && errno == ENOENT && (o->flags & COIL_CREATE)) {
-		s->fd = open(path, flags | O_CREAT | O_EXCL, 0644);
-		fresh = created = s->fd >= 0;
+		s->fd = open(s->path, flags | O_CREAT | O_EXCL, 0644);
+		*created = s->fd >= 0;
 		if (s->fd < 0 && errno == EEXIST)
-			s->fd = open(path, flags);
+			s->fd = open(s->path, flags);
 	}
 	if (s->fd < 0) {
-		rc = -errno;
+		int err = -errno;
+		struct stat dst;
+
 		/* Linux refuses O_DIRECT on a directory with EINVAL. */
-		if (rc == -EINVAL && stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-			rc = -EISDIR;
-		goto fail;
+		if (err == -EINVAL && stat(s->path, &dst) == 0 &&
+		    S_ISDIR(dst.st_mode))
+			err = -EISDIR;
+		return err;
 	}
-	if (fstat(s->fd, &st) < 0) {
-		rc = -errno;
-		goto fail;
-	}
-	rc = dev_size(s->fd, &st, &size);
+	if (fstat(s->fd, st) < 0)
+		return -errno;
+	rc = dev_size(s->fd, st, size);
 	if (rc < 0)
-		goto fail;
-	s->dev = st.st_dev;
-	s->is_blk = S_ISBLK(st.st_mode);
-	s->ino = st.st_ino;
+		return rc;
+	s->dev = st->st_dev;
+	s->is_blk = S_ISBLK(st->st_mode);
+	s->ino = st->st_ino;
+	return 0;
+}
+
+/* Phase 3: one opener per store in this process (the registry) and across
+ * processes (flock).  On success the store is registered. */
+static int store_lock(struct coil_store *s)
+{
+	int rc = 0;
 
 	pthread_mutex_lock(&reg_mu);
 	if (reg_find_locked(s->dev, s->ino)) {
-		pthread_mutex_unlock(&reg_mu);
 		rc = -EBUSY;
-		goto fail_unlink;
+		goto out;
 	}
 	/* The lock lives on a descriptor of its own that never reaches the
 	 * ring: io_uring keeps its registered file alive for a while after
 	 * the process dies (the ring is torn down asynchronously), and a lock
 	 * on that description would make the restart after kill -9 see
 	 * -EBUSY.  This one dies with the process. */
-	s->lock_fd = open(path, O_RDONLY | O_CLOEXEC);
+	s->lock_fd = open(s->path, O_RDONLY | O_CLOEXEC);
 	if (s->lock_fd < 0) {
 		rc = -errno;
-		pthread_mutex_unlock(&reg_mu);
-		goto fail_unlink;
+		goto out;
 	}
 	if (flock(s->lock_fd, (s->rdonly ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
 		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-		pthread_mutex_unlock(&reg_mu);
-		goto fail_unlink;
+		goto out;
 	}
 	s->magic = STORE_MAGIC;
 	s->reg_next = reg_head;
 	reg_head = s;
+out:
 	pthread_mutex_unlock(&reg_mu);
+	return rc;
+}
+
+/* Phase 4a: size a new file (COIL_CREATE on an empty regular file).
+ * *@fresh: it is to be formatted; *@filled: it was zero-filled. */
+static int store_size_new(struct coil_store *s, const struct coil_options *o,
+			  const struct stat *st, uint64_t *size, bool *fresh,
+			  bool *filled)
+{
+	int rc;
 
 	/* A new file (or an empty one) with COIL_CREATE is sized and
 	 * formatted; anything else must already be a store. */
-	if ((o->flags & COIL_CREATE) && S_ISREG(st.st_mode) && size == 0) {
-		if (o->size < 16 * FMT_BLOCK) {
-			rc = -ENOSPC;
-			goto fail_reg;
-		}
-		size = COIL_ALIGN_DOWN(o->size, FMT_BLOCK);
-		if (fallocate(s->fd, 0, 0, (off_t)size) < 0 &&
-		    ftruncate(s->fd, (off_t)size) < 0) {
-			rc = -errno;
-			goto fail_reg;
-		}
+	if ((o->flags & COIL_CREATE) && S_ISREG(st->st_mode) && *size == 0) {
+		if (o->size < 16 * FMT_BLOCK)
+			return -ENOSPC;
+		*size = COIL_ALIGN_DOWN(o->size, FMT_BLOCK);
+		if (fallocate(s->fd, 0, 0, (off_t)*size) < 0 &&
+		    ftruncate(s->fd, (off_t)*size) < 0)
+			return -errno;
 		if (o->flags & COIL_ZERO_FILL) {
-			rc = zero_fill(s->fd, size);
+			rc = zero_fill(s->fd, *size);
 			if (rc < 0)
-				goto fail_reg;
-			filled = true;
+				return rc;
+			*filled = true;
 		}
-		fresh = true;
-	} else if (size < 2 * FMT_BLOCK) {
-		rc = -EMEDIUMTYPE; /* too short to hold the superblocks */
-		goto fail_reg;
+		*fresh = true;
+	} else if (*size < 2 * FMT_BLOCK) {
+		return -EMEDIUMTYPE; /* too short to hold the superblocks */
 	}
+	return 0;
+}
+
+/* Phase 4b: the buffers the ring registers, and the ring. */
+static int store_ring(struct coil_store *s)
+{
+	struct uring_opts uo;
+	int rc;
 
 	rc = bufpool_init(&s->bp, 2 * FMT_BLOCK, 512);
 	if (rc == 0)
 		rc = bufpool_init(&s->bp_large, (1u << 20) + 2 * FMT_BLOCK, 16);
 	if (rc < 0)
-		goto fail_reg;
+		return rc;
 	uring_opts_init(&uo);
 	uo.direct = s->direct;
-	/* issue 9: register the small-I/O and big-batch pools with the ring
+	/* Register the small-I/O and big-batch pools with the ring
 	 * (WRITE/READ_FIXED: no page pinning per I/O, ~7 % of a 128 KiB
 	 * sequential write's CPU).  bp_mid is sized after the superblock. */
 	uo.nxreg = 2;
@@ -433,29 +458,34 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	uo.xreg[0].len = s->bp.size * s->bp.count;
 	uo.xreg[1].base = s->bp_large.base;
 	uo.xreg[1].len = s->bp_large.size * s->bp_large.count;
-	rc = uring_create(s->fd, &uo, &s->ring);
-	if (rc < 0)
-		goto fail_reg;
+	return uring_create(s->fd, &uo, &s->ring);
+}
+
+/* Phase 4c: format a new store or read an existing one's superblocks, then
+ * make the tables its geometry asks for. */
+static int store_format_or_load(struct coil_store *s,
+				const struct coil_options *o,
+				const struct stat *st, uint64_t size,
+				bool fresh, bool filled)
+{
+	int rc;
 
 	if (fresh) {
 		rc = store_format(s, size, o->max_blob, filled);
 		if (rc < 0)
-			goto fail_reg;
+			return rc;
 	} else {
 		rc = read_supers(s);
 		if ((rc == -EIO || rc == -EMEDIUMTYPE) &&
-		    (o->flags & COIL_CREATE) &&
-		    S_ISBLK(st.st_mode)) {
+		    (o->flags & COIL_CREATE) && S_ISBLK(st->st_mode)) {
 			/* A device with no coil store on it: make one. */
 			rc = store_format(s, COIL_ALIGN_DOWN(size, FMT_BLOCK),
 					  o->max_blob, false);
 		}
 		if (rc < 0)
-			goto fail_reg;
-		if (s->sb.store_size > size) {
-			rc = -EIO;
-			goto fail_reg;
-		}
+			return rc;
+		if (s->sb.store_size > size)
+			return -EIO;
 	}
 	/* A blob and its segment header must fit one segment. */
 	s->max_blob = COIL_MIN(s->sb.max_blob, s->sb.segment_size / 2);
@@ -466,31 +496,32 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 			  (uint32_t)COIL_MAX(16u, COIL_MIN(256u,
 				(16u << 20) / (s->max_blob + 2 * FMT_BLOCK))));
 	if (rc < 0)
-		goto fail_reg;
+		return rc;
 	s->bp.large = &s->bp_mid;
 	s->bp_mid.large = &s->bp_large;
 	s->nseg = s->sb.segment_count;
 	s->segs = calloc(s->nseg, sizeof(*s->segs));
 	s->zc = ZSTD_createCCtx();
 	s->zd = ZSTD_createDCtx();
-	if (!s->segs || !s->zc || !s->zd) {
-		rc = -ENOMEM;
-		goto fail_reg;
-	}
+	if (!s->segs || !s->zc || !s->zd)
+		return -ENOMEM;
 	rc = objtab_init(s);
 	if (rc == 0)
 		rc = journal_init(s);
 	if (rc == 0)
 		rc = reqs_init(s);
-	if (rc < 0)
-		goto fail_reg;
+	return rc;
+}
 
-	rc = ckpt_load(s);
+/* Phase 5: recovery (log/recovery.c), then the segment table it implies. */
+static int store_recover(struct coil_store *s)
+{
+	int rc = ckpt_load(s);
+
+	if (rc == 0)
+		rc = replay_journal(s);
 	if (rc < 0)
-		goto fail_reg;
-	rc = replay_journal(s);
-	if (rc < 0)
-		goto fail_reg;
+		return rc;
 	s->free_segs = 0;
 	for (uint32_t i = 0; i < s->nseg; i++) {
 		struct seg *g = &s->segs[i];
@@ -499,11 +530,18 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 		if (g->state == SEG_FREE)
 			s->free_segs++;
 	}
+	COIL_ASSERT(s->free_segs <= s->nseg);
 	s->alloc_cursor = 0;
 	s->ckpt_seq = s->sb.ckpt_seq;
-	rc = resume_active_segment(s);
-	if (rc < 0)
-		goto fail_reg;
+	return resume_active_segment(s);
+}
+
+/* Phase 6: the worker pool, the cache and readahead, and (writable) the
+ * first checkpoint of the session, its thread and the cleaner. */
+static int store_start(struct coil_store *s, const struct coil_options *o)
+{
+	struct pool_opts po;
+	int rc;
 
 	memset(&po, 0, sizeof(po));
 	po.workers = o->workers;
@@ -514,39 +552,132 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	po.mode = o->pool_mode == COIL_POOL_SEMAPHORE ? POOL_MODE_SEMAPHORE :
 							POOL_MODE_FAIR;
 	rc = pool_create(&po, &s->pool);
-	if (rc < 0)
-		goto fail_reg;
-	rc = bcache_init(s); /* issue 8: cache and readahead */
+	if (rc == 0)
+		rc = bcache_init(s);
 	if (rc == 0)
 		rc = readahead_store_init(s);
+	if (rc < 0 || s->rdonly)
+		return rc;
+	/* The recovered state becomes the new base: nothing written before
+	 * this point is needed from the journal again. */
+	rc = ckpt_write(s, false);
 	if (rc < 0)
-		goto fail_reg;
-	if (!s->rdonly) {
-		/* The recovered state becomes the new base: nothing written
-		 * before this point is needed from the journal again. */
-		rc = ckpt_write(s, false);
-		if (rc < 0)
-			goto fail_reg;
-		rc = ckpt_thread_start(s);
-		if (rc < 0)
-			goto fail_reg;
-		rc = cleaner_start(s); /* issue 7 */
-		if (rc < 0) {
-			ckpt_thread_stop(s);
-			goto fail_reg;
-		}
+		return rc;
+	rc = ckpt_thread_start(s);
+	if (rc < 0)
+		return rc;
+	rc = cleaner_start(s);
+	if (rc < 0)
+		ckpt_thread_stop(s);
+	return rc;
+}
+
+COIL_API int coil_open(const char *path, const struct coil_options *o,
+		       coil_store **out)
+{
+	struct coil_options def;
+	struct coil_store *s;
+	struct stat st;
+	uint64_t size = 0;
+	bool fresh = false, created = false, filled = false, locked = false;
+	int level, rc;
+
+	if (out)
+		*out = NULL;
+	if (!path || !out || !*path)
+		return -EINVAL;
+	if (!o) {
+		coil_options_init(&def);
+		o = &def;
 	}
+	rc = validate_options(o, &level);
+	if (rc < 0)
+		return rc;
+	s = store_new(path, o, level);
+	if (!s)
+		return -ENOMEM;
+
+	rc = store_open_file(s, o, &st, &size, &created);
+	if (rc < 0)
+		created = false; /* removed on failure only once it was opened */
+	fresh = created;
+	if (rc == 0)
+		rc = store_lock(s);
+	locked = rc == 0;
+	if (rc == 0)
+		rc = store_size_new(s, o, &st, &size, &fresh, &filled);
+	if (rc == 0)
+		rc = store_ring(s);
+	if (rc == 0)
+		rc = store_format_or_load(s, o, &st, size, fresh, filled);
+	if (rc == 0)
+		rc = store_recover(s);
+	if (rc == 0)
+		rc = store_start(s, o);
+	if (rc < 0)
+		goto fail;
+	COIL_ASSERT(s->magic == STORE_MAGIC);
 	*out = s;
 	return 0;
 
-fail_reg:
-	reg_remove(s);
-fail_unlink:
-	if (created && s->path)
-		unlink(s->path);
 fail:
+	/* One exit for every phase: each undoes only what it finds done. */
+	COIL_ASSERT(rc < 0);
+	if (locked)
+		reg_remove(s);
+	if (created)
+		unlink(s->path);
 	store_free(s);
 	return rc;
+}
+
+/* ---- the synchronous waiter (coil_pwrite, coil_pread, coil_sync, close) -- */
+
+void store_waiter_init(struct store_waiter *w)
+{
+	pthread_mutex_init(&w->mu, NULL);
+	pthread_cond_init(&w->cv, NULL);
+	w->done = false;
+	w->res = 0;
+}
+
+void store_waiter_cb(void *arg, int64_t res)
+{
+	struct store_waiter *w = arg;
+
+	pthread_mutex_lock(&w->mu);
+	w->res = res;
+	w->done = true;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* @rc is what the async call returned: on failure its callback never
+ * comes, so return @rc (after freeing the waiter) instead of waiting. */
+int64_t store_waiter_wait(struct store_waiter *w, int rc)
+{
+	if (rc < 0) {
+		pthread_mutex_destroy(&w->mu);
+		pthread_cond_destroy(&w->cv);
+		return rc;
+	}
+	pthread_mutex_lock(&w->mu);
+	while (!w->done)
+		pthread_cond_wait(&w->cv, &w->mu);
+	pthread_mutex_unlock(&w->mu);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->cv);
+	return w->res;
+}
+
+int coil_sync_internal(struct coil_store *s)
+{
+	struct store_waiter w;
+	int rc;
+
+	store_waiter_init(&w);
+	rc = journal_flush(s, store_waiter_cb, &w);
+	return (int)store_waiter_wait(&w, rc);
 }
 
 COIL_API int coil_close(coil_store *s)
@@ -567,7 +698,7 @@ COIL_API int coil_close(coil_store *s)
 		return -EDEADLK;
 	/* Close is for one thread: from here the handle is dead to others. */
 	reg_remove(s);
-	cleaner_stop(s); /* issue 7: no relocation after this point */
+	cleaner_stop(s); /* no relocation after this point */
 
 	pthread_mutex_lock(&s->rq_mu);
 	while (atomic_load(&s->ops_inflight))

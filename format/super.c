@@ -2,26 +2,12 @@
  * geometry chosen at create, and the segment header. */
 #include "format/format_internal.h"
 
-#include <xxhash.h>
-
 _Static_assert(FMT_SUPER_CSUM_OFF + 8 == FMT_SUPER_SIZE, "superblock is one BLOCK");
 _Static_assert(FMT_SEGHDR_SIZE == 40, "segment header is 40 bytes");
 _Static_assert(FMT_CSUMS_MAX == 256, "1 MiB blob / 4 KiB sectors");
 
 static const uint8_t super_magic[8] = { 'C', 'O', 'I', 'L', 'S', 'U', 'P', 'R' };
 static const uint8_t seg_magic[4] = { 'C', 'S', 'E', 'G' };
-
-uint64_t fmt_csum(const void *p, size_t len)
-{
-#ifdef COIL_CSUM_AVX2
-	/* The CPU was probed once at load (libgcc's constructor); this is a
-	 * load and a test.  Blob checksums are most of coil's hashing: a
-	 * 64 KiB blob is 1.2 us with AVX2 and 3.9 with SSE2 here. */
-	if (__builtin_cpu_supports("avx2"))
-		return fmt_csum_avx2(p, len);
-#endif
-	return XXH3_64bits(p, len);
-}
 
 static int is_pow2(uint64_t v)
 {

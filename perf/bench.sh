@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# perf/bench.sh [N ...] — the side-by-side comparisons of issue 9
+# perf/bench.sh [N ...] — the side-by-side comparisons of docs/benchmarks.md
 # (tools/dev.sh bench builds first, then runs this).
 #
 #   1  fio through coil vs fio's io_uring engine on a plain file

@@ -1,5 +1,5 @@
 /* perf/bench_readahead.c — readahead and the decoded-blob cache, measured
- * side by side in one run (issue 8).
+ * side by side in one run (docs/readahead.md).
  *
  * 1. Sequential cold read at queue depth 1: 16 KiB coil_pread calls from the
  *    start to the end of a compressible object, prefetch on vs prefetch off
@@ -17,7 +17,7 @@
  * usage: bench_readahead DIR [--mib N] [--repeats N] [--rand-ops N]
  *                            [--fit-mib N] [--nofit-mib N] [--cache-mib N]
  *                            [--json FILE]
- * Env: COIL_RA_MIB overrides --mib (768 for the issue's full size).
+ * Env: COIL_RA_MIB overrides --mib (768 for the full-size run).
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# perf/bench_readahead.sh — issue 8: prefetch on vs off (cold sequential
+# perf/bench_readahead.sh — prefetch on vs off (cold sequential
 # QD1 16 KiB reads) and the decoded-blob cache on vs off (random 4 KiB
 # reads, a working set that fits the cache and one that does not), side by
 # side in one run, alternating, repeated, medians and paired ratios.
 #
 #   perf/bench_readahead.sh [BUILD_DIR] [extra bench_readahead args...]
-#   COIL_RA_MIB=768 perf/bench_readahead.sh      # the issue's full size
+#   COIL_RA_MIB=768 perf/bench_readahead.sh      # the full-size run
 #
 # The store lives in var/bench/ under the checkout (O_DIRECT needs a real
 # filesystem; /tmp may be tmpfs).  Writes perf/results/readahead.json.

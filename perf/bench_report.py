@@ -272,7 +272,7 @@ def main():
          'The plugin\'s tests: `meson test -C build/release fio_plugin` (perf/fio/test_fio.sh).\n',
          '## Latest results\n',
          'Made by:\n', '```', cmd, '```\n']
-    # One line per target of issue 9, before the detail.
+    # One line per target (docs/benchmarks.md), before the detail.
     summary = []
     d = load('fio_vs_io_uring')
     if d:

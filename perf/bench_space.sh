@@ -1,5 +1,5 @@
 #!/bin/sh
-# perf/bench_space.sh — issue 7: sustained 4 KiB random writes on a 1 GiB
+# perf/bench_space.sh — sustained 4 KiB random writes on a 1 GiB
 # object in a 3 GiB coil store (the cleaner keeps it writable) vs fio's
 # io_uring engine on a plain 1 GiB file; same run, alternating, medians,
 # IOPS and p99 ratios, coil's write amplification.  See perf/space/space.py

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# perf/soak.sh [MINUTES] [BUILD_DIR] — the reliability soak (issue 10).
+# perf/soak.sh [MINUTES] [BUILD_DIR] — the reliability soak (docs/reliability.md).
 #
 # Two phases, each about half of MINUTES (default 10):
 #  1. in parallel, for the phase's duration:

@@ -1,9 +1,8 @@
 /* pool/pool.c — the scheduler: admission (backpressure or the semaphore),
  * the active ring, round-robin picks, delivery by ordinal, shutdown.
  *
- * Port of seed 000 (entropyfs Phase-11C semaphore, Phase-11E fair pool).
- * The seed measured, at 16 writers, that the semaphore serialises whole
- * batches (p99/p50 4.9, every competing request parks ~50 ms) while the
+ * Two admission modes.  Measured at 16 writers, a batch-level semaphore
+ * serialises whole batches (p99/p50 4.9, every competing request parks ~50 ms) while the
  * task-level round-robin pool cut p99 by 68 % and wall by 29 % for +2.7 %
  * CPU.  Its hard-won corners, each pinned by a test in tests/test_pool.c:
  *   - an idle pool admits a request larger than the bound (else deadlock);
@@ -38,7 +37,7 @@ static bool on_worker_of(const struct pool *p)
 
 /* ---- admission ------------------------------------------------------------ */
 
-/* Fair mode bound.  The idle exception is the seed's deadlock fix: with
+/* Fair mode bound.  The idle exception prevents a deadlock: with
  * in_flight == 0 nothing can ever drain, so a request larger than the
  * capacity (a 64-blob read against capacity 32) would wait forever. */
 static bool fair_fits(const struct pool *p, uint32_t n)
@@ -98,8 +97,8 @@ static int admit_fair(struct pool *p, uint32_t n, bool nonblock)
 			return 0;
 		/* A non-blocking caller (the ring thread) that fits may pass
 		 * parked submitters: refusing it would push its work inline
-		 * onto a thread that must not stall (the seed measured the
-		 * inline fallback inflating CPU ~5x).  At most `workers`
+		 * onto a thread that must not stall (the inline fallback was
+		 * measured inflating CPU ~5x).  At most `workers`
 		 * passes per head, so a parked request is delayed by a
 		 * bounded amount of work and never starves. */
 		if (nonblock && p->overtakes < p->nworkers) {
@@ -144,9 +143,9 @@ static int admit_fair(struct pool *p, uint32_t n, bool nonblock)
 	return 0;
 }
 
-/* The seed's 11C semaphore, kept as it was: one condvar, every waiter
- * woken on each release, no ordering among them.  Its unfairness is part
- * of what the benchmark measures. */
+/* The batch-level semaphore: one condvar, every waiter woken on each
+ * release, no ordering among them.  Kept this simple on purpose: its
+ * unfairness is part of what the fair-vs-semaphore benchmark measures. */
 static int admit_sem(struct pool *p, uint32_t n, bool nonblock)
 {
 	if (sem_fits(p, n))
@@ -287,7 +286,7 @@ static struct pool_req *pick_one(struct pool *p, struct pool_worker *w,
 		return NULL;
 	if (p->mode == POOL_MODE_SEMAPHORE) {
 		/* Batch granularity: the oldest admitted request runs
-		 * whole, as the seed's scoped threads did. */
+		 * whole, as a per-batch worker budget does. */
 		idx = 0;
 	} else {
 		idx = w->cursor % n;

@@ -128,7 +128,7 @@ struct pool_req {
 
 enum pool_mode {
 	POOL_MODE_FAIR = 0,	/* task-level round-robin (default) */
-	POOL_MODE_SEMAPHORE = 1,/* batch-level: the seed's worker budget */
+	POOL_MODE_SEMAPHORE = 1,/* batch-level: a worker budget per batch */
 };
 
 struct pool_opts {

@@ -25,8 +25,8 @@ struct pool_worker {
 	pthread_t thread;
 	ZSTD_CCtx *cctx;	/* made at pool_create: no per-task allocation */
 	ZSTD_DCtx *dctx;
-	/* Private ring cursor (seeded with the index, +1 per pick): the seed
-	 * found a SHARED cursor pins each request to one worker when workers
+	/* Private ring cursor (starts at the index, +1 per pick): a SHARED
+	 * cursor pins each request to one worker when workers
 	 * == active requests (it wraps every W picks, so a worker's picks all
 	 * land on the same ring slot). */
 	size_t cursor;

@@ -1,15 +1,16 @@
-/* prefetch/prefetch.c — the bounded admission and lifecycle state machine,
- * a port of seed 004 (PrefetchExecutionState).
+/* prefetch/prefetch.c — the bounded admission and lifecycle state machine
+ * (tests/test_prefetch.c pins each rule of its contract).
  *
- * The seed keeps five collections (queue, queued set, in-flight map,
- * completed set, failure map).  A unit is in at most one of them at a time
+ * The contract is stated as five collections (queue, queued set, in-flight
+ * map, completed set, failure map).  A unit is in at most one of them at a time
  * (admission removes completed/failed state before queueing; completion
  * moves in-flight work to exactly one of completed/failed), so here each
  * tracked unit owns exactly one slot carrying its state.  The slots live in
  * one array sized at pf_init, found through an open-addressed hash index;
  * the FIFO queue is a ring of slot numbers.  Nothing allocates afterwards.
  *
- * The seed's completed/failure sets are unbounded.  coil bounds them with
+ * Stated that way, the completed/failure sets are unbounded.  coil bounds
+ * them with
  * units_max: when a new unit needs a slot and none is free, the oldest
  * terminal (ready or failed) slot is forgotten.  Forgetting is safe: demand
  * for that unit sees "unscheduled" and reads it itself, which is what it

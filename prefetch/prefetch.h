@@ -1,5 +1,5 @@
-/* prefetch/prefetch.h — bounded prefetch admission state machine (port of
- * seed 004) and the readahead policy that feeds it.
+/* prefetch/prefetch.h — bounded prefetch admission state machine and the
+ * readahead policy that feeds it.
  *
  * Readahead in coil is never fire-and-forget.  Every prefetch passes through a
  * pf_machine, which is the sole owner of FIFO ordering, bounded admission,
@@ -108,7 +108,8 @@ enum pf_resolution {
 #define PF_NOT_WAITED UINT64_MAX
 
 /* ---------------------------------------------------------------------------
- * Report: every counter of the seed (durations in ns), plus `reclaimed`.
+ * Report: every counter of the admission contract (durations in ns), plus
+ * `reclaimed`.
  */
 struct pf_report {
 	uint64_t submitted;            /* admitted for background execution */
@@ -180,7 +181,7 @@ struct pf_machine {
  * When the table is full, admitting a new unit forgets the oldest terminal
  * (ready/failed) unit (report.reclaimed); if none is terminal the admission
  * is PF_AT_CAPACITY.  With units_max large enough never to fill, behaviour is
- * exactly the seed's.  @return 0, -EINVAL (zero capacity, units_max <
+ * exactly the unbounded contract's.  @return 0, -EINVAL (zero capacity, units_max <
  * queue_capacity, or sizes above 1 << 24), -ENOMEM. */
 int pf_init(struct pf_machine *m, uint32_t queue_capacity, uint32_t units_max);
 

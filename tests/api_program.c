@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "coil.h"
+#include "test_util.h"
 
 #define TOTAL (100ull << 20)
 #define NOBJ 4
@@ -29,9 +30,7 @@ static void gen(uint8_t *p, size_t n, uint64_t seed)
 	unsigned kind = (unsigned)(seed % 3);
 
 	for (size_t i = 0; i < n; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
+		tu_xorshift(&x);
 		if (kind == 0)
 			p[i] = (uint8_t)words[(i + (x & 3)) % (sizeof(words) - 1)];
 		else if (kind == 1)

@@ -14,9 +14,12 @@
 #include <criterion/criterion.h>
 
 #include "coil.h"
+#include "tests/test_util.h"
 
 #ifndef TMPFS_MAGIC
 #define TMPFS_MAGIC 0x01021994
+#endif
+
 /* Async completions counted: counter_add before each submit, count_cb as
  * its callback, then counter_wait (all done) or counter_wait_below (a
  * window: fewer than @n in flight). */
@@ -63,8 +66,6 @@ static inline void counter_add(struct counter *c)
 	pthread_mutex_unlock(&c->mu);
 }
 
-#endif
-
 /* Stores live in the build dir (the tests' working directory): O_DIRECT
  * needs a real filesystem. */
 static inline void et_path(char *buf, size_t len, const char *name)
@@ -110,9 +111,7 @@ static inline void et_fill(uint8_t *p, size_t n, uint64_t seed, int mix)
 	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
 
 	for (size_t i = 0; i < n; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
+		tu_xorshift(&x);
 		if (mix && ((i / 8192) % 2 == 0))
 			p[i] = (uint8_t)("coil engine "[(i + seed) % 12]);
 		else

@@ -72,7 +72,7 @@ Test(engine_async, overlapping_apply_in_submission_order, .timeout = 120)
 
 	cr_assert_eq(coil_obj_open(s, "order", COIL_CREATE, &h), 0);
 	for (int i = 0; i < n; i++) {
-		x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+		tu_xorshift(&x);
 		uint64_t len = 1 + x % 200000;
 		uint64_t off = (x >> 20) % (region - len);
 		if (i % 10 == 0) { /* whole-region rewrites now and then */
@@ -272,7 +272,7 @@ Test(engine_async, pipelined_chunks_complete_and_apply_in_order, .timeout = 120)
 	for (int i = 0; i < n; i++) {
 		uint64_t off;
 
-		x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+		tu_xorshift(&x);
 		off = (x % ((region - len) / 4096)) * 4096;
 		et_fill(bufs + (size_t)i * len, len, (uint64_t)i + 7, 0);
 		memcpy(model + off, bufs + (size_t)i * len, len);

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "coil.h"
-#include "engine/engine.h"
+#include "engine/store.h"
 #include "engine_test_util.h"
 
 static coil_store *open_store(const char *name, char *path, size_t plen,
@@ -136,9 +136,7 @@ Test(engine_cache, budget_never_exceeded)
 	for (int i = 0; i < 600; i++) {
 		uint64_t off, len;
 
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
+		tu_xorshift(&x);
 		off = x % (n - 65536);
 		len = 1 + (x >> 40) % 65536;
 		if (i % 100 < 30) /* sequential stretches feed readahead */
@@ -216,9 +214,7 @@ static void *ns_writer(void *arg)
 	while (!atomic_load(&ns_stop)) {
 		uint32_t blob, ver;
 
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
+		tu_xorshift(&x);
 		blob = (uint32_t)(x % NS_BLOBS);
 		/* one writer per blob parity, so versions of a blob rise */
 		if (blob % 2 != (uint32_t)(uintptr_t)arg)
@@ -250,9 +246,7 @@ static void *ns_reader(void *arg)
 		uint32_t first, nblk, minv[NS_BLOBS];
 		uint64_t off;
 
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
+		tu_xorshift(&x);
 		/* runs of sequential 16 KiB reads (readahead) and random
 		 * reads of 4 KiB .. 64 KiB */
 		first = (uint32_t)(x % (NS_BLOBS * 16 - 16));

@@ -1,5 +1,5 @@
 /* tests/test_engine_ckpt.c — checkpoints keep their working memory from one
- * to the next (engine/ckpt.c, struct ckpt_mem): the metadata growing and
+ * to the next (engine/log/ckpt.c, struct ckpt_mem): the metadata growing and
  * shrinking between checkpoints, and writers changing it while a checkpoint
  * sizes its snapshot, still give a checkpoint that reopens to exactly what
  * was written; the snapshot's lock hold is reported.  The snapshot copies
@@ -19,18 +19,12 @@
 #include <unistd.h>
 
 #include "coil.h"
-#include "engine/engine.h"
+#include "engine/log/ckpt.h"
+#include "engine/log/journal.h"
+#include "engine/store.h"
 #include "tests/engine_test_util.h"
 
 #define OBJ_LEN (8u << 20)
-
-static uint64_t rng_next(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
 
 /* 4 KiB writes at random 4 KiB offsets: each a blob and an extent of its
  * own, so the extent count (and the checkpoint) grows with the writes. */
@@ -39,10 +33,10 @@ static void scatter(coil_obj *h, uint8_t *model, unsigned n, uint64_t *rng)
 	uint8_t buf[4096];
 
 	for (unsigned i = 0; i < n; i++) {
-		uint64_t off = (rng_next(rng) % (OBJ_LEN / 4096)) * 4096;
+		uint64_t off = (tu_xorshift(rng) % (OBJ_LEN / 4096)) * 4096;
 
 		for (unsigned k = 0; k < sizeof(buf); k++)
-			buf[k] = (uint8_t)(rng_next(rng) >> 24);
+			buf[k] = (uint8_t)(tu_xorshift(rng) >> 24);
 		cr_assert_eq(coil_pwrite(h, buf, sizeof(buf), off), 4096);
 		memcpy(model + off, buf, sizeof(buf));
 	}
@@ -185,26 +179,26 @@ Test(engine_ckpt, checkpoints_while_writers_grow_the_map, .timeout = 180)
 static void mixed_write(coil_obj *h, uint8_t *model, uint64_t *rng)
 {
 	uint8_t buf[65536];
-	uint64_t r = rng_next(rng), off;
+	uint64_t r = tu_xorshift(rng), off;
 	uint32_t len;
 
 	switch (r % 4) {
 	case 0:
 		len = 4096;
-		off = (rng_next(rng) % (OBJ_LEN / len)) * len;
+		off = (tu_xorshift(rng) % (OBJ_LEN / len)) * len;
 		break;
 	case 3:
 		len = 1000;
-		off = rng_next(rng) % (OBJ_LEN - len);
+		off = tu_xorshift(rng) % (OBJ_LEN - len);
 		break;
 	default:
 		len = 65536;
-		off = (rng_next(rng) % (OBJ_LEN / len)) * len;
+		off = (tu_xorshift(rng) % (OBJ_LEN / len)) * len;
 		break;
 	}
 	for (uint32_t k = 0; k < len; k++)
 		buf[k] = r % 4 == 2 ? (uint8_t)(k / 512 + r) :
-				      (uint8_t)(rng_next(rng) >> 24);
+				      (uint8_t)(tu_xorshift(rng) >> 24);
 	cr_assert_eq(coil_pwrite(h, buf, len, off), (int64_t)len);
 	memcpy(model + off, buf, len);
 }

@@ -1,4 +1,4 @@
-/* tests/test_engine_clean_crash.c — issue 7: crashes in the middle of
+/* tests/test_engine_clean_crash.c — crashes in the middle of
  * cleaning lose nothing and never double-count space.
  *
  *   kill9_while_cleaning  a forked child overwrites 64 KiB blocks while a
@@ -27,7 +27,9 @@
 #include <unistd.h>
 
 #include "coil.h"
-#include "engine/engine.h"
+#include "engine/cleaner.h"
+#include "engine/place/segment.h"
+#include "engine/store.h"
 #include "tests/engine_test_util.h"
 #include "uring/uring_fault.h"
 
@@ -40,22 +42,6 @@ struct shared {
 	volatile uint64_t passes;
 	volatile int ready;
 };
-
-static double scale(void)
-{
-	const char *e = getenv("COIL_REL_SCALE");
-	double v = e ? atof(e) : 1.0;
-
-	return v > 0 ? v : 1.0;
-}
-
-static uint64_t rng(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
 
 static void block_fill(uint8_t *p, uint64_t blk, uint64_t ver)
 {
@@ -187,7 +173,7 @@ static void child_run(const char *path, const struct coil_options *o,
 		_exit(3);
 	sh->ready = 1;
 	for (;;) {
-		uint32_t b = (uint32_t)(rng(&seed) % NBLK);
+		uint32_t b = (uint32_t)(tu_xorshift(&seed) % NBLK);
 		uint64_t v = sh->submitted[b] + 1;
 
 		block_fill(buf, b, v);
@@ -205,7 +191,7 @@ Test(engine_clean_crash, kill9_while_cleaning, .timeout = 300)
 	struct shared *sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
 				 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	uint64_t seed = 0xc1ea11 ^ (uint64_t)time(NULL);
-	int cycles = (int)(16 * scale());
+	int cycles = (int)(16 * tu_scale());
 
 	cr_assert_neq(sh, MAP_FAILED);
 	memset((void *)sh, 0, sizeof(*sh));
@@ -213,7 +199,7 @@ Test(engine_clean_crash, kill9_while_cleaning, .timeout = 300)
 		cycles = 4;
 	make_store(path, sizeof(path), "cleankill", &o, sh);
 	for (int c = 0; c < cycles; c++) {
-		uint64_t r = rng(&seed);
+		uint64_t r = tu_xorshift(&seed);
 		pid_t pid;
 		int st;
 
@@ -249,14 +235,14 @@ Test(engine_clean_crash, powercut_while_cleaning, .timeout = 300)
 	struct shared *sh = calloc(1, sizeof(*sh));
 	uint8_t *buf = malloc(BLK);
 	uint64_t seed = 0x90c07 ^ (uint64_t)time(NULL);
-	int cycles = (int)(40 * scale()), in_pass = 0, relocated = 0;
+	int cycles = (int)(40 * tu_scale()), in_pass = 0, relocated = 0;
 
 	if (cycles < 8)
 		cycles = 8;
 	make_store(path, sizeof(path), "cleancut", &o, sh);
 	for (int c = 0; c < cycles; c++) {
 		struct uring_fault_spec spec;
-		uint64_t r = rng(&seed);
+		uint64_t r = tu_xorshift(&seed);
 		coil_store *s;
 		coil_obj *h;
 
@@ -264,7 +250,7 @@ Test(engine_clean_crash, powercut_while_cleaning, .timeout = 300)
 		cr_assert_eq(coil_obj_open(s, "data", 0, &h), 0);
 		/* Scatter dead space, then make it durable. */
 		for (int k = 0; k < 96; k++) {
-			uint32_t b = (uint32_t)(rng(&seed) % NBLK);
+			uint32_t b = (uint32_t)(tu_xorshift(&seed) % NBLK);
 			uint64_t v = sh->submitted[b] + 1;
 
 			int64_t wr;

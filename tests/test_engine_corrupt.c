@@ -155,7 +155,7 @@ static void flip_region(const char *what, uint64_t lo, uint64_t hi, int iters,
 	int opened = 0, failed = 0, eio = 0;
 
 	for (int i = 0; i < iters; i++) {
-		seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
+		tu_xorshift(&seed);
 		uint64_t off = lo + seed % (hi - lo);
 		uint8_t x = (uint8_t)(1u << ((seed >> 40) % 8));
 		flip_at(off, x);

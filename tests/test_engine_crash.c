@@ -29,11 +29,7 @@
 /* @base cycles times COIL_REL_SCALE (default 1), at least @base / 8. */
 static int scaled(int base)
 {
-	const char *e = getenv("COIL_REL_SCALE");
-	double f = e ? strtod(e, NULL) : 1.0;
-	int n = (int)(base * (f > 0 ? f : 1.0) + 0.5);
-
-	return n < base / 8 ? base / 8 : n;
+	return (int)tu_scaled((uint64_t)base, (uint64_t)base / 8);
 }
 
 #define SLOTS 8
@@ -45,14 +41,6 @@ struct shared {
 	volatile uint64_t durable[SLOTS];
 	volatile int ready;
 };
-
-static uint64_t rng(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
 
 /* Record content: version in every 8-byte word (with the word index), in a
  * compressible layout for even versions and a scrambled one for odd. */
@@ -127,7 +115,7 @@ static int64_t write_loop(coil_store *s, struct writer *w, uint64_t *seed,
 		args[i].slot = i;
 	}
 	for (int r = 0; rounds == 0 || r < rounds; r++) {
-		int i = (int)(rng(seed) % SLOTS);
+		int i = (int)(tu_xorshift(seed) % SLOTS);
 		int64_t rc;
 
 		pthread_mutex_lock(&w->mu);
@@ -287,7 +275,7 @@ Test(engine_crash, kill9_cycles, .timeout = 600)
 		}
 		/* Kill at a random moment: a third of the time early enough
 		 * to land inside recovery or the open checkpoint. */
-		uint64_t r = rng(&seed);
+		uint64_t r = tu_xorshift(&seed);
 		useconds_t us = (r % 3 == 0) ? (useconds_t)(r % 3000)
 					     : (useconds_t)(5000 + r % 60000);
 		usleep(us);
@@ -319,7 +307,7 @@ Test(engine_crash, powercut_cycles, .timeout = 900)
 		struct writer w;
 		coil_store *s;
 		coil_obj *h;
-		uint64_t r = rng(&seed);
+		uint64_t r = tu_xorshift(&seed);
 
 		memset(&spec, 0, sizeof(spec));
 		spec.record = true;
@@ -373,7 +361,7 @@ Test(engine_crash, powercut_sync_writes, .timeout = 600)
 		struct writer w;
 		coil_store *s;
 		coil_obj *h;
-		uint64_t r = rng(&seed);
+		uint64_t r = tu_xorshift(&seed);
 
 		memset(&spec, 0, sizeof(spec));
 		spec.record = true;

@@ -6,9 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/blob.h"
-#include "engine/extmap.h"
+#include "engine/place/blob.h"
+#include "engine/place/extmap.h"
 #include "format/format.h"
+#include "tests/test_util.h"
 
 #define SPAN 200000u
 
@@ -77,7 +78,7 @@ Test(engine_extmap, random_shadowing_vs_model, .timeout = 60)
 	extmap_init(&m, NULL);
 	dropped = 0;
 	for (int op = 0; op < 6000; op++) {
-		x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+		tu_xorshift(&x);
 		uint32_t len = 1 + (uint32_t)(x % ((op % 7 == 0) ? 20000 : 900));
 		uint64_t off = (x >> 24) % (SPAN - len);
 		if (x % 11 == 0) {

@@ -7,7 +7,8 @@
 #include <string.h>
 
 #include "coil.h"
-#include "engine/engine.h"
+#include "engine/place/segment.h"
+#include "engine/store.h"
 #include "tests/engine_test_util.h"
 
 #define NOBJ 3
@@ -19,14 +20,6 @@ struct model {
 	int exists[NOBJ];
 };
 
-static uint64_t rnd(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
-
 static void name_of(char *b, int i)
 {
 	sprintf(b, "obj/%d", i);
@@ -37,7 +30,7 @@ static void check_all(coil_store *s, struct model *m, coil_obj **h)
 	uint8_t *rd = malloc(OBJ_MAX);
 	uint32_t bad = 0;
 
-	/* Live bytes per segment are exact (issue 7 builds on them). */
+	/* Live bytes per segment are exact (the cleaner picks victims by them). */
 	cr_assert_eq(seg_verify_accounting(s, &bad), 0, "segment %u live bytes", bad);
 
 	for (int i = 0; i < NOBJ; i++) {
@@ -100,8 +93,8 @@ static void run_model(const char *tag, const char *comp, uint32_t max_blob,
 	open_all(s, &m, h);
 
 	for (int op = 0; op < nops; op++) {
-		int i = (int)(rnd(&x) % NOBJ);
-		unsigned kind = (unsigned)(rnd(&x) % 100);
+		int i = (int)(tu_xorshift(&x) % NOBJ);
+		unsigned kind = (unsigned)(tu_xorshift(&x) % 100);
 
 		name_of(name, i);
 		if (!m.exists[i]) {
@@ -116,30 +109,30 @@ static void run_model(const char *tag, const char *comp, uint32_t max_blob,
 			/* write: sizes from 1 byte to several blobs, offsets
 			 * aligned, blob aligned, or anywhere */
 			uint64_t len, off;
-			unsigned shape = (unsigned)(rnd(&x) % 4);
+			unsigned shape = (unsigned)(tu_xorshift(&x) % 4);
 			if (shape == 0)
-				len = 1 + rnd(&x) % 64;
+				len = 1 + tu_xorshift(&x) % 64;
 			else if (shape == 1)
-				len = 4096 * (1 + rnd(&x) % 8);
+				len = 4096 * (1 + tu_xorshift(&x) % 8);
 			else if (shape == 2)
-				len = 1 + rnd(&x) % (4 * max_blob);
+				len = 1 + tu_xorshift(&x) % (4 * max_blob);
 			else
-				len = max_blob * (1 + rnd(&x) % 4);
+				len = max_blob * (1 + tu_xorshift(&x) % 4);
 			if (len > OBJ_MAX / 2)
 				len = OBJ_MAX / 2;
-			off = rnd(&x) % (OBJ_MAX - len);
-			if (rnd(&x) % 3 == 0)
+			off = tu_xorshift(&x) % (OBJ_MAX - len);
+			if (tu_xorshift(&x) % 3 == 0)
 				off = off / 4096 * 4096;
-			else if (rnd(&x) % 3 == 0)
+			else if (tu_xorshift(&x) % 3 == 0)
 				off = off / max_blob * max_blob;
-			et_fill(buf, len, rnd(&x), (int)(rnd(&x) % 2));
+			et_fill(buf, len, tu_xorshift(&x), (int)(tu_xorshift(&x) % 2));
 			cr_assert_eq(coil_pwrite(h[i], buf, len, off), (int64_t)len);
 			memcpy(m.data[i] + off, buf, len);
 			if (off + len > m.size[i])
 				m.size[i] = off + len;
 		} else if (kind < 85) {
-			uint64_t off = rnd(&x) % (m.size[i] + 8192);
-			uint64_t len = 1 + rnd(&x) % (3 * max_blob);
+			uint64_t off = tu_xorshift(&x) % (m.size[i] + 8192);
+			uint64_t len = 1 + tu_xorshift(&x) % (3 * max_blob);
 			int64_t want = off >= m.size[i] ? 0 :
 				(int64_t)(len < m.size[i] - off ? len : m.size[i] - off);
 			cr_assert_eq(coil_pread(h[i], rd, len, off), want,
@@ -149,7 +142,7 @@ static void run_model(const char *tag, const char *comp, uint32_t max_blob,
 				  "read at %lu len %lu differs (op %d)",
 				  (unsigned long)off, (unsigned long)len, op);
 		} else if (kind < 93) {
-			uint64_t ns = rnd(&x) % (m.size[i] + 100000);
+			uint64_t ns = tu_xorshift(&x) % (m.size[i] + 100000);
 			if (ns > OBJ_MAX)
 				ns = OBJ_MAX;
 			cr_assert_eq(coil_obj_truncate(h[i], ns), 0);

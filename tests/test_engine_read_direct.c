@@ -15,6 +15,7 @@
 #include "coil.h"
 #include "engine_test_util.h"
 #include "uring/uring_fault.h"
+#include "tests/test_util.h"
 
 #define BLOB 65536u
 
@@ -232,16 +233,14 @@ static int blob_check(const uint8_t *p, uint32_t b, uint32_t min_ver)
 static void *rc_writer(void *arg)
 {
 	uint8_t *buf = malloc(BLOB);
-	uint32_t x = (uint32_t)(uintptr_t)arg * 2654435761u + 1;
+	uint64_t x = (uint32_t)(uintptr_t)arg * 2654435761u + 1;
 	coil_obj *h;
 
 	cr_assert_eq(coil_obj_open(rc_s, "v", 0, &h), 0);
 	while (!atomic_load(&rc_stop)) {
 		uint32_t b, ver;
 
-		x ^= x << 13;
-		x ^= x >> 17;
-		x ^= x << 5;
+		tu_xorshift(&x);
 		b = x % NB;
 		/* one writer per blob parity: versions of a blob only grow */
 		b = (b & ~1u) | ((uint32_t)(uintptr_t)arg & 1u);

@@ -1,5 +1,5 @@
 /* tests/test_engine_read_join.c — the blobs of one read that lie together on
- * the device are fetched by one device read (engine/read.c, read_groups):
+ * the device are fetched by one device read (engine/io/read.c, read_groups):
  * how many reads a request costs, that bytes are exact for compressed, raw
  * and partly wanted blobs, that a blob elsewhere (overwritten later) starts
  * another read, and that a corrupt or failed blob fails exactly the reads
@@ -152,9 +152,7 @@ Test(engine_read_join, a_corrupt_blob_fails_the_reads_that_include_it,
 		uint8_t b;
 		bool bad[2 * MIB / BLOB];
 
-		seed ^= seed << 13;
-		seed ^= seed >> 7;
-		seed ^= seed << 17;
+		tu_xorshift(&seed);
 		/* the object's stored bytes: about 1 MiB from the data start */
 		off = sb.data_off + FMT_BLOCK + seed % MIB;
 		cr_assert_eq(pread(fd, &b, 1, (off_t)off), 1);

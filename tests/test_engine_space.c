@@ -1,4 +1,4 @@
-/* tests/test_engine_space.c — issue 7: space accounting, the cleaner, the
+/* tests/test_engine_space.c — space accounting, the cleaner, the
  * reserve and -ENOSPC.
  *
  *   fill_enospc        fill a 64 MiB store until -ENOSPC; every completed
@@ -39,24 +39,10 @@
 #include <unistd.h>
 
 #include "coil.h"
-#include "engine/engine.h"
+#include "engine/cleaner.h"
+#include "engine/log/ckpt.h"
+#include "engine/store.h"
 #include "tests/engine_test_util.h"
-
-static double scale(void)
-{
-	const char *e = getenv("COIL_REL_SCALE");
-	double v = e ? atof(e) : 1.0;
-
-	return v > 0 ? v : 1.0;
-}
-
-static uint64_t rng(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
 
 /* A 64 KiB block's content for (block, version): cheap to regenerate. */
 static void block_fill(uint8_t *p, size_t n, uint64_t blk, uint64_t ver)
@@ -224,7 +210,7 @@ static void check_object(coil_obj *h, const uint64_t *ver, uint32_t nblk)
 Test(engine_space, sustained_overwrite, .timeout = 300)
 {
 	const uint32_t nblk = (24u << 20) / BLK, npiece = nblk / PIECE_BLKS;
-	int rounds = (int)(40 * scale());
+	int rounds = (int)(40 * tu_scale());
 	char path[256];
 	struct coil_options o;
 	coil_store *s;
@@ -246,7 +232,7 @@ Test(engine_space, sustained_overwrite, .timeout = 300)
 		perm[p] = p;
 	for (int r = 0; r < rounds; r++) {
 		for (uint32_t p = npiece - 1; p > 0; p--) {
-			uint32_t j = (uint32_t)(rng(&x) % (p + 1)), t = perm[p];
+			uint32_t j = (uint32_t)(tu_xorshift(&x) % (p + 1)), t = perm[p];
 			perm[p] = perm[j];
 			perm[j] = t;
 		}
@@ -342,7 +328,7 @@ static void check_units(coil_obj *h, const uint64_t *ver, uint32_t nunit)
 Test(engine_space, cas_race, .timeout = 120)
 {
 	const uint32_t nunit = 128;
-	int rounds = (int)(30 * scale());
+	int rounds = (int)(30 * tu_scale());
 	char path[256];
 	struct coil_options o;
 	struct racer rc = { 0 };
@@ -369,9 +355,9 @@ Test(engine_space, cas_race, .timeout = 120)
 	cr_assert_eq(pthread_create(&th, NULL, race_cleaner, &rc), 0);
 	for (int r = 0; r < rounds; r++) {
 		for (uint32_t k = 0; k < nunit / 4; k++) {
-			uint32_t u = (uint32_t)(rng(&x) % nunit);
+			uint32_t u = (uint32_t)(tu_xorshift(&x) % nunit);
 
-			if ((rng(&x) & 1) && u + 1 < nunit && u % 2 == 0) {
+			if ((tu_xorshift(&x) & 1) && u + 1 < nunit && u % 2 == 0) {
 				/* a whole 64 KiB block: two units */
 				block_fill(buf, HALF, u, ver[u] + 1);
 				block_fill(buf + HALF, HALF, u + 1,
@@ -559,7 +545,7 @@ Test(engine_space, small_blobs_zstd, .timeout = 120)
 	const size_t size = 4u << 20;
 	/* at least 1000: fewer leave no sparse segment for the cleaner to
 	 * relocate from, and the test asserts it relocated */
-	int ops = COIL_MAX((int)(3000 * scale()), 1000);
+	int ops = COIL_MAX((int)(3000 * tu_scale()), 1000);
 	char path[256];
 	struct coil_options o;
 	coil_store *s;
@@ -573,10 +559,10 @@ Test(engine_space, small_blobs_zstd, .timeout = 120)
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	cr_assert_eq(coil_obj_open(s, "p", COIL_CREATE, &h), 0);
 	for (int i = 0; i < ops; i++) {
-		size_t len = 1 + rng(&x) % 12000;
-		uint64_t off = rng(&x) % (size - len);
+		size_t len = 1 + tu_xorshift(&x) % 12000;
+		uint64_t off = tu_xorshift(&x) % (size - len);
 
-		et_fill(buf, len, rng(&x), 1);
+		et_fill(buf, len, tu_xorshift(&x), 1);
 		cr_assert_eq(coil_pwrite(h, buf, len, off), (int64_t)len);
 		memcpy(model + off, buf, len);
 		end = off + len > end ? off + len : end;

@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include "format/format.h"
+#include "tests/test_util.h"
 
 static ZSTD_CCtx *cctx;
 static ZSTD_DCtx *dctx;
@@ -34,10 +35,7 @@ TestSuite(format_blob, .init = setup, .fini = teardown);
 static uint64_t rng = 0x853c49e6748fea9bull;
 static uint32_t rnd(void)
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (uint32_t)(rng >> 11);
+	return (uint32_t)(tu_xorshift(&rng) >> 11);
 }
 
 static void fill_random(uint8_t *p, size_t n)
@@ -334,9 +332,7 @@ Test(format_blob, csum_is_xxh3_on_every_path)
 	/* XXH3_64bits("") is 0x2D06800538D394C2 (xxHash's own test vector) */
 	cr_assert_eq(fmt_csum(src, 0), 0x2D06800538D394C2ull);
 	for (size_t i = 0; i < FMT_BLOB_MAX + 8192; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
+		tu_xorshift(&x);
 		src[i] = (uint8_t)x;
 	}
 	for (size_t len = 0; len <= 4200; len++)

@@ -14,6 +14,7 @@
 
 #include "common/common.h"
 #include "pool/pool.h"
+#include "tests/test_util.h"
 
 static struct pool *mk(unsigned workers, unsigned qf, unsigned mode)
 {
@@ -43,15 +44,6 @@ static void gate_open(int *gate)
 	__atomic_store_n(gate, 1, __ATOMIC_RELEASE);
 }
 
-/* xorshift: deterministic "random" durations per test. */
-static uint32_t rnd(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return (uint32_t)*s;
-}
-
 Test(pool, ordinal_order_under_random_durations)
 {
 	enum { R = 6, N = 24 };
@@ -63,7 +55,7 @@ Test(pool, ordinal_order_under_random_durations)
 
 	for (int r = 0; r < R; r++) {
 		for (int i = 0; i < N; i++)
-			test_task(&t[r][i], (uint64_t)r * 1000 + i, rnd(&seed) % 400, 0, 0);
+			test_task(&t[r][i], (uint64_t)r * 1000 + i, (uint32_t)tu_xorshift(&seed) % 400, 0, 0);
 		cr_assert_eq(pool_submit(p, &req[r], t[r], N, NULL, NULL, 0), 0);
 	}
 	for (int r = 0; r < R; r++) {
@@ -99,11 +91,11 @@ static void *submitter(void *a_)
 	uint64_t seed = 0x1234567ull + (uint64_t)a->id * 7919;
 
 	for (int k = 0; k < 12; k++) {
-		unsigned n = 1 + rnd(&seed) % 8;
+		unsigned n = 1 + (uint32_t)tu_xorshift(&seed) % 8;
 
 		for (unsigned i = 0; i < n; i++)
 			test_task(&t[i], (uint64_t)a->id << 32 | (uint64_t)k << 8 | i,
-				  rnd(&seed) % 150, 0, 0);
+				  (uint32_t)tu_xorshift(&seed) % 150, 0, 0);
 		if (pool_submit(a->p, &r, t, n, NULL, NULL, 0) != 0 || pool_join(&r) != 0) {
 			a->failures++;
 			continue;
@@ -638,12 +630,12 @@ static void *mixer(void *a_)
 	uint64_t seed = 0xabcdefull * (uint64_t)(a->id + 1);
 
 	for (int k = 0; k < 60; k++) {
-		unsigned n = 1 + rnd(&seed) % 12;
-		unsigned how = rnd(&seed) % 3;	/* 0 join, 1 nonblock+join, 2 callback */
+		unsigned n = 1 + (uint32_t)tu_xorshift(&seed) % 12;
+		unsigned how = (uint32_t)tu_xorshift(&seed) % 3;	/* 0 join, 1 nonblock+join, 2 callback */
 		int rc;
 
 		for (unsigned i = 0; i < n; i++)
-			test_task(&t[i], (uint64_t)k * 100 + i, 0, rnd(&seed) % 40, 0);
+			test_task(&t[i], (uint64_t)k * 100 + i, 0, (uint32_t)tu_xorshift(&seed) % 40, 0);
 		atomic_store(&a->cb_done, 0);
 		rc = pool_submit(a->p, &r, t, n, how == 2 ? mix_cb : NULL, a,
 				 how == 1 ? POOL_NONBLOCK : 0);

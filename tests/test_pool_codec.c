@@ -11,6 +11,7 @@
 #include "common/common.h"
 #include "format/format.h"
 #include "pool/pool.h"
+#include "tests/test_util.h"
 
 enum { CHUNKS = 24, CHUNK = 65536 };
 
@@ -33,7 +34,7 @@ static void corpus_make(void)
 
 		if (c % 5 == 3) {	/* incompressible */
 			for (; off < CHUNK; off++) {
-				s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+				tu_xorshift(&s);
 				p[off] = (uint8_t)s;
 			}
 			continue;
@@ -41,7 +42,7 @@ static void corpus_make(void)
 		while (off < CHUNK) {
 			const char *w;
 
-			s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+			tu_xorshift(&s);
 			w = words[s % COIL_ARRAY_LEN(words)];
 			for (; *w && off < CHUNK; w++)
 				p[off++] = (uint8_t)*w;

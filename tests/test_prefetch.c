@@ -1,5 +1,5 @@
-/* test_prefetch.c — the admission state machine: every test of seed 004
- * translated, then the lifecycle edges coil adds (exact errors, bounded unit
+/* test_prefetch.c — the admission state machine: one test per rule of its
+ * admission contract, then the lifecycle edges coil adds (exact errors, bounded unit
  * table, deterministic failure order, cancellation fencing). */
 #include <errno.h>
 #include <criterion/criterion.h>

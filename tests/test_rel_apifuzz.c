@@ -1,5 +1,6 @@
 /* test_rel_apifuzz: random sequences of API calls against an in-memory
- * model, with power cuts mixed in (issue 10, row 5, second half).
+ * model, with power cuts mixed in (docs/reliability.md, row 5, second
+ * half).
  *
  * Ops: create (with and without EXCL), write (random offset and length,
  * holes, extensions), read (compared byte for byte: I3), truncate (shrink

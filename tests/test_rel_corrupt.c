@@ -1,6 +1,6 @@
 /* test_rel_corrupt: byte flips, zeroed sectors and stale (older-version)
  * blocks in the data area, the journal, the checkpoints and the superblocks
- * (issue 10, row 4).  The count that matters: 0 wrong bytes.
+ * (docs/reliability.md, row 4).  The count that matters: 0 wrong bytes.
  *
  * Three images of one store are made: OLD (version 1 of every slot, closed),
  * CLEAN (later versions, closed: everything in the checkpoint) and UNCLEAN

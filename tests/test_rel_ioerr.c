@@ -1,6 +1,6 @@
 /* test_rel_ioerr: the Nth I/O fails — once, and from then on — with EIO or
  * ENOSPC, comes back short, or completes -EAGAIN; in a live session and
- * during recovery (issue 10, row 3).
+ * during recovery (docs/reliability.md, row 3).
  *
  * A dry run of a scripted session counts its ring ops N; then the session
  * is repeated for every n in 1..N and every fault kind.  Expected:

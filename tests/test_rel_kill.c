@@ -1,5 +1,5 @@
 /* test_rel_kill: kill -9 of a multi-threaded writer at random moments, on a
- * real file (issue 10, row 1).
+ * real file (docs/reliability.md, row 1).
  *
  * A forked child opens the store (recovering what the previous child left)
  * and runs three writer threads, each owning a third of the slots, writing
@@ -9,7 +9,7 @@
  * child records in shared memory which version of each slot it submitted
  * and which completed, so after the kill the parent checks: the store opens
  * (I4), every slot holds exactly one version (I2, I3) and no completed write
- * is lost (I1; coil's contract is stronger than the issue's: a completed
+ * is lost (I1; coil's contract is stronger than the table's: a completed
  * write survives kill -9, flushed or not).  Every third cycle the parent
  * does not check, so the next child's open is itself a recovery that may be
  * killed. */

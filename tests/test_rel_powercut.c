@@ -1,5 +1,6 @@
 /* test_rel_powercut: simulated power cuts at every flush point of a scripted
- * workload, in each of the seam's three modes (issue 10, row 2).
+ * workload, in each of the seam's three modes (docs/reliability.md,
+ * row 2).
  *
  * A workload (seeded) writes whole versions of slots and syncs every few
  * writes.  A dry run first shows how many fsyncs the session issues (open's

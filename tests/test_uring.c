@@ -206,7 +206,7 @@ Test(uring, rw_direct_fixed_and_plain)
 	close(fd);
 }
 
-/* issue 9: caller regions (uring_opts.xreg) go out as READ/WRITE_FIXED, at
+/* Caller regions (uring_opts.xreg) go out as READ/WRITE_FIXED, at
  * any offset inside them, and round-trip exactly; a bad region is -EINVAL. */
 Test(uring, caller_regions_are_fixed)
 {

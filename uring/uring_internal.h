@@ -108,7 +108,7 @@ struct uring {
 	unsigned nbufs;
 	uint32_t *buf_next;      /* free-list links (index + 1, 0 = end) */
 	_Atomic uint64_t buf_head; /* (tag << 32) | (index + 1); ABA-safe */
-	/* issue 9: caller regions registered after the pool (buffer index
+	/* caller regions registered after the pool (buffer index
 	 * nbufs + i); xreg_ok once registration succeeded */
 	unsigned nxreg;
 	uint8_t *xreg_base[URING_XREG_MAX];

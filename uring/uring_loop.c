@@ -207,7 +207,7 @@ static void wake_arm(struct uring *r)
 	r->efd_armed = true;
 }
 
-/* issue 9: the index of the caller region holding [p, p+n), or -1 */
+/* the index of the caller region holding [p, p+n), or -1 */
 static int xreg_find(const struct uring *r, const uint8_t *p, uint32_t n)
 {
 	if (!r->xreg_ok)

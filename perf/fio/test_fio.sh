@@ -27,7 +27,7 @@ ok() { echo "ok   $1"; pass=$((pass + 1)); }
 bad() { echo "FAIL $1"; [ -f "$W/out" ] && tail -n 25 "$W/out"; fail=$((fail + 1)); }
 run() { fio --ioengine=external:"$PLUGIN" "$@" >"$W/out" 2>&1; }
 
-# 1. every option of issue 9 is known to fio.  (fio 3.33's --enghelp does
+# 1. every option of the ioengine is known to fio.  (fio 3.33's --enghelp does
 # not strip the "external:" prefix; it takes the plain path.)
 fio --enghelp="$PLUGIN" >"$W/out" 2>&1
 miss=

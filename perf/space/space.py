@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""issue 7 benchmark: sustained 4 KiB random writes (QD32) on a 1 GiB
+"""The space benchmark: sustained 4 KiB random writes (QD32) on a 1 GiB
 object in a 3 GiB coil store — where the cleaner must run to keep up —
 next to fio's io_uring engine on a plain 1 GiB O_DIRECT file, same job,
 same run, alternating (ABBA), repeated; medians and coil/io_uring ratios

@@ -190,7 +190,7 @@ def main():
                      'disk_bytes': med(coil, 'disk_bytes')},
             'runs': runs,
         }
-        # speed: >1 means coil is faster; the target is >= 0.7.
+        # speed: >1 means coil is faster; the target is >= 0.7 (docs/benchmarks.md).
         c['speed_ratio'] = c['default']['wall_s'] / c['coil']['wall_s']
         paired = [p['wall_s'] / q['wall_s'] for p, q in zip(plain, coil)]
         c['speed_ratio_paired_median'] = statistics.median(paired)

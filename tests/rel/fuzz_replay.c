@@ -1,5 +1,6 @@
 /* tests/rel/fuzz_replay.c — every fuzz target on its corpus plus a short
- * run, in the ordinary test build (issue 10, row 5, first half).
+ * run, in the ordinary test build (docs/reliability.md, row 5, first
+ * half).
  *
  * Linked once per target with that target's LLVMFuzzerTestOneInput (meson
  * makes one test binary per entry of coil_fuzzers), so it needs neither

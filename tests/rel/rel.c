@@ -12,6 +12,7 @@
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
+#include "tests/test_util.h"
 
 #ifndef TMPFS_MAGIC
 #define TMPFS_MAGIC 0x01021994
@@ -54,21 +55,12 @@ uint64_t rel_seed(void)
 
 double rel_scale(void)
 {
-	const char *e = getenv("COIL_REL_SCALE");
-	double v;
-
-	if (!e || !*e)
-		return 1.0;
-	v = strtod(e, NULL);
-	return v > 0 ? v : 1.0;
+	return tu_scale();
 }
 
 uint64_t rel_scaled(uint64_t base, uint64_t min)
 {
-	double v = (double)base * rel_scale() + 0.5;
-	uint64_t n = (uint64_t)v;
-
-	return n < min ? min : n;
+	return tu_scaled(base, min);
 }
 
 void rel_announce(const char *test, uint64_t seed)
@@ -120,9 +112,7 @@ void rel_fill(uint8_t *p, size_t len, uint64_t seed, uint32_t key,
 		}
 		if (rnd) {
 			for (; i + 8 <= n; i += 8) {
-				x ^= x << 13;
-				x ^= x >> 7;
-				x ^= x << 17;
+				tu_xorshift(&x);
 				memcpy(q + i, &x, 8);
 			}
 			for (; i < n; i++)

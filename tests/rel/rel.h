@@ -1,4 +1,5 @@
-/* tests/rel/rel.h — shared pieces of the reliability suite (issue 10).
+/* tests/rel/rel.h — shared pieces of the reliability suite
+ * (docs/reliability.md).
  *
  * Every test of the suite derives its data from (seed, key, version), so no
  * copy of what was written is needed to check what comes back: rel_ident()
@@ -12,7 +13,7 @@
  *   COIL_REL_SCALE  multiplies every count (default 1; e.g. 0.3 for the
  *                   ASan pass, 20 for a soak)
  *
- * Each test prints one line per table row of the issue:
+ * Each test prints one line per row of the table in docs/reliability.md:
  *   rel: <row> <unit>=<count> violations=<n> seed=0x...
  */
 #ifndef COIL_TESTS_REL_H

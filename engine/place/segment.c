@@ -1,16 +1,25 @@
-/* engine/segment.c — the data area: segment states, live bytes, and placing
+/* engine/place/segment.c — the data area: segment states, live bytes, and placing
  * a write's encoded blobs into the active segment.
  *
  * Live bytes count the logical bytes extent maps reference in a segment (an
  * extent split by an overwrite keeps exact sums).  A sealed segment with no
  * live bytes and no write in flight becomes PENDING: it is reused only after
  * the next checkpoint is durable, because until then the journal may still
- * hold records whose replay must find (and verify) those blobs. */
+ * hold records whose replay must find (and verify) those blobs.
+ *
+ * The allocator calls nothing above it: the checkpoint, the cleaner and the
+ * cache are told what happened through the report seg_place_write returns
+ * (SEG_REPORT_*), and their caller decides (io/wreq.c, io/write.c). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine.h"
+#include "engine/io/wreq.h"
+#include "engine/place/bufpool.h"
+#include "engine/place/dev.h"
+#include "engine/place/object.h"
+#include "engine/place/segment.h"
+#include "engine/store.h"
 
 uint32_t seg_of(const struct coil_store *s, uint64_t dev_off)
 {
@@ -40,7 +49,6 @@ void seg_drop_live(void *arg, struct blobd *b, uint32_t len)
 
 	COIL_ASSERT(idx < s->nseg);
 	COIL_ASSERT(s->segs[idx].live >= len);
-	bcache_drop_blob(s, b, len, s->segs[idx].gen); /* issue 8 */
 	s->segs[idx].live -= len;
 	seg_maybe_pending(s, idx);
 }
@@ -81,7 +89,7 @@ static void seg_write_header(struct coil_store *s, uint32_t idx)
 	stat_add(&s->st.dev_bytes_written, FMT_BLOCK);
 }
 
-static int seg_open_next(struct coil_store *s)
+static int seg_open_next(struct coil_store *s, unsigned *rep)
 {
 	uint32_t pending = 0;
 
@@ -99,8 +107,7 @@ static int seg_open_next(struct coil_store *s)
 		if (g->state != SEG_FREE)
 			continue;
 		g->state = SEG_ACTIVE;
-		g->gen++;
-		bcache_invalidate_seg(s, i); /* issue 8: old tenant's bytes */
+		g->gen++; /* the old tenant's cache keys die with it */
 		g->live = 0;
 		s->active = i;
 		s->active_head = FMT_BLOCK;
@@ -108,22 +115,22 @@ static int seg_open_next(struct coil_store *s)
 		s->free_segs--;
 		seg_write_header(s, i);
 		/* Keep a quarter of the segments free: pending ones come back
-		 * only through a checkpoint. */
-		if (s->free_segs < s->nseg / 4 && !s->cl)
-			ckpt_trigger(s);
-		else if (s->cl)
-			cleaner_kick(s); /* issue 7: its passes checkpoint */
+		 * only through a checkpoint (the policy above decides who
+		 * takes it: the cleaner's passes, or wreq_place). */
+		*rep |= SEG_REPORT_OPENED;
+		if (s->free_segs < s->nseg / 4)
+			*rep |= SEG_REPORT_LOW;
 		return 0;
 	}
 	if (pending)
-		ckpt_trigger(s);
+		*rep |= SEG_REPORT_PENDING;
 	return -ENOSPC;
 }
 
 /* Close the run [start, p) of the batch at device offset dev: pad to BLOCK
  * and describe its write. */
 static int run_close(struct coil_store *s, struct wreq *w, size_t start,
-		     size_t *p, uint64_t dev)
+		     size_t *p, uint64_t dev, bool *fresh)
 {
 	size_t len = COIL_ALIGN_UP(*p - start, FMT_BLOCK);
 	struct wrun *r;
@@ -140,6 +147,8 @@ static int run_close(struct coil_store *s, struct wreq *w, size_t start,
 	r = &w->runs[w->nruns++];
 	r->w = w;
 	r->seg = s->active;
+	r->seg_fresh = *fresh;
+	*fresh = false;
 	uring_io_prep(&r->io, URING_OP_WRITE, w->batch + start, (uint32_t)len,
 		      dev, NULL, r);
 	s->active_head = dev + len - seg_base(s, s->active);
@@ -148,12 +157,15 @@ static int run_close(struct coil_store *s, struct wreq *w, size_t start,
 	return 0;
 }
 
-/* Bytes of batch the free space can surely take: each segment loses at
- * most one blob's worth at its end to a blob that does not fit. */
+uint64_t seg_bytes_per_free(const struct coil_store *s)
+{
+	return s->sb.segment_size - FMT_BLOCK - (s->max_blob + FMT_BLOCK);
+}
+
+/* Bytes of batch the free space can surely take. */
 static uint64_t seg_capacity(const struct coil_store *s)
 {
-	uint64_t per = s->sb.segment_size - FMT_BLOCK - (s->max_blob + FMT_BLOCK);
-	uint64_t cap = (uint64_t)s->free_segs * per;
+	uint64_t cap = (uint64_t)s->free_segs * seg_bytes_per_free(s);
 
 	if (s->active != UINT32_MAX &&
 	    s->active_head + s->max_blob + FMT_BLOCK < s->sb.segment_size)
@@ -161,35 +173,33 @@ static uint64_t seg_capacity(const struct coil_store *s)
 	return cap;
 }
 
-int seg_place_write(struct coil_store *s, struct wreq *w)
+int seg_room_check(struct coil_store *s, struct wreq *w, uint64_t keep,
+		   unsigned *rep)
 {
-	size_t p = 0, start = 0;
-	uint64_t run_dev = 0;
-	bool open = false;
-	int rc = 0;
+	uint64_t cap = seg_capacity(s);
 
-	w->nruns = 0;
 	w->space_pending = false;
-	w->ckpt_res = 0;
-	pthread_mutex_lock(&s->mlock);
 	/* Refuse before touching the batch (placement packs it in place, so
 	 * a write cannot be placed twice): a caller that sees -ENOSPC with
 	 * space_pending may wait for the checkpoint that frees the PENDING
 	 * segments and try again. */
-	/* issue 7: the last free segments are the cleaner's reserve */
-	if (w->batch_len > cleaner_write_cap(s, w, seg_capacity(s))) {
-		for (uint32_t i = 0; i < s->nseg && !w->space_pending; i++)
-			w->space_pending = s->segs[i].state == SEG_PENDING;
-		pthread_mutex_unlock(&s->mlock);
-		if (w->space_pending)
-			ckpt_trigger(s);
-		return -ENOSPC;
-	}
-	rc = ckpt_reserve_write(s, w);
-	if (rc < 0) {
-		pthread_mutex_unlock(&s->mlock);
-		return rc;
-	}
+	if (w->batch_len <= (cap > keep ? cap - keep : 0))
+		return 0;
+	for (uint32_t i = 0; i < s->nseg && !w->space_pending; i++)
+		w->space_pending = s->segs[i].state == SEG_PENDING;
+	if (w->space_pending)
+		*rep |= SEG_REPORT_PENDING;
+	return -ENOSPC;
+}
+
+int seg_place_write(struct coil_store *s, struct wreq *w, unsigned *rep)
+{
+	size_t p = 0, start = 0;
+	uint64_t run_dev = 0;
+	bool open = false, fresh = false;
+	int rc = 0;
+
+	w->nruns = 0;
 	for (uint32_t k = 0; k < w->nblobs; k++) {
 		struct fmt_blob *fb = &w->fb[k];
 		bool raw = fb->codec == FMT_CODEC_RAW;
@@ -200,9 +210,10 @@ int seg_place_write(struct coil_store *s, struct wreq *w)
 			if (!open) {
 				if (s->active == UINT32_MAX ||
 				    s->active_head + FMT_BLOCK > s->sb.segment_size) {
-					rc = seg_open_next(s);
+					rc = seg_open_next(s, rep);
 					if (rc < 0)
 						goto fail;
+					fresh = true;
 				}
 				start = p; /* aligned: runs end padded */
 				run_dev = seg_base(s, s->active) + s->active_head;
@@ -215,7 +226,7 @@ int seg_place_write(struct coil_store *s, struct wreq *w)
 			COIL_ASSERT(attempt == 0);
 			/* Does not fit: finish this run, seal the segment. */
 			if (p > start) {
-				rc = run_close(s, w, start, &p, run_dev);
+				rc = run_close(s, w, start, &p, run_dev, &fresh);
 				if (rc < 0)
 					goto fail;
 			}
@@ -230,17 +241,15 @@ int seg_place_write(struct coil_store *s, struct wreq *w)
 		p = q + fb->stored_len;
 	}
 	if (open && p > start)
-		rc = run_close(s, w, start, &p, run_dev);
+		rc = run_close(s, w, start, &p, run_dev, &fresh);
 	if (rc < 0)
 		goto fail;
-	pthread_mutex_unlock(&s->mlock);
 	return 0;
 fail:
 	/* Space already taken by closed runs is dead: their segments get no
 	 * live bytes and become reusable once sealed. */
 	seg_inflight_done(s, w);
 	w->nruns = 0;
-	pthread_mutex_unlock(&s->mlock);
 	return rc;
 }
 
@@ -305,3 +314,76 @@ int seg_verify_accounting(struct coil_store *s, uint32_t *bad_seg)
 	free(live);
 	return rc;
 }
+
+/* ---- discard ------------------------------------------------------------- */
+
+int seg_discard_init(struct coil_store *s, bool off)
+{
+	s->disc.run = calloc(s->nseg, sizeof(*s->disc.run));
+	if (!s->disc.run)
+		return -ENOMEM;
+	atomic_store(&s->disc.off, off);
+	return 0;
+}
+
+void seg_discard_destroy(struct coil_store *s)
+{
+	free(s->disc.run);
+	s->disc.run = NULL;
+}
+
+void seg_discard_range(struct coil_store *s, uint32_t first, uint32_t n)
+{
+	struct seg_discard *d = &s->disc;
+	uint64_t off = seg_base(s, first), len = (uint64_t)n * s->sb.segment_size;
+	int rc = 0;
+
+	if (!d->run || n == 0 || atomic_load(&d->off))
+		return;
+	/* uring lengths are 32-bit: in pieces below 4 GiB. */
+	for (uint64_t done = 0; done < len && rc == 0;) {
+		uint32_t step = (uint32_t)COIL_MIN(len - done, 1ull << 30);
+		rc = store_io_sync(s, URING_OP_DISCARD, NULL, step, off + done);
+		done += step;
+	}
+	if (rc == -EOPNOTSUPP || rc == -ENOTTY || rc == -EINVAL) {
+		/* The file system or device cannot punch: stop asking. */
+		atomic_store(&d->off, true);
+	}
+	if (rc < 0) {
+		stat_add(&d->errors, 1);
+		return;
+	}
+	stat_add(&d->discards, 1);
+	stat_add(&d->bytes, len);
+}
+
+void seg_discard_freed(struct coil_store *s)
+{
+	struct seg_discard *d = &s->disc;
+	uint32_t nr = 0;
+
+	if (!d->run || atomic_load(&d->off))
+		return;
+	pthread_mutex_lock(&s->mlock);
+	for (uint32_t i = 0; i < s->nseg; i++) {
+		const struct seg *g = &s->segs[i];
+		bool go = g->in_ckpt && g->state == SEG_PENDING &&
+			  atomic_load(&g->readers) == 0;
+
+		if (!go)
+			continue;
+		if (nr && d->run[nr - 1].first + d->run[nr - 1].n == i) {
+			d->run[nr - 1].n++;
+		} else {
+			d->run[nr].first = i;
+			d->run[nr].n = 1;
+			nr++;
+		}
+	}
+	pthread_mutex_unlock(&s->mlock);
+	for (uint32_t r = 0; r < nr; r++)
+		seg_discard_range(s, d->run[r].first, d->run[r].n);
+}
+
+/* ---- relocation ----------------------------------------------------------- */

@@ -1,4 +1,4 @@
-/* engine/read.c — the read path.
+/* engine/io/read.c — the read path.
  *
  *   coil_read (caller)     under mlock: map [off, off+len) to holes and
  *                          pieces of blobs (a blob read once however many
@@ -16,7 +16,7 @@
  * device failure makes the whole read -EIO; no byte of a failed blob is ever
  * copied out.
  *
- * Issue 8 (decoded-blob cache, readahead; engine/rcache.c, readahead.c):
+ * The decoded-blob cache and readahead (io/bcache.c, io/readahead.c):
  * each blob is looked up in the cache (key: dev_off + its segment's gen)
  * before any I/O; a miss whose unit a prefetch has queued or in flight
  * waits for that job (no thread blocks: read_blob_resume continues it) or
@@ -28,7 +28,15 @@
 #include <string.h>
 
 #include "cache/cache.h"
-#include "engine/engine.h"
+#include "engine/io/bcache.h"
+#include "engine/io/read.h"
+#include "engine/io/readahead.h"
+#include "engine/place/blob.h"
+#include "engine/place/bufpool.h"
+#include "engine/place/extmap.h"
+#include "engine/place/segment.h"
+#include "engine/place/object.h"
+#include "engine/store.h"
 
 static struct rreq *rreq_get(struct coil_store *s)
 {
@@ -103,7 +111,7 @@ static void read_release(struct coil_store *s, struct rreq *r)
 		rb->iobuf = rb->dec = NULL;
 		rb->io_owner = false;
 		bcache_release(s, rb);
-		atomic_fetch_sub(&s->segs[seg_of(s, rb->b->dev_off)].readers, 1);
+		COUNT_SUB(&s->segs[seg_of(s, rb->b->dev_off)].readers, 1);
 		blobd_unref(rb->b);
 		rb->b = NULL;
 	}
@@ -120,6 +128,8 @@ static void read_finish(struct rreq *r)
 	struct coil_obj *h = r->h;
 	int status = r->status;
 
+	COIL_ASSERT(status <= 0);
+	COIL_ASSERT(r->npc <= r->cap_pc && r->nrb <= r->cap_rb);
 	for (uint32_t i = 0; status == 0 && i < r->nrb; i++)
 		if (r->rb[i].res < 0)
 			status = r->rb[i].res;
@@ -148,10 +158,10 @@ static void read_finish(struct rreq *r)
 		stat_add(&s->st.reads, 1);
 		stat_add(&s->st.read_bytes, r->len);
 	}
-	atomic_fetch_sub(&h->rd_bytes, r->len);
+	COUNT_SUB(&h->rd_bytes, r->len);
 	read_release(s, r);
 	rreq_put(s, r);
-	atomic_fetch_sub(&h->inflight, 1);
+	COUNT_SUB(&h->inflight, 1);
 	if (cb)
 		cb(arg, ret);
 	ops_done(s);
@@ -178,14 +188,6 @@ static void read_decoded(struct pool_req *preq, void *arg)
 /* ---- decode steps shared with readahead.c -------------------------------- */
 
 /* The read wants all of this blob, in one piece (engine.h). */
-bool read_blob_whole(const struct rblob *rb)
-{
-	const struct rpiece *pc = &rb->r->pc[rb->piece];
-
-	return rb->npieces == 1 && pc->skip == 0 &&
-	       pc->len == rb->b->logical_len;
-}
-
 void read_decode_task(struct pool_task *t, const struct fmt_blob *fb,
 		      const struct blobd *b, const uint8_t *iobuf,
 		      uint64_t rd_off, uint8_t *dst)
@@ -524,16 +526,67 @@ static int add_piece(struct coil_store *s, struct rreq *r, struct blobd *b,
 	return 0;
 }
 
-static int read_submit(struct coil_obj *h, void *buf, size_t len,
-		       uint64_t off, coil_cb cb, void *arg, bool inline_ok)
+/* Walk @o's extents over [off, off + r->len) under mlock: a piece per
+ * extent, zeros for the holes between them.  @return 0 or -ENOMEM. */
+static int read_plan(struct coil_store *s, struct rreq *r, struct object *o)
 {
-	struct coil_store *s = h->s;
+	uint64_t off = r->off, end = r->off + r->len, pos = r->off;
 	struct extmap_iter it;
 	const struct ext *e;
+	int rc = 0;
+
+	extmap_iter_init(&it, &o->map, off);
+	while (r->len && (e = extmap_iter_next(&it)) && e->off < end) {
+		uint64_t a = COIL_MAX(e->off, off);
+		uint64_t b = COIL_MIN(e->off + e->len, end);
+
+		if (a > pos)
+			memset(r->dst + (pos - off), 0, a - pos);
+		rc = add_piece(s, r, e->b, a - off,
+			       (uint32_t)(e->skip + (a - e->off)),
+			       (uint32_t)(b - a));
+		if (rc < 0)
+			return rc;
+		pos = b;
+	}
+	if (end > pos)
+		memset(r->dst + (pos - off), 0, end - pos);
+	return 0;
+}
+
+/* Each blob the cache does not hold: the device bytes to read for it. */
+static void read_ranges(struct coil_store *s, struct rreq *r)
+{
+	for (uint32_t i = 0; i < r->nrb; i++) {
+		struct rblob *rb = &r->rb[i];
+		struct blobd *b = rb->b;
+		uint64_t a, z;
+
+		if (bcache_lookup(s, rb))
+			continue;
+		blobd_to_fmt(b, &rb->fb);
+		if (b->codec == FMT_CODEC_RAW) {
+			a = b->dev_off + COIL_ALIGN_DOWN(rb->lo, FMT_BLOCK);
+			z = b->dev_off + COIL_ALIGN_UP(rb->hi, FMT_BLOCK);
+		} else {
+			a = COIL_ALIGN_DOWN(b->dev_off, FMT_BLOCK);
+			z = COIL_ALIGN_UP(b->dev_off + b->stored_len, FMT_BLOCK);
+		}
+		COIL_ASSERT(z > a);
+		COIL_ASSERT(z - a <= UINT32_MAX);
+		rb->rd_off = a;
+		rb->rd_len = (uint32_t)(z - a);
+	}
+}
+
+static int read_begin(struct coil_obj *h, void *buf, size_t len,
+		      uint64_t off, coil_cb cb, void *arg, bool inline_cb)
+{
+	struct coil_store *s = h->s;
 	struct rreq *r;
 	struct rgroup grp = { 0 };
-	uint64_t end, pos;
 	uint32_t nio = 0;	/* device reads this call started */
+	bool counted = false;
 	int rc = 0;
 
 	r = rreq_get(s);
@@ -550,62 +603,28 @@ static int read_submit(struct coil_obj *h, void *buf, size_t len,
 
 	pthread_mutex_lock(&s->mlock);
 	if (h->obj->removed) {
-		pthread_mutex_unlock(&s->mlock);
-		rreq_put(s, r);
-		return -EBADF;
-	}
-	r->len = off >= h->obj->size ? 0 : COIL_MIN(len, h->obj->size - off);
-	end = off + r->len;
-	pos = off;
-	extmap_iter_init(&it, &h->obj->map, off);
-	while (r->len && (e = extmap_iter_next(&it)) && e->off < end) {
-		uint64_t a = COIL_MAX(e->off, off);
-		uint64_t b = COIL_MIN(e->off + e->len, end);
-
-		if (a > pos)
-			memset(r->dst + (pos - off), 0, a - pos);
-		rc = add_piece(s, r, e->b, a - off,
-			       (uint32_t)(e->skip + (a - e->off)),
-			       (uint32_t)(b - a));
-		if (rc < 0)
-			break;
-		pos = b;
+		rc = -EBADF;
+	} else {
+		r->len = off >= h->obj->size ? 0 :
+			 COIL_MIN(len, h->obj->size - off);
+		rc = read_plan(s, r, h->obj);
 	}
 	pthread_mutex_unlock(&s->mlock);
-	if (rc < 0) {
-		read_release(s, r);
-		rreq_put(s, r);
-		return rc;
-	}
-	if (end > pos)
-		memset(r->dst + (pos - off), 0, end - pos);
+	if (rc < 0)
+		goto fail;
+	read_ranges(s, r);
 
-	for (uint32_t i = 0; i < r->nrb; i++) {
-		struct rblob *rb = &r->rb[i];
-		struct blobd *b = rb->b;
-		uint64_t a, z;
-
-		if (bcache_lookup(s, rb))
-			continue;
-		blobd_to_fmt(b, &rb->fb);
-		if (b->codec == FMT_CODEC_RAW) {
-			a = b->dev_off + COIL_ALIGN_DOWN(rb->lo, FMT_BLOCK);
-			z = b->dev_off + COIL_ALIGN_UP(rb->hi, FMT_BLOCK);
-		} else {
-			a = COIL_ALIGN_DOWN(b->dev_off, FMT_BLOCK);
-			z = COIL_ALIGN_UP(b->dev_off + b->stored_len, FMT_BLOCK);
-		}
-		rb->rd_off = a;
-		rb->rd_len = (uint32_t)(z - a);
-	}
 	atomic_fetch_add(&s->ops_inflight, 1);
 	atomic_fetch_add(&h->inflight, 1);
+	counted = true;
 	/* One extra count held until every blob is on its way, so no
 	 * completion finishes the read while blobs are still being set up. */
 	atomic_store(&r->pending, r->nrb + 1);
 	for (uint32_t i = 0; i < r->nrb; i++) {
 		struct rblob *rb = &r->rb[i];
 
+		/* Feedback loop: a blob being prefetched waits for it, and
+		 * the prefetch resumes it (read_blob_resume). */
 		switch (readahead_demand(h, r, rb)) {
 		case 1: /* waits for a prefetch: read_blob_resume */
 			continue;
@@ -622,44 +641,49 @@ static int read_submit(struct coil_obj *h, void *buf, size_t len,
 	/* counted after readahead looked at the others; the read cannot
 	 * finish (and take it off) before the extra count is dropped */
 	atomic_fetch_add(&h->rd_bytes, r->len);
-	if (atomic_fetch_sub(&r->pending, 1) == 1) {
-		if (inline_ok || (s->inline_cb && nio == 0)) {
-			/* The synchronous wrapper's own waiter, or a caller
-			 * that asked for it (COIL_INLINE_CB): finishing here
-			 * is safe, and a read served by the cache then costs
-			 * no ring round trip (two thread switches). */
-			read_all_done(r);
-			return 0;
-		}
-		/* Nothing left in flight (holes, EOF, cache hits): complete
-		 * on the ring thread anyway, so callbacks never run inside
-		 * the submitting call. */
-		uring_io_prep(&r->nop, URING_OP_NOP, NULL, 0, 0, read_nop_done,
-			      r);
-		rc = uring_submit(s->ring, &r->nop);
-		if (rc < 0) {
-			if (r->nrb == 0) {
-				atomic_fetch_sub(&h->rd_bytes, r->len);
-				atomic_fetch_sub(&h->inflight, 1);
-				atomic_fetch_sub(&s->ops_inflight, 1);
-				read_release(s, r);
-				rreq_put(s, r);
-				return rc;
-			}
-			read_all_done(r); /* blobs done: finish here */
-		}
+	if (atomic_fetch_sub(&r->pending, 1) != 1)
+		return 0;
+	if (inline_cb || (s->inline_cb && nio == 0)) {
+		/* The synchronous wrapper's own waiter, or a caller that
+		 * asked for it (COIL_INLINE_CB): finishing here is safe, and
+		 * a read served by the cache then costs no ring round trip
+		 * (two thread switches). */
+		read_all_done(r);
+		return 0;
 	}
-	return 0;
+	/* Nothing left in flight (holes, EOF, cache hits): complete on the
+	 * ring thread anyway, so callbacks never run inside the submitting
+	 * call. */
+	uring_io_prep(&r->nop, URING_OP_NOP, NULL, 0, 0, read_nop_done, r);
+	rc = uring_submit(s->ring, &r->nop);
+	if (rc >= 0)
+		return 0;
+	if (r->nrb) {
+		read_all_done(r); /* blobs done: finish here */
+		return 0;
+	}
+fail:
+	/* The one failure exit: undo what was counted, release what was
+	 * planned (nothing is in flight: no blob, or none started). */
+	COIL_ASSERT(rc < 0);
+	if (counted) {
+		COUNT_SUB(&h->rd_bytes, r->len);
+		COUNT_SUB(&h->inflight, 1);
+		COUNT_SUB(&s->ops_inflight, 1);
+	}
+	read_release(s, r);
+	rreq_put(s, r);
+	return rc;
 }
 
 int engine_read(struct coil_obj *h, void *buf, size_t len, uint64_t off,
 		coil_cb cb, void *arg)
 {
-	return read_submit(h, buf, len, off, cb, arg, false);
+	return read_begin(h, buf, len, off, cb, arg, false);
 }
 
 int engine_read_inline(struct coil_obj *h, void *buf, size_t len,
 		       uint64_t off, coil_cb cb, void *arg)
 {
-	return read_submit(h, buf, len, off, cb, arg, true);
+	return read_begin(h, buf, len, off, cb, arg, true);
 }

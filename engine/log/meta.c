@@ -1,4 +1,4 @@
-/* engine/meta.c — applying records to the in-memory metadata (the live path
+/* engine/log/meta.c — applying records to the in-memory metadata (the live path
  * and journal replay share these), and the metadata operations create,
  * remove and truncate, which travel through the journal like writes.
  *
@@ -12,7 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine.h"
+#include "engine/io/bcache.h"
+#include "engine/log/ckpt.h"
+#include "engine/log/journal.h"
+#include "engine/log/meta.h"
+#include "engine/place/blob.h"
+#include "engine/place/extmap.h"
+#include "engine/place/object.h"
+#include "engine/place/segment.h"
+#include "engine/store.h"
 
 int meta_apply_write(struct coil_store *s, struct object *o, uint64_t off,
 		     uint64_t len, const struct ext *ex, uint32_t n, bool remap)
@@ -22,13 +30,13 @@ int meta_apply_write(struct coil_store *s, struct object *o, uint64_t off,
 		int rc;
 
 		COIL_ASSERT(idx < s->nseg);
-		rc = extmap_insert(&o->map, &ex[i], seg_drop_live, s);
+		rc = extmap_insert(&o->map, &ex[i], meta_extent_dropped, s);
 		if (rc < 0) {
 			for (uint32_t j = i; j < n; j++)
 				blobd_unref(ex[j].b);
 			return rc;
 		}
-		s->segs[idx].live += ex[i].len;
+		seg_live_add(s, idx, ex[i].b, ex[i].len);
 	}
 	if (!remap && len && off + len > o->size)
 		o->size = off + len;
@@ -39,7 +47,7 @@ int meta_apply_truncate(struct coil_store *s, struct object *o, uint64_t size)
 {
 	if (size < o->size) {
 		int rc = extmap_punch(&o->map, size, UINT64_MAX - size,
-				      seg_drop_live, s);
+				      meta_extent_dropped, s);
 		if (rc < 0)
 			return rc;
 	}
@@ -49,7 +57,7 @@ int meta_apply_truncate(struct coil_store *s, struct object *o, uint64_t size)
 
 void meta_apply_remove(struct coil_store *s, struct object *o)
 {
-	objtab_unlink(s, o);
+	objtab_unlink(s, o, meta_extent_dropped);
 }
 
 /* ---- metadata ops through the journal ----------------------------------- */
@@ -223,4 +231,124 @@ int meta_truncate(struct coil_store *s, struct object *o, uint64_t size)
 	pthread_mutex_destroy(&m.mu);
 	pthread_cond_destroy(&m.cv);
 	return m.res;
+}
+
+void meta_extent_dropped(void *arg, struct blobd *b, uint32_t len)
+{
+	struct coil_store *s = arg;
+	uint32_t idx = seg_of(s, b->dev_off);
+
+	COIL_ASSERT(idx < s->nseg);
+	bcache_drop_blob(s, b, len, s->segs[idx].gen);
+	seg_drop_live(arg, b, len);
+}
+
+/* ---- relocation's compare-and-swap (live path and replay) ---------------- */
+
+static bool blob_same_content(const struct blobd *a, const struct blobd *b)
+{
+	return a->codec == b->codec && a->flags == b->flags &&
+	       a->n_csums == b->n_csums && a->stored_len == b->stored_len &&
+	       a->logical_len == b->logical_len && a->dict_id == b->dict_id &&
+	       !memcmp(a->csums, b->csums, (size_t)a->n_csums * 8u);
+}
+
+static uint32_t sector_len(const struct blobd *b, uint32_t i)
+{
+	return (uint32_t)COIL_MIN((uint64_t)FMT_BLOCK,
+				  b->logical_len - (uint64_t)i * FMT_BLOCK);
+}
+
+/* Does the relocated blob @n (mapped by @ex) hold the same bytes as the
+ * map's extent @e over object bytes [a, z)?  Compressed: the same blob
+ * content at the same alignment.  Raw: @n may be a sector range of the
+ * old blob; every sector both map in [a, z) must sit at the same place
+ * with the same length and checksum. */
+static bool extent_same_bytes(const struct ext *e, const struct ext *ex,
+			      uint64_t a, uint64_t z)
+{
+	const struct blobd *o = e->b, *n = ex->b;
+	int64_t delta;
+	uint32_t j0, j1, d;
+
+	if (o->dev_off == n->dev_off || o->codec != n->codec ||
+	    o->dict_id != n->dict_id || o->flags != n->flags)
+		return false;
+	if (o->codec != FMT_CODEC_RAW)
+		return e->off + ex->skip == ex->off + e->skip &&
+		       blob_same_content(o, n);
+	/* old byte = new byte + delta, for every object byte */
+	delta = ((int64_t)e->skip - (int64_t)e->off) -
+		((int64_t)ex->skip - (int64_t)ex->off);
+	if (delta < 0 || delta % FMT_BLOCK)
+		return false;
+	d = (uint32_t)(delta / FMT_BLOCK);
+	j0 = (uint32_t)((a - ex->off + ex->skip) / FMT_BLOCK);
+	j1 = (uint32_t)((z - 1 - ex->off + ex->skip) / FMT_BLOCK);
+	if (j1 >= n->n_csums || j1 + d >= o->n_csums)
+		return false;
+	for (uint32_t j = j0; j <= j1; j++)
+		if (n->csums[j] != o->csums[j + d] ||
+		    sector_len(n, j) != sector_len(o, j + d))
+			return false;
+	return true;
+}
+
+int64_t meta_apply_remap(struct coil_store *s, struct object *o,
+			     const struct ext *ex)
+{
+	uint64_t cur = ex->off, end = ex->off + ex->len;
+	int64_t done = 0;
+
+	while (cur < end) {
+		struct extmap_iter it;
+		const struct ext *e;
+		uint64_t a = 0, z = 0;
+		bool found = false;
+		struct ext ne;
+		int rc;
+
+		extmap_iter_init(&it, &o->map, cur);
+		while ((e = extmap_iter_next(&it)) && e->off < end) {
+			a = COIL_MAX(e->off, cur);
+			z = COIL_MIN(e->off + e->len, end);
+			if (a < z && extent_same_bytes(e, ex, a, z)) {
+				found = true;
+				break;
+			}
+		}
+		if (!found)
+			break;
+		ne.off = a;
+		ne.len = (uint32_t)(z - a);
+		ne.skip = ex->skip + (uint32_t)(a - ex->off);
+		ne.b = ex->b;
+		blobd_ref(ex->b);
+		rc = extmap_insert(&o->map, &ne, meta_extent_dropped, s);
+		if (rc < 0) {
+			blobd_unref(ex->b);
+			return rc;
+		}
+		seg_live_add(s, seg_of(s, ex->b->dev_off), ex->b, ne.len);
+		done += ne.len;
+		cur = z;
+	}
+	return done;
+}
+
+int meta_replay_remap(struct coil_store *s, struct object *o,
+			 const struct fmt_extent *fe)
+{
+	struct ext e;
+	int64_t n;
+
+	e.off = fe->obj_off;
+	e.len = fe->len;
+	e.skip = fe->blob_skip;
+	e.b = blobd_new(&fe->blob);
+	if (!e.b)
+		return -ENOMEM;
+	n = meta_apply_remap(s, o, &e);
+	blobd_unref(e.b);
+	return n < 0 ? (int)n : 0;
 }

@@ -1,4 +1,4 @@
-/* engine/bufpool.c — fixed-size, 4 KiB-aligned buffers made at open.
+/* engine/place/bufpool.c — fixed-size, 4 KiB-aligned buffers made at open.
  *
  * Reads and small writes take their I/O and decode buffers here instead of
  * calling malloc per operation.  A request larger than one buffer (a big
@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine.h"
+#include "engine/place/bufpool.h"
+#include "engine/store.h"
 
 int bufpool_init(struct bufpool *bp, size_t size, uint32_t count)
 {

@@ -1,4 +1,4 @@
-/* engine/journal.c — tickets, the reorder ring, group commit and flushes.
+/* engine/log/journal.c — tickets, the reorder ring, group commit and flushes.
  *
  * Every mutation takes a ticket: create and remove when submitted, writes
  * and truncates in their object's submission order (journal_take_turn,
@@ -27,7 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine.h"
+#include "engine/io/wreq.h"
+#include "engine/log/ckpt.h"
+#include "engine/log/journal.h"
+#include "engine/place/object.h"
+#include "engine/store.h"
 
 int journal_init(struct coil_store *s)
 {
@@ -428,40 +432,99 @@ static void nop_done(struct uring_io *io, int res)
 	cycle_finish(c, atomic_load(&c->s->broken));
 }
 
-void journal_kick(struct coil_store *s)
+/* How much of the reorder ring, from its head, the next chunk takes: the
+ * first ticket it stops at (*@t), the chunk's size, its records, whether
+ * any asked for an fdatasync.  jlock held. */
+static void cycle_measure(struct coil_store *s, uint64_t *t, uint64_t *size,
+			  uint32_t *nrec, bool *sync)
+{
+	*size = FMT_JCHUNK_HDR;
+	for (*t = s->head_ticket; *t < s->next_ticket; (*t)++) {
+		struct jent *e = s->jslot[*t % ENGINE_JSLOTS];
+		uint32_t add;
+
+		if (!e)
+			break;
+		add = e->status == 0 ? e->rec_len : 0;
+		if (*size + add > s->chunk_cap)
+			break;
+		*size += add;
+		if (add)
+			(*nrec)++;
+		if (e->need_sync)
+			*sync = true;
+	}
+}
+
+/* Move the entries [head_ticket, @t) off the reorder ring into cycle @c.
+ * jlock held. */
+static void cycle_take(struct coil_store *s, struct jcycle *c, uint64_t t,
+		       uint32_t nrec)
+{
+	COIL_ASSERT(t >= s->head_ticket);
+	COIL_ASSERT(t - s->head_ticket <= ENGINE_JSLOTS);
+	for (uint64_t u = s->head_ticket; u < t; u++) {
+		struct jent *e = s->jslot[u % ENGINE_JSLOTS];
+
+		s->jslot[u % ENGINE_JSLOTS] = NULL;
+		e->next = NULL;
+		/* Decided here, under jlock: a data failure reported while
+		 * the chunk is being built must not change its size. */
+		e->in_chunk = nrec && e->status == 0 && e->rec_len;
+		if (c->last)
+			c->last->next = e;
+		else
+			c->first = e;
+		c->last = e;
+	}
+	s->head_ticket = t;
+}
+
+/* Fill cycle @c's chunk with its records and submit its write.  jlock not
+ * held: the slot is ours until it retires, and the entries are off the
+ * reorder ring. */
+static void cycle_write(struct coil_store *s, struct jcycle *c, uint32_t nrec)
+{
+	uint64_t size = FMT_JCHUNK_HDR;
+	int rc;
+
+	for (struct jent *e = c->first; e; e = e->next) {
+		if (!e->in_chunk)
+			continue;
+		memcpy(c->chunk + size, e->rec, e->rec_len);
+		size += e->rec_len;
+	}
+	rc = fmt_jchunk_seal(c->chunk, s->chunk_cap, s->store_id, c->chunk_seq,
+			     (uint32_t)(size - FMT_JCHUNK_HDR), nrec);
+	COIL_ASSERT(rc == (int)c->chunk_len);
+	stat_add(&s->st.records, nrec);
+	uring_io_prep(&c->jio, URING_OP_WRITE, c->chunk, c->chunk_len,
+		      s->sb.journal_off + c->chunk_lin % s->sb.journal_len,
+		      chunk_written, c);
+	if (uring_submit(s->ring, &c->jio) < 0)
+		cycle_finish(c, -ESHUTDOWN);
+}
+
+/* Start one commit cycle if there is work and a free slot.  @return true
+ * if it wrote a chunk (the caller looks again), false if it started none or
+ * only a NOP cycle. */
+static bool cycle_start(struct coil_store *s)
 {
 	uint64_t t, size = 0, jlen = s->sb.journal_len, pos, waste = 0;
 	uint32_t nrec = 0, chunk_len = 0;
 	bool sync = false;
 	struct jcycle *c;
-	struct jent *e;
-	int rc;
 
 	pthread_mutex_lock(&s->jlock);
 	if (s->cyc_n == ENGINE_JCYCLES) {
 		/* every slot busy: the next retirement kicks again */
 		pthread_mutex_unlock(&s->jlock);
-		return;
+		return false;
 	}
-	size = FMT_JCHUNK_HDR;
-	for (t = s->head_ticket; t < s->next_ticket; t++) {
-		uint32_t add;
-
-		e = s->jslot[t % ENGINE_JSLOTS];
-		if (!e)
-			break;
-		add = e->status == 0 ? e->rec_len : 0;
-		if (size + add > s->chunk_cap)
-			break;
-		size += add;
-		if (add)
-			nrec++;
-		if (e->need_sync)
-			sync = true;
-	}
+	cycle_measure(s, &t, &size, &nrec, &sync);
 	if (t == s->head_ticket && !s->sync_pending) {
 		pthread_mutex_unlock(&s->jlock);
-		return;
+		return false;
 	}
 	if (s->cyc_n && size <= ENGINE_JCHUNK_ALONGSIDE &&
 	    !atomic_load(&s->broken)) {
@@ -471,7 +534,7 @@ void journal_kick(struct coil_store *s)
 		 * every record wait for the chunk ahead puts two device round
 		 * trips on a write's path (see ENGINE_JCHUNK_ALONGSIDE). */
 		pthread_mutex_unlock(&s->jlock);
-		return;
+		return false;
 	}
 	if (atomic_load(&s->broken)) {
 		/* Nothing more reaches the journal: a chunk after a failed
@@ -487,32 +550,21 @@ void journal_kick(struct coil_store *s)
 			waste = jlen - pos;
 		if (s->j_head_lin + waste + chunk_len - s->j_tail_lin > jlen) {
 			/* Journal full: wait (do not fail) for the
-			 * checkpoint to release it; it kicks us again. */
+			 * checkpoint to release it; it kicks us again.
+			 * Feedback loop: journal -> ckpt_trigger ->
+			 * checkpoint frees the journal -> journal_kick. */
 			if (!s->jwait_space)
 				stat_add(&s->st.journal_waits, 1);
 			s->jwait_space = true;
 			pthread_mutex_unlock(&s->jlock);
 			ckpt_trigger(s);
-			return;
+			return false;
 		}
 	}
 	s->jwait_space = false;
 	c = &s->cyc[(s->cyc_head + s->cyc_n) % ENGINE_JCYCLES];
 	COIL_ASSERT(!c->done && !c->first && !c->flushes);
-	for (uint64_t u = s->head_ticket; u < t; u++) {
-		e = s->jslot[u % ENGINE_JSLOTS];
-		s->jslot[u % ENGINE_JSLOTS] = NULL;
-		e->next = NULL;
-		/* Decided here, under jlock: a data failure reported while
-		 * the chunk is being built must not change its size. */
-		e->in_chunk = nrec && e->status == 0 && e->rec_len;
-		if (c->last)
-			c->last->next = e;
-		else
-			c->first = e;
-		c->last = e;
-	}
-	s->head_ticket = t;
+	cycle_take(s, c, t, nrec);
 	s->cyc_n++;
 	c->flushes = s->sync_pending;
 	s->sync_pending = NULL;
@@ -526,8 +578,6 @@ void journal_kick(struct coil_store *s)
 		c->chunk_seq = s->j_next_seq++;
 		s->j_head_lin = c->chunk_lin + chunk_len;
 	}
-	/* Filled outside jlock: the slot is ours until it retires, and the
-	 * entries are off the reorder ring. */
 	pthread_mutex_unlock(&s->jlock);
 
 	if (!chunk_len) {
@@ -536,26 +586,21 @@ void journal_kick(struct coil_store *s)
 		uring_io_prep(&c->jio, URING_OP_NOP, NULL, 0, 0, nop_done, c);
 		if (uring_submit(s->ring, &c->jio) < 0)
 			cycle_finish(c, -ESHUTDOWN);
-		return;
+		return false;
 	}
-	size = FMT_JCHUNK_HDR;
-	for (e = c->first; e; e = e->next) {
-		if (!e->in_chunk)
-			continue;
-		memcpy(c->chunk + size, e->rec, e->rec_len);
-		size += e->rec_len;
-	}
-	rc = fmt_jchunk_seal(c->chunk, s->chunk_cap, s->store_id, c->chunk_seq,
-			     (uint32_t)(size - FMT_JCHUNK_HDR), nrec);
-	COIL_ASSERT(rc == (int)chunk_len);
-	stat_add(&s->st.records, nrec);
-	uring_io_prep(&c->jio, URING_OP_WRITE, c->chunk, chunk_len,
-		      s->sb.journal_off + c->chunk_lin % jlen, chunk_written, c);
-	if (uring_submit(s->ring, &c->jio) < 0)
-		cycle_finish(c, -ESHUTDOWN);
-	/* A slot may be free still, and entries may have become ready
-	 * while this chunk was built. */
-	journal_kick(s);
+	cycle_write(s, c, nrec);
+	return true;
+}
+
+void journal_kick(struct coil_store *s)
+{
+	/* After a chunk is written a slot may be free still, and entries may
+	 * have become ready while it was built: look again.  A loop, not a
+	 * call to itself: each pass that goes on took at least one record off
+	 * the reorder ring, and it stops at the first pass that starts
+	 * nothing (or only a NOP cycle), as the recursion did. */
+	while (cycle_start(s))
+		;
 }
 
 int journal_flush(struct coil_store *s, coil_cb cb, void *arg)

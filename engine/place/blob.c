@@ -1,5 +1,5 @@
-/* engine/blob.c — refcounted blob descriptors and small shared helpers. */
-#include "engine/blob.h"
+/* engine/place/blob.c — refcounted blob descriptors and small shared helpers. */
+#include "engine/place/blob.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* engine/extmap.h — one object's extent map: which bytes of which blob back
+/* engine/place/extmap.h — one object's extent map: which bytes of which blob back
  * each byte range of the object.
  *
  * Extents are kept sorted by object offset and never overlap.  A new extent
@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct blobd; /* engine/blob.h: a refcounted stored-blob descriptor */
+#include "engine/place/blob.h" /* an extent holds a reference to its blob */
 
 struct ext {
 	uint64_t off;     /* object offset */
@@ -38,6 +38,8 @@ struct extmap_leaf {
 struct extmap_acct {
 	uint64_t n;
 	uint64_t csums;
+	uint64_t bytes;   /* logical bytes mapped */
+	uint64_t stored;  /* their share of the blobs' stored bytes */
 };
 
 struct extmap {
@@ -47,12 +49,21 @@ struct extmap {
 	uint32_t cap;
 	uint64_t n;       /* extents in the map */
 	uint64_t bytes;   /* sum of extent lengths (logical bytes mapped) */
+	uint64_t stored;  /* sum of ext_stored(): their stored share */
 	struct extmap_acct *acct; /* NULL: none */
 };
 
 /* Called for each piece an insert or punch removes from the map: @len bytes
  * of blob @b stop being referenced (live-byte accounting). */
 typedef void (*extmap_drop_fn)(void *arg, struct blobd *b, uint32_t len);
+
+/* An extent's share of its blob's stored bytes (pro rata of its logical
+ * length).  Running sums of it (struct extmap, struct extmap_acct) are
+ * kept per extent, so they equal a walk of the maps exactly. */
+static inline uint64_t ext_stored(const struct ext *e)
+{
+	return (uint64_t)e->len * e->b->stored_len / e->b->logical_len;
+}
 
 void extmap_init(struct extmap *m, struct extmap_acct *acct);
 /* Drop every extent (reporting each through @drop if not NULL), free. */

@@ -1,12 +1,12 @@
-/* engine/extmap.c — the per-object extent map (see extmap.h). */
-#include "engine/extmap.h"
+/* engine/place/extmap.c — the per-object extent map (see extmap.h). */
+#include "engine/place/extmap.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
-#include "engine/blob.h"
+#include "engine/place/blob.h"
 
 /* Spare leaves kept so that a punch + insert (at most two leaf splits) never
  * fails half way: every allocation happens in extmap_reserve, before the map
@@ -24,6 +24,36 @@ static void acct_add(struct extmap *m, const struct ext *e)
 	if (m->acct) {
 		m->acct->n++;
 		m->acct->csums += e->b->n_csums;
+	}
+}
+
+/* @e's length and stored share join (span_add) or leave (span_sub) the
+ * map's and the store's running sums: around every change of a length. */
+static void span_add(struct extmap *m, const struct ext *e)
+{
+	uint64_t st = ext_stored(e);
+
+	m->bytes += e->len;
+	m->stored += st;
+	if (m->acct) {
+		m->acct->bytes += e->len;
+		m->acct->stored += st;
+	}
+}
+
+static void span_sub(struct extmap *m, const struct ext *e)
+{
+	uint64_t st = ext_stored(e);
+
+	COIL_ASSERT(m->bytes >= e->len);
+	COIL_ASSERT(m->stored >= st);
+	m->bytes -= e->len;
+	m->stored -= st;
+	if (m->acct) {
+		COIL_ASSERT(m->acct->bytes >= e->len);
+		COIL_ASSERT(m->acct->stored >= st);
+		m->acct->bytes -= e->len;
+		m->acct->stored -= st;
 	}
 }
 
@@ -159,7 +189,7 @@ static void put_at(struct extmap *m, uint32_t li, uint32_t i,
 	l->n++;
 	m->n++;
 	acct_add(m, e);
-	m->bytes += e->len;
+	span_add(m, e);
 	if (i == 0)
 		fix_key(m, li);
 }
@@ -265,10 +295,10 @@ static void punch_reserved(struct extmap *m, uint64_t off, uint64_t len,
 				r.skip += cut;
 				r.len = (uint32_t)(e_end - end);
 				blobd_ref(r.b);
+				span_sub(m, e);
 				e->len = (uint32_t)(off - e->off);
+				span_add(m, e);
 				drop_piece(drop, arg, e->b, (uint32_t)(end - off));
-				m->bytes -= e_end - e->off;
-				m->bytes += e->len;
 				put_at(m, li, i + 1, &r);
 				fix_key(m, li);
 				return;
@@ -276,23 +306,25 @@ static void punch_reserved(struct extmap *m, uint64_t off, uint64_t len,
 			if (e->off < off) {
 				uint32_t keep = (uint32_t)(off - e->off);
 				drop_piece(drop, arg, e->b, e->len - keep);
-				m->bytes -= e->len - keep;
+				span_sub(m, e);
 				e->len = keep;
+				span_add(m, e);
 				i++;
 				continue;
 			}
 			if (e_end > end) {
 				uint32_t cut = (uint32_t)(end - e->off);
 				drop_piece(drop, arg, e->b, cut);
-				m->bytes -= cut;
+				span_sub(m, e);
 				e->off = end;
 				e->skip += cut;
 				e->len -= cut;
+				span_add(m, e);
 				fix_key(m, li);
 				return;
 			}
 			drop_piece(drop, arg, e->b, e->len);
-			m->bytes -= e->len;
+			span_sub(m, e);
 			acct_sub(m, e);
 			blobd_unref(e->b);
 			memmove(&l->e[i], &l->e[i + 1],
@@ -349,6 +381,7 @@ void extmap_destroy(struct extmap *m, extmap_drop_fn drop, void *arg)
 		struct extmap_leaf *l = m->leaf[li];
 		for (uint32_t i = 0; i < l->n; i++) {
 			drop_piece(drop, arg, l->e[i].b, l->e[i].len);
+			span_sub(m, &l->e[i]);
 			acct_sub(m, &l->e[i]);
 			blobd_unref(l->e[i].b);
 		}

@@ -1,4 +1,4 @@
-/* engine/object.c — the object table: objects by name and by id.
+/* engine/place/object.c — the object table: objects by name and by id.
  *
  * Two chained hash tables over the same objects, grown by doubling.  All
  * under s->mlock.  An object lives while its table link, open handles or
@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine.h"
+#include "engine/place/extmap.h"
+#include "engine/place/object.h"
+#include "engine/store.h"
 
 static uint64_t name_hash(const char *name, size_t len)
 {
@@ -157,7 +159,8 @@ int objtab_add(struct coil_store *s, uint64_t id, const char *name,
 
 /* Unlink from both tables and drop the table's reference.  The extents are
  * released now (live bytes fall), even if handles still point at it. */
-void objtab_unlink(struct coil_store *s, struct object *o)
+void objtab_unlink(struct coil_store *s, struct object *o,
+		   extmap_drop_fn drop)
 {
 	struct object **pp;
 
@@ -172,7 +175,7 @@ void objtab_unlink(struct coil_store *s, struct object *o)
 	*pp = o->id_next;
 	s->nobj--;
 	s->name_bytes -= o->name_len;
-	extmap_destroy(&o->map, seg_drop_live, s);
+	extmap_destroy(&o->map, drop, s);
 	o->size = 0;
 	o->removed = true;
 	object_put(s, o);

@@ -1,4 +1,5 @@
-/* engine/write.c — the write path and the request-context pools.
+/* engine/io/write.c — the write path (the request contexts and the steps
+ * the cleaner shares are io/wreq.c).
  *
  *   coil_write (caller)      validate, take a context and a place in the
  *                            object's order, split into blobs, one pool
@@ -25,101 +26,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/engine.h"
-
-bool engine_on_coil_thread(struct coil_store *s)
-{
-	return uring_on_ring_thread(s->ring) || pool_worker_index() >= 0;
-}
-
-int reqs_init(struct coil_store *s)
-{
-	s->wreqs = calloc(ENGINE_WREQ_MAX, sizeof(*s->wreqs));
-	s->rreqs = calloc(ENGINE_RREQ_MAX, sizeof(*s->rreqs));
-	if (!s->wreqs || !s->rreqs)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < ENGINE_WREQ_MAX; i++) {
-		s->wreqs[i].next_free = s->wfree;
-		s->wfree = &s->wreqs[i];
-	}
-	for (uint32_t i = 0; i < ENGINE_RREQ_MAX; i++) {
-		s->rreqs[i].next_free = s->rfree;
-		s->rfree = &s->rreqs[i];
-	}
-	return 0;
-}
-
-void wreq_free_arrays(struct wreq *w)
-{
-	free(w->tasks);
-	free(w->fb);
-	free(w->bd);
-	free(w->slot);
-	free(w->runs);
-	free(w->recbuf);
-}
-
-void reqs_destroy(struct coil_store *s)
-{
-	if (s->wreqs) {
-		for (uint32_t i = 0; i < ENGINE_WREQ_MAX; i++)
-			wreq_free_arrays(&s->wreqs[i]);
-	}
-	if (s->rreqs) {
-		for (uint32_t i = 0; i < ENGINE_RREQ_MAX; i++) {
-			struct rreq *r = &s->rreqs[i];
-			free(r->rb);
-			free(r->pc);
-			free(r->tasks);
-			free(r->task_blob);
-		}
-	}
-	free(s->wreqs);
-	free(s->rreqs);
-	s->wreqs = NULL;
-	s->rreqs = NULL;
-}
-
-struct wreq *wreq_get(struct coil_store *s)
-{
-	struct wreq *w;
-	bool coil = engine_on_coil_thread(s);
-
-	pthread_mutex_lock(&s->rq_mu);
-	while (!s->wfree) {
-		if (coil) {
-			/* A callback must not block: the caller may retry. */
-			pthread_mutex_unlock(&s->rq_mu);
-			return NULL;
-		}
-		pthread_cond_wait(&s->rq_cond, &s->rq_mu);
-	}
-	w = s->wfree;
-	s->wfree = w->next_free;
-	pthread_mutex_unlock(&s->rq_mu);
-	return w;
-}
-
-void wreq_put(struct coil_store *s, struct wreq *w)
-{
-	/* A context that grew for one huge write gives the memory back. */
-	if (w->cap_blobs > 64) {
-		free(w->tasks);
-		free(w->fb);
-		free(w->bd);
-		free(w->slot);
-		w->tasks = NULL;
-		w->fb = NULL;
-		w->bd = NULL;
-		w->slot = NULL;
-		w->cap_blobs = 0;
-	}
-	pthread_mutex_lock(&s->rq_mu);
-	w->next_free = s->wfree;
-	s->wfree = w;
-	pthread_cond_signal(&s->rq_cond);
-	pthread_mutex_unlock(&s->rq_mu);
-}
+#include "engine/cleaner.h"
+#include "engine/io/readahead.h"
+#include "engine/io/wreq.h"
+#include "engine/io/write.h"
+#include "engine/log/ckpt.h"
+#include "engine/log/journal.h"
+#include "engine/log/meta.h"
+#include "engine/place/blob.h"
+#include "engine/place/bufpool.h"
+#include "engine/place/object.h"
+#include "engine/place/segment.h"
+#include "engine/store.h"
 
 static int wreq_reserve(struct wreq *w, uint32_t n)
 {
@@ -200,6 +118,7 @@ static void write_done(struct coil_store *s, struct jent *e, int res)
 	int64_t ret = res < 0 ? res : (int64_t)w->len;
 	struct coil_obj *h = w->h;
 
+	COIL_ASSERT(res <= 0);
 	if (res < 0)
 		stat_add(&s->st.write_errors, 1);
 	else {
@@ -209,7 +128,7 @@ static void write_done(struct coil_store *s, struct jent *e, int res)
 	bufpool_put(&s->bp, w->batch);
 	w->batch = NULL;
 	wreq_put(s, w);
-	atomic_fetch_sub(&h->inflight, 1);
+	COUNT_SUB(&h->inflight, 1);
 	if (cb)
 		cb(arg, ret);
 	ops_done(s);
@@ -217,72 +136,12 @@ static void write_done(struct coil_store *s, struct jent *e, int res)
 
 static void write_fail(struct coil_store *s, struct wreq *w, int err)
 {
+	/* A status of 0 would pass for a record: the journal would wait for
+	 * one that never comes. */
+	COIL_ASSERT(err < 0);
 	wreq_drop_blobs(w, 0);
 	w->je.status = err;
 	w->je.rec_len = 0;
-	journal_ready(s, &w->je);
-}
-
-/* ---- steps shared with the cleaner's relocation (cleaner.c) ------------- */
-
-void wreq_drop_blobs(struct wreq *w, uint32_t from)
-{
-	for (uint32_t k = from; k < w->nblobs; k++) {
-		blobd_unref(w->bd[k]);
-		w->bd[k] = NULL;
-	}
-}
-
-int wreq_put_extent(struct fmt_cursor *c, struct fmt_extent *fe,
-		    uint64_t obj_off, uint32_t len, uint32_t skip,
-		    const struct fmt_blob *fb)
-{
-	fe->obj_off = obj_off;
-	fe->len = len;
-	fe->blob_skip = skip;
-	/* Only the checksums the blob has: the rest of the array is unused. */
-	memcpy(&fe->blob, fb,
-	       offsetof(struct fmt_blob, csums) + 8u * fb->n_csums);
-	return fmt_cursor_put_extent(c, fe);
-}
-
-void wreq_run_done(struct uring_io *io, int res)
-{
-	struct wrun *r = io->arg;
-	struct wreq *w = r->w;
-
-	if (res >= 0 && (uint32_t)res != io->len)
-		res = -EIO;
-	if (res < 0) {
-		int zero = 0;
-		atomic_compare_exchange_strong(&w->io_status, &zero, res);
-	}
-	if (atomic_fetch_sub(&w->runs_pending, 1) == 1)
-		journal_data_done(w->s, &w->je, atomic_load(&w->io_status));
-}
-
-void wreq_send(struct coil_store *s, struct wreq *w)
-{
-	/* Data first, then the record joins the journal: the chunk write is
-	 * submitted after the runs, so an fsync after the chunk is held by
-	 * the ring until the runs are done too.  The record does not wait
-	 * for the data (see struct jent). */
-	if (w->nruns) {
-		atomic_store(&w->runs_pending, w->nruns);
-		atomic_store(&w->io_status, 0);
-		w->je.data_pending = true;
-	}
-	for (uint32_t i = 0; i < w->nruns; i++) {
-		struct wrun *r = &w->runs[i];
-		int rc;
-
-		r->io.cb = wreq_run_done;
-		r->io.arg = r;
-		stat_add(&s->st.dev_bytes_written, r->io.len);
-		rc = uring_submit(s->ring, &r->io);
-		if (rc < 0)
-			wreq_run_done(&r->io, rc);
-	}
 	journal_ready(s, &w->je);
 }
 
@@ -293,6 +152,8 @@ static void write_ticketed(struct coil_store *s, struct jent *e)
 	struct wreq *w = (struct wreq *)e;
 	struct fmt_cursor c;
 	size_t mark, need;
+	uint64_t keep;
+	unsigned rep = 0;
 	int rc = w->enc_rc;
 
 	if (rc == 0 && w->nblobs == 0) {
@@ -309,7 +170,8 @@ static void write_ticketed(struct coil_store *s, struct jent *e)
 	}
 	for (uint32_t k = 0; k < w->nblobs; k++)
 		w->bd[k] = NULL;
-	rc = seg_place_write(s, w);
+	keep = cleaner_write_keep(s, w);
+	rc = wreq_place(s, w, keep, &rep);
 	for (int tries = 0; rc == -ENOSPC && w->space_pending &&
 	     tries < ENGINE_SPACE_CKPT_TRIES && !uring_on_ring_thread(s->ring) &&
 	     ckpt_wait(s) == 0; tries++) {
@@ -318,8 +180,12 @@ static void write_ticketed(struct coil_store *s, struct jent *e)
 		 * One may not free them all: a segment emptied by a chunk
 		 * still applied in part waits for the next (ckpt.c).
 		 * -ENOSPC only when space is really gone. */
-		rc = seg_place_write(s, w);
+		rc = wreq_place(s, w, keep, &rep);
 	}
+	/* The cleaner's own policy: a segment opened may bring free space
+	 * under its low mark (its passes take the checkpoints then). */
+	if (rep & SEG_REPORT_OPENED)
+		cleaner_kick(s);
 	if (rc < 0) {
 		write_fail(s, w, rc);
 		return;
@@ -405,20 +271,99 @@ static void write_encode_inline(struct coil_store *s, struct wreq *w)
 	pthread_mutex_unlock(&s->zmu);
 }
 
+/* Cut [off, off + len) into @n blobs at max_blob boundaries of the object
+ * offset: each blob's slot in one batch buffer (its length rounded up to
+ * 4 KiB) and its ENCODE task.  @return 0 or -ENOMEM. */
+static int write_split(struct coil_store *s, struct wreq *w, const void *buf,
+		       uint32_t n)
+{
+	uint64_t pos, off = w->off, end = w->off + w->len;
+	uint32_t mb = s->max_blob;
+	size_t total = 0;
+
+	pos = off;
+	for (uint32_t k = 0; k < n; k++) {
+		uint64_t bend = COIL_MIN(COIL_ALIGN_DOWN(pos, mb) + mb, end);
+
+		w->slot[k] = (uint32_t)total;
+		w->bd[k] = NULL;
+		total += COIL_ALIGN_UP(bend - pos, FMT_BLOCK);
+		pos = bend;
+	}
+	w->batch = NULL;
+	w->batch_len = total;
+	if (n) {
+		w->batch = bufpool_get(&s->bp, total);
+		if (!w->batch)
+			return -ENOMEM;
+	}
+	pos = off;
+	for (uint32_t k = 0; k < n; k++) {
+		uint64_t bend = COIL_MIN(COIL_ALIGN_DOWN(pos, mb) + mb, end);
+		struct pool_task *t = &w->tasks[k];
+
+		memset(t, 0, sizeof(*t));
+		t->kind = POOL_TASK_ENCODE_BLOB;
+		t->u.encode.src = (const uint8_t *)buf + (pos - off);
+		t->u.encode.len = (uint32_t)(bend - pos);
+		t->u.encode.level = s->level;
+		t->u.encode.dst = w->batch + w->slot[k];
+		t->u.encode.dst_cap = COIL_ALIGN_UP(bend - pos, FMT_BLOCK);
+		t->u.encode.out = &w->fb[k];
+		pos = bend;
+	}
+	return 0;
+}
+
+/* Encode the write's @n blobs: here when storing raw and small, else on the
+ * pool (here too when the pool is full).  write_encoded_go follows. */
+static void write_encode(struct coil_store *s, struct wreq *w, uint32_t n)
+{
+	int rc;
+
+	if (n == 0) {
+		write_encoded_go(w, 0);
+		return;
+	}
+	if (s->level == 0 && w->len <= ENGINE_RAW_INLINE_MAX) {
+		/* Storing raw is a copy and a checksum per 4 KiB: cheaper
+		 * here than the two thread hops a pool task costs. */
+		for (uint32_t k = 0; k < n; k++) {
+			struct pool_task *t = &w->tasks[k];
+			t->result = fmt_blob_encode(NULL, 0, NULL, 0,
+						    t->u.encode.src,
+						    t->u.encode.len,
+						    t->u.encode.dst,
+						    t->u.encode.dst_cap,
+						    t->u.encode.out);
+		}
+		write_encoded_go(w, 0);
+		return;
+	}
+	rc = pool_submit(s->pool, &w->preq, w->tasks, n, write_encoded, w,
+			 engine_on_coil_thread(s) ? POOL_NONBLOCK : 0);
+	if (rc == -EAGAIN) {
+		write_encode_inline(s, w);
+		write_encoded_go(w, 0);
+	} else if (rc < 0) {
+		write_encoded_go(w, rc);
+	}
+}
+
 int engine_write(struct coil_obj *h, const void *buf, size_t len, uint64_t off,
 		 coil_cb cb, void *arg)
 {
 	struct coil_store *s = h->s;
 	uint32_t mb = s->max_blob, n = 0;
 	uint64_t pos, end = off + len;
-	size_t total = 0;
 	struct wreq *w;
 	int rc;
 
+	COIL_ASSERT(len <= ENGINE_WRITE_MAX);
 	w = wreq_get(s);
 	if (!w)
 		return -EAGAIN;
-	readahead_on_write(h, off, len); /* issue 8: overwrite of the window */
+	readahead_on_write(h, off, len); /* an overwrite of the window */
 	for (pos = off; pos < end; n++)
 		pos = COIL_MIN(COIL_ALIGN_DOWN(pos, mb) + mb, end);
 	rc = wreq_reserve(w, n ? n : 1);
@@ -443,71 +388,17 @@ int engine_write(struct coil_obj *h, const void *buf, size_t len, uint64_t off,
 	w->nruns = 0;
 	w->ckpt_res = 0;
 	w->stored = 0;
-	pos = off;
-	for (uint32_t k = 0; k < n; k++) {
-		uint64_t bend = COIL_MIN(COIL_ALIGN_DOWN(pos, mb) + mb, end);
-
-		w->slot[k] = (uint32_t)total;
-		w->bd[k] = NULL;
-		total += COIL_ALIGN_UP(bend - pos, FMT_BLOCK);
-		pos = bend;
+	rc = write_split(s, w, buf, n);
+	if (rc < 0) {
+		wreq_put(s, w);
+		return rc;
 	}
-	w->batch = NULL;
-	w->batch_len = total;
-	if (n) {
-		w->batch = bufpool_get(&s->bp, total);
-		if (!w->batch) {
-			wreq_put(s, w);
-			return -ENOMEM;
-		}
-	}
-	pos = off;
-	for (uint32_t k = 0; k < n; k++) {
-		uint64_t bend = COIL_MIN(COIL_ALIGN_DOWN(pos, mb) + mb, end);
-		struct pool_task *t = &w->tasks[k];
-
-		memset(t, 0, sizeof(*t));
-		t->kind = POOL_TASK_ENCODE_BLOB;
-		t->u.encode.src = (const uint8_t *)buf + (pos - off);
-		t->u.encode.len = (uint32_t)(bend - pos);
-		t->u.encode.level = s->level;
-		t->u.encode.dst = w->batch + w->slot[k];
-		t->u.encode.dst_cap = COIL_ALIGN_UP(bend - pos, FMT_BLOCK);
-		t->u.encode.out = &w->fb[k];
-		pos = bend;
-	}
-	/* issue 7: wait for the cleaner here, before the ticket: a
-	 * relocation's record applies in ticket order after ours. */
-	cleaner_throttle(s, total);
+	/* Wait for the cleaner here, before the ticket: a relocation's
+	 * record applies in ticket order after ours. */
+	cleaner_throttle(s, w->batch_len);
 	atomic_fetch_add(&s->ops_inflight, 1);
 	atomic_fetch_add(&h->inflight, 1);
 	w->je.turn = journal_turn(s, w->obj);
-	if (n == 0) {
-		write_encoded_go(w, 0);
-		return 0;
-	}
-	if (s->level == 0 && len <= ENGINE_RAW_INLINE_MAX) {
-		/* Storing raw is a copy and a checksum per 4 KiB: cheaper
-		 * here than the two thread hops a pool task costs. */
-		for (uint32_t k = 0; k < n; k++) {
-			struct pool_task *t = &w->tasks[k];
-			t->result = fmt_blob_encode(NULL, 0, NULL, 0,
-						    t->u.encode.src,
-						    t->u.encode.len,
-						    t->u.encode.dst,
-						    t->u.encode.dst_cap,
-						    t->u.encode.out);
-		}
-		write_encoded_go(w, 0);
-		return 0;
-	}
-	rc = pool_submit(s->pool, &w->preq, w->tasks, n, write_encoded, w,
-			 engine_on_coil_thread(s) ? POOL_NONBLOCK : 0);
-	if (rc == -EAGAIN) {
-		write_encode_inline(s, w);
-		write_encoded_go(w, 0);
-	} else if (rc < 0) {
-		write_encoded_go(w, rc);
-	}
+	write_encode(s, w, n);
 	return 0;
 }

@@ -1,4 +1,4 @@
-/* engine/readahead.c — readahead: one prefetch stream per open handle.
+/* engine/io/readahead.c — readahead: one prefetch stream per open handle.
  *
  * Each coil_obj with prefetch on (and a cache to publish into) owns a
  * ra_stream: the readahead policy (struct ra_state), the admission state
@@ -35,7 +35,15 @@
 #include <string.h>
 
 #include "cache/cache.h"
-#include "engine/engine.h"
+#include "engine/io/bcache.h"
+#include "engine/io/read.h"
+#include "engine/io/readahead.h"
+#include "engine/place/blob.h"
+#include "engine/place/bufpool.h"
+#include "engine/place/extmap.h"
+#include "engine/place/object.h"
+#include "engine/place/segment.h"
+#include "engine/store.h"
 #include "prefetch/prefetch.h"
 
 /* The readahead window's maximum, in blobs (ra_config; prefetch/'s default
@@ -574,7 +582,7 @@ static void job_finish(struct ra_job *j)
 	}
 	for (uint32_t i = 0; i < j->nb; i++) {
 		struct ra_jblob *jb = &j->bl[i];
-		atomic_fetch_sub(&s->segs[seg_of(s, jb->b->dev_off)].readers, 1);
+		COUNT_SUB(&s->segs[seg_of(s, jb->b->dev_off)].readers, 1);
 		blobd_unref(jb->b);
 		jb->b = NULL;
 	}
@@ -694,13 +702,75 @@ static uint64_t obj_size(struct ra_stream *st)
 	return size;
 }
 
+/* Start queued unit @u now in job @j for a demand that wants it (st->mu
+ * held); the job goes on *@list to be submitted after st->mu.  @return
+ * true if the unit is now in flight. */
+static bool demand_promote(struct ra_stream *st, struct ra_job *j,
+			   struct pf_unit u, struct ra_job **list)
+{
+	struct coil_store *s = st->s;
+	struct pf_work w;
+
+	if (pf_begin_unit(&st->m, u, &w) != 1) {
+		job_put(st, j);
+		return false;
+	}
+	atomic_fetch_add(&s->ras->demand_promotions, 1);
+	j->st = st;
+	j->w = w;
+	if (job_prepare(st, j) == 0) {
+		pf_complete(&st->m, &w, 0);
+		job_put(st, j);
+	} else {
+		j->next = *list;
+		*list = j;
+	}
+	return true;
+}
+
+/* Unit @u is in flight: wait for the job fetching @rb's blob (st->mu
+ * held).  @return 1 if @rb now waits for it (read_blob_resume follows),
+ * 0 if no job holds that blob (the read fetches it itself). */
+static int demand_join(struct ra_stream *st, struct pf_unit u,
+		       struct rblob *rb)
+{
+	for (uint32_t i = 0; st->jobs && i < RA_JOBS; i++) {
+		struct ra_job *j = &st->jobs[i];
+
+		if (!j->busy || !pf_unit_eq(j->w.id, u))
+			continue;
+		for (uint32_t k = 0; k < j->nb; k++) {
+			/* b and gen are set under st->mu; res is not (the
+			 * I/O may be ending): a blob that failed hands its
+			 * error to the waiter */
+			struct ra_jblob *jb = &j->bl[k];
+
+			if (jb->b != rb->b || jb->gen != rb->gen)
+				continue;
+			/* a read that wants the whole compressed blob has it
+			 * decoded into its own buffer, if the decode has not
+			 * started: no cache value, no copy */
+			if (!jb->decoding && !jb->direct && jb->iobuf &&
+			    rb->b->codec != FMT_CODEC_RAW &&
+			    read_blob_whole(rb)) {
+				jb->direct = rb;
+				rb->direct = true;
+			}
+			rb->pf_wait_ns = coil_now_ns();
+			rb->pf_next = j->waiters;
+			j->waiters = rb;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb)
 {
 	struct ra_stream *st = stream_of(h);
 	struct coil_store *s = h->s;
 	struct ra_job *list = NULL, *j;
 	struct pf_unit u;
-	struct pf_work w;
 	int obs, ret = 0, e = 0;
 	bool recheck = false;
 
@@ -723,21 +793,8 @@ int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb)
 	if (obs == PF_OBS_QUEUED && !st->closing &&
 	    st->busy < RA_JOBS && (j = job_take(st))) {
 		/* promote it: start it now, then wait for it like any job */
-		if (pf_begin_unit(&st->m, u, &w) != 1) {
-			job_put(st, j);
-		} else {
-			atomic_fetch_add(&s->ras->demand_promotions, 1);
-			j->st = st;
-			j->w = w;
-			if (job_prepare(st, j) == 0) {
-				pf_complete(&st->m, &w, 0);
-				job_put(st, j);
-			} else {
-				j->next = list;
-				list = j;
-			}
+		if (demand_promote(st, j, u, &list))
 			obs = PF_OBS_IN_FLIGHT;
-		}
 	} else if (obs == PF_OBS_QUEUED && pf_withdraw(&st->m, u) == 1) {
 		/* No slot to promote it: this read fetches the unit itself,
 		 * and the queued prefetch must not fetch it a second time
@@ -746,37 +803,7 @@ int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb)
 		atomic_fetch_add(&s->ras->demand_takeovers, 1);
 	}
 	if (obs == PF_OBS_IN_FLIGHT) {
-		for (uint32_t i = 0; st->jobs && i < RA_JOBS && !ret; i++) {
-			j = &st->jobs[i];
-			if (!j->busy || !pf_unit_eq(j->w.id, u))
-				continue;
-			for (uint32_t k = 0; k < j->nb; k++) {
-				/* b and gen are set under st->mu; res is
-				 * not (the I/O may be ending): a blob that
-				 * failed hands its error to the waiter */
-				struct ra_jblob *jb = &j->bl[k];
-
-				if (jb->b == rb->b && jb->gen == rb->gen) {
-					/* a read that wants the whole
-					 * compressed blob has it decoded into
-					 * its own buffer, if the decode has
-					 * not started: no cache value, no
-					 * copy */
-					if (!jb->decoding && !jb->direct &&
-					    jb->iobuf &&
-					    rb->b->codec != FMT_CODEC_RAW &&
-					    read_blob_whole(rb)) {
-						jb->direct = rb;
-						rb->direct = true;
-					}
-					rb->pf_wait_ns = coil_now_ns();
-					rb->pf_next = j->waiters;
-					j->waiters = rb;
-					ret = 1;
-					break;
-				}
-			}
-		}
+		ret = demand_join(st, u, rb);
 	} else if (obs == PF_OBS_READY || obs == PF_OBS_FAILED) {
 		int res = pf_resolve_demand(&st->m, u, PF_NOT_WAITED, &e);
 

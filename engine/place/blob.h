@@ -1,4 +1,4 @@
-/* engine/blob.h — a stored blob's descriptor in memory, shared by every
+/* engine/place/blob.h — a stored blob's descriptor in memory, shared by every
  * extent that maps part of it (a small overwrite splits an extent in two, and
  * both halves keep pointing at the same blob).  Refcounted so a read can hold
  * it outside the metadata lock. */

@@ -1,4 +1,4 @@
-/* engine/rcache.c — the engine's glue to the decoded-blob cache (cache/).
+/* engine/io/bcache.c — the engine's glue to the decoded-blob cache (cache/).
  *
  * A blob is keyed by where it is stored (dev_off) plus its segment's
  * generation (struct seg.gen, bumped each time a segment is reused), read
@@ -27,7 +27,12 @@
 #include <string.h>
 
 #include "cache/cache.h"
-#include "engine/engine.h"
+#include "engine/io/bcache.h"
+#include "engine/io/read.h"
+#include "engine/place/blob.h"
+#include "engine/place/segment.h"
+#include "engine/place/object.h"
+#include "engine/store.h"
 
 int bcache_init(struct coil_store *s)
 {

@@ -1,4 +1,4 @@
-/* engine/ckpt.c — checkpoints, superblocks, and recovery.
+/* engine/log/ckpt.c — the checkpoint writer and the superblocks.
  *
  * Checkpoint: snapshot the whole metadata under mlock at the journal's
  * applied point (every chunk up to it applied; some entries of the next may
@@ -8,54 +8,24 @@
  * each synced, so either copy alone names the newest checkpoint), then
  * release the journal before the snapshot point and free the segments that
  * were pending at snapshot and that no record after it can reference.
+ * Loading one, and replaying the journal after it, is log/recovery.c.
  *
- * Recovery (open): newest valid superblock -> its checkpoint -> replay the
- * journal from the checkpoint's replay point while chunks and records
- * validate and every blob a WRITE references reads back and verifies.
- * Replay writes nothing; open then takes a checkpoint, so a crash during
- * recovery just recovers again from the same place.
- *
- * Segment live bytes are never trusted from disk: they are recomputed from
- * the extents as they are loaded and replayed, so the accounting after
- * recovery is exact by construction. */
+ * Feedback loop: log/journal.c triggers a checkpoint when the journal
+ * fills; the finished checkpoint moves the replay point and kicks the
+ * journal (journal_kick) so writers waiting for its space go on. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "engine/engine.h"
-
-int store_io_sync(struct coil_store *s, int op, void *buf, uint32_t len,
-		  uint64_t off)
-{
-	struct uring_io io;
-	int rc;
-
-	uring_io_prep(&io, (enum uring_op)op, buf, len, off, NULL, NULL);
-	rc = uring_run_sync(s->ring, &io);
-	if (rc < 0)
-		return rc;
-	if ((op == URING_OP_READ || op == URING_OP_WRITE) && (uint32_t)rc != len)
-		return -EIO;
-	if (op == URING_OP_WRITE)
-		stat_add(&s->st.dev_bytes_written, len);
-	return 0;
-}
-
-/* Large transfers in pieces (uring lengths are 32-bit). */
-static int io_big(struct coil_store *s, int op, uint8_t *buf, uint64_t len,
-		  uint64_t off)
-{
-	const uint64_t step = 8u << 20;
-
-	for (uint64_t done = 0; done < len; done += step) {
-		uint32_t n = (uint32_t)COIL_MIN(step, len - done);
-		int rc = store_io_sync(s, op, buf + done, n, off + done);
-		if (rc < 0)
-			return rc;
-	}
-	return 0;
-}
+#include "engine/io/wreq.h"
+#include "engine/log/ckpt.h"
+#include "engine/log/journal.h"
+#include "engine/place/blob.h"
+#include "engine/place/dev.h"
+#include "engine/place/object.h"
+#include "engine/place/segment.h"
+#include "engine/store.h"
 
 /* Write both superblock copies for the current state.  ckpt_mu held (or
  * single-threaded open/close). */
@@ -397,16 +367,116 @@ static int snap_take(struct coil_store *s, struct snap *sn)
 	return 0;
 }
 
+/* Phase 2: size and encode the snapshot's payload after the header block
+ * of the reused checkpoint buffer.  @return 0, -ENOSPC (the area is too
+ * small), -ENOMEM, -EIO. */
+static int ckpt_encode(struct coil_store *s, const struct snap *sn,
+		       struct fmt_extent *fe, uint8_t **bufp, uint64_t *payloadp)
+{
+	uint64_t payload = (uint64_t)s->nseg * FMT_CKPT_SEG_SIZE;
+	struct fmt_cursor c;
+	uint8_t *buf;
+	int rc = 0;
+
+	for (uint64_t i = 0; i < sn->nobj; i++)
+		payload += FMT_CKPT_OBJ_MIN - 1 + sn->obj[i].name_len;
+	for (uint64_t i = 0; i < sn->next; i++)
+		payload += FMT_EXTENT_FIXED + 8u * sn->ext[i].n_csums;
+	*payloadp = payload;
+	if (FMT_BLOCK + payload > s->sb.ckpt_len)
+		return -ENOSPC;
+	buf = ckpt_buf(s->ckmem, FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK));
+	if (!buf)
+		return -ENOMEM;
+	*bufp = buf;
+	memset(buf + FMT_BLOCK + payload, 0,
+	       COIL_ALIGN_UP(payload, FMT_BLOCK) - payload);
+	fmt_cursor_init(&c, buf + FMT_BLOCK, payload);
+	for (uint32_t i = 0; i < s->nseg; i++)
+		fmt_ckpt_put_seg(&c, sn->seg_live[i], sn->seg_state[i]);
+	for (uint64_t i = 0; i < sn->nobj && rc == 0; i++) {
+		const struct snap_obj *so = &sn->obj[i];
+
+		fmt_ckpt_put_obj(&c, so->id, so->size, sn->names + so->name_off,
+				 so->name_len, (uint32_t)so->n_ext);
+		for (uint64_t k = 0; k < so->n_ext; k++) {
+			ext_to_fmt(&sn->ext[so->first_ext + k], fe);
+			fmt_cursor_put_extent(&c, fe);
+		}
+		rc = c.err;
+	}
+	if (rc == 0 && c.pos != payload)
+		rc = -EIO;
+	return rc;
+}
+
+/* Phase 3: the header, the write to the area the superblock does not name,
+ * fdatasync, then the superblocks.  From here the checkpoint is durable. */
+static int ckpt_commit(struct coil_store *s, uint8_t *buf, uint64_t payload,
+		       const struct fmt_ckpt *hin, bool clean)
+{
+	struct fmt_ckpt h = *hin;
+	uint32_t slot;
+	int rc;
+
+	h.store_id = s->store_id;
+	h.seq = s->sb.ckpt_seq + 1;
+	h.payload_len = payload;
+	h.payload_csum = fmt_csum(buf + FMT_BLOCK, payload);
+	h.segment_count = s->nseg;
+	h.n_dicts = 0;
+	rc = fmt_ckpt_encode(&h, buf, FMT_BLOCK);
+	if (rc < 0)
+		return rc;
+	slot = s->sb.ckpt_slot == 0 ? 1 : 0;
+	rc = store_io_big(s, URING_OP_WRITE, buf,
+			  FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK),
+			  s->sb.ckpt_off[slot]);
+	if (rc == 0)
+		rc = store_io_sync(s, URING_OP_FSYNC, NULL, 0, 0);
+	if (rc < 0)
+		return rc;
+	s->sb.ckpt_slot = slot;
+	s->sb.ckpt_seq = h.seq;
+	s->sb.ckpt_bytes = FMT_BLOCK + payload;
+	s->sb.ckpt_csum = fmt_ckpt_block_csum(buf);
+	s->sb.replay_off = h.replay_off;
+	s->sb.replay_seq = h.replay_seq;
+	return super_write(s, clean);
+}
+
+/* Phase 4: what the durable checkpoint releases: the journal before its
+ * snapshot point, and the segments PENDING at the snapshot that no reader
+ * is in (discarded first, so no discard lands after a reuse). */
+static void ckpt_release(struct coil_store *s, uint64_t snap_lin)
+{
+	pthread_mutex_lock(&s->jlock);
+	if (snap_lin > s->j_tail_lin)
+		s->j_tail_lin = snap_lin;
+	pthread_mutex_unlock(&s->jlock);
+	seg_discard_freed(s); /* TRIM what is freed below, before reuse */
+	pthread_mutex_lock(&s->mlock);
+	for (uint32_t i = 0; i < s->nseg; i++) {
+		struct seg *g = &s->segs[i];
+		if (g->in_ckpt && g->state == SEG_PENDING &&
+		    atomic_load(&g->readers) == 0) {
+			COIL_ASSERT(g->live == 0);
+			g->state = SEG_FREE;
+			s->free_segs++;
+		}
+		g->in_ckpt = 0;
+	}
+	COIL_ASSERT(s->free_segs <= s->nseg);
+	pthread_mutex_unlock(&s->mlock);
+}
+
 int ckpt_write(struct coil_store *s, bool clean)
 {
-	uint64_t t0 = coil_now_ns(), payload = 0, nobj = 0, snap_lin, snap_seq;
-	uint64_t next_obj_id, jlen = s->sb.journal_len;
+	uint64_t t0 = coil_now_ns(), payload = 0, snap_lin;
 	struct fmt_extent *fe = NULL;
 	struct snap sn = { 0 };
-	struct fmt_cursor c;
 	struct fmt_ckpt h;
 	uint8_t *buf = NULL;
-	uint32_t slot;
 	int rc = 0;
 
 	if (s->rdonly)
@@ -420,104 +490,26 @@ int ckpt_write(struct coil_store *s, bool clean)
 	 * happens after the lock is released, so writers' apply steps stall
 	 * only for the copy, not for building the payload. */
 	rc = snap_take(s, &sn);
+	memset(&h, 0, sizeof(h));
 	snap_lin = sn.lin;
-	snap_seq = sn.next_seq;
-	next_obj_id = sn.next_obj_id;
-	nobj = sn.nobj;
-	if (rc < 0)
-		goto unlock;
-
-	/* Phase 2: size, encode. */
-	payload = (uint64_t)s->nseg * FMT_CKPT_SEG_SIZE;
-	for (uint64_t i = 0; i < sn.nobj; i++)
-		payload += FMT_CKPT_OBJ_MIN - 1 + sn.obj[i].name_len;
-	for (uint64_t i = 0; i < sn.next; i++)
-		payload += FMT_EXTENT_FIXED + 8u * sn.ext[i].n_csums;
-	if (FMT_BLOCK + payload > s->sb.ckpt_len) {
-		rc = -ENOSPC;
-		goto unlock;
-	}
-	buf = ckpt_buf(s->ckmem, FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK));
-	if (!buf) {
-		rc = -ENOMEM;
-		goto unlock;
-	}
-	memset(buf + FMT_BLOCK + payload, 0,
-	       COIL_ALIGN_UP(payload, FMT_BLOCK) - payload);
-	fmt_cursor_init(&c, buf + FMT_BLOCK, payload);
-	for (uint32_t i = 0; i < s->nseg; i++)
-		fmt_ckpt_put_seg(&c, sn.seg_live[i], sn.seg_state[i]);
-	for (uint64_t i = 0; i < sn.nobj && rc == 0; i++) {
-		const struct snap_obj *so = &sn.obj[i];
-
-		fmt_ckpt_put_obj(&c, so->id, so->size, sn.names + so->name_off,
-				 so->name_len, (uint32_t)so->n_ext);
-		for (uint64_t k = 0; k < so->n_ext; k++) {
-			ext_to_fmt(&sn.ext[so->first_ext + k], fe);
-			fmt_cursor_put_extent(&c, fe);
-		}
-		rc = c.err;
-	}
-	if (rc == 0 && c.pos != payload)
-		rc = -EIO;
-unlock:
+	h.replay_off = sn.lin % s->sb.journal_len;
+	h.replay_seq = sn.next_seq;
+	h.next_obj_id = sn.next_obj_id;
+	h.n_objects = sn.nobj;
+	if (rc == 0)
+		rc = ckpt_encode(s, &sn, fe, &buf, &payload);
 	snap_release(&sn);
 	free(fe);
-	if (rc < 0)
-		goto out;
-
-	memset(&h, 0, sizeof(h));
-	h.store_id = s->store_id;
-	h.seq = s->sb.ckpt_seq + 1;
-	h.payload_len = payload;
-	h.payload_csum = fmt_csum(buf + FMT_BLOCK, payload);
-	h.replay_off = snap_lin % jlen;
-	h.replay_seq = snap_seq;
-	h.next_obj_id = next_obj_id;
-	h.n_objects = nobj;
-	h.segment_count = s->nseg;
-	h.n_dicts = 0;
-	rc = fmt_ckpt_encode(&h, buf, FMT_BLOCK);
-	if (rc < 0)
-		goto out;
-	slot = s->sb.ckpt_slot == 0 ? 1 : 0;
-	rc = io_big(s, URING_OP_WRITE, buf,
-		    FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK),
-		    s->sb.ckpt_off[slot]);
 	if (rc == 0)
-		rc = store_io_sync(s, URING_OP_FSYNC, NULL, 0, 0);
-	if (rc < 0)
-		goto out;
-	s->sb.ckpt_slot = slot;
-	s->sb.ckpt_seq = h.seq;
-	s->sb.ckpt_bytes = FMT_BLOCK + payload;
-	s->sb.ckpt_csum = fmt_ckpt_block_csum(buf);
-	s->sb.replay_off = h.replay_off;
-	s->sb.replay_seq = h.replay_seq;
-	rc = super_write(s, clean);
-	if (rc < 0)
-		goto out;
-
-	pthread_mutex_lock(&s->jlock);
-	if (snap_lin > s->j_tail_lin)
-		s->j_tail_lin = snap_lin;
-	pthread_mutex_unlock(&s->jlock);
-	cleaner_discard_freed(s); /* issue 7: TRIM what is freed below */
-	pthread_mutex_lock(&s->mlock);
-	for (uint32_t i = 0; i < s->nseg; i++) {
-		struct seg *g = &s->segs[i];
-		if (g->in_ckpt && g->state == SEG_PENDING &&
-		    atomic_load(&g->readers) == 0) {
-			g->state = SEG_FREE;
-			s->free_segs++;
-		}
-		g->in_ckpt = 0;
+		rc = ckpt_commit(s, buf, payload, &h, clean);
+	if (rc == 0) {
+		/* Feedback loop, this end: the released journal space is
+		 * what a full journal waits for (journal_kick follows). */
+		ckpt_release(s, snap_lin);
+		stat_add(&s->st.ckpts, 1);
+		stat_add(&s->st.ckpt_bytes, FMT_BLOCK + payload);
+		atomic_store(&s->st.ckpt_ns_last, coil_now_ns() - t0);
 	}
-	pthread_mutex_unlock(&s->mlock);
-	stat_add(&s->st.ckpts, 1);
-	stat_add(&s->st.ckpt_bytes, FMT_BLOCK + payload);
-	atomic_store(&s->st.ckpt_ns_last, coil_now_ns() - t0);
-out:
 	pthread_mutex_unlock(&s->ckpt_mu);
 	if (rc < 0)
 		stat_add(&s->st.ckpt_failures, 1);
@@ -584,6 +576,8 @@ static void *ckpt_main(void *arg)
 			s->ck_last_err = rc;
 			store_break(s, rc);
 		}
+		/* Feedback loop (log/journal.c, cycle_start): a full journal
+		 * triggered this checkpoint and waits for the space it freed. */
 		journal_kick(s);
 		pthread_mutex_lock(&s->ck_mu);
 		s->ck_running = false;
@@ -618,369 +612,3 @@ void ckpt_thread_stop(struct coil_store *s)
 	s->ck_started = false;
 }
 
-/* ---- loading ------------------------------------------------------------ */
-
-/* A blob descriptor from disk must point inside one segment of the data
- * area. */
-static int blob_in_bounds(const struct coil_store *s, const struct fmt_blob *b)
-{
-	uint64_t end, idx;
-
-	if (b->dev_off < s->sb.data_off || b->stored_len == 0)
-		return -EIO;
-	idx = (b->dev_off - s->sb.data_off) / s->sb.segment_size;
-	if (idx >= s->nseg)
-		return -EIO;
-	end = s->sb.data_off + (idx + 1) * s->sb.segment_size;
-	if (b->dev_off + b->stored_len > end)
-		return -EIO;
-	if (b->codec == FMT_CODEC_RAW && b->dev_off % FMT_BLOCK)
-		return -EIO;
-	if (b->dict_id != 0)
-		return -EIO; /* dictionaries: not in this version */
-	return 0;
-}
-
-static int insert_fmt_extent(struct coil_store *s, struct object *o,
-			     const struct fmt_extent *fe)
-{
-	struct ext e;
-
-	if (blob_in_bounds(s, &fe->blob) < 0)
-		return -EIO;
-	e.off = fe->obj_off;
-	e.len = fe->len;
-	e.skip = fe->blob_skip;
-	e.b = blobd_new(&fe->blob);
-	if (!e.b)
-		return -ENOMEM;
-	return meta_apply_write(s, o, 0, 0, &e, 1, true);
-}
-
-int ckpt_load(struct coil_store *s)
-{
-	uint8_t *buf = NULL;
-	struct fmt_extent *fe = NULL;
-	struct fmt_cursor c;
-	struct fmt_ckpt h;
-	uint64_t total;
-	int rc;
-
-	s->applied_end_lin = s->sb.replay_off;
-	s->applied_next_seq = s->sb.replay_seq;
-	if (s->sb.ckpt_slot == FMT_CKPT_SLOT_NONE) {
-		s->next_obj_id = 1;
-		return 0;
-	}
-	if (s->sb.ckpt_bytes < FMT_BLOCK || s->sb.ckpt_bytes > s->sb.ckpt_len)
-		return -EIO;
-	total = COIL_ALIGN_UP(s->sb.ckpt_bytes, FMT_BLOCK);
-	if (posix_memalign((void **)&buf, 4096, total))
-		return -ENOMEM;
-	fe = malloc(sizeof(*fe));
-	if (!fe) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	rc = io_big(s, URING_OP_READ, buf, total, s->sb.ckpt_off[s->sb.ckpt_slot]);
-	if (rc < 0)
-		goto out;
-	rc = -EIO;
-	if (fmt_ckpt_block_csum(buf) != s->sb.ckpt_csum)
-		goto out;
-	if (fmt_ckpt_decode(&h, buf, FMT_BLOCK) < 0)
-		goto out;
-	if (h.store_id != s->store_id || h.seq != s->sb.ckpt_seq ||
-	    FMT_BLOCK + h.payload_len != s->sb.ckpt_bytes ||
-	    h.segment_count != s->nseg || h.n_dicts != 0)
-		goto out;
-	if (fmt_ckpt_verify_payload(&h, buf + FMT_BLOCK, h.payload_len) < 0 ||
-	    fmt_ckpt_payload_check(&h, buf + FMT_BLOCK, h.payload_len) < 0)
-		goto out;
-	fmt_cursor_init_ro(&c, buf + FMT_BLOCK, h.payload_len);
-	for (uint32_t i = 0; i < s->nseg; i++) {
-		uint64_t live;
-		uint8_t st;
-		if (fmt_ckpt_get_seg(&c, &live, &st) < 0)
-			goto out;
-		s->segs[i].state = st == SEG_FREE ? SEG_FREE : SEG_SEALED;
-		s->segs[i].live = 0; /* recomputed from the extents */
-	}
-	for (uint64_t i = 0; i < h.n_objects; i++) {
-		struct fmt_ckpt_obj co;
-		struct object *o;
-
-		if (fmt_ckpt_get_obj(&c, &co) < 0)
-			goto out;
-		if (co.size > ENGINE_OBJ_SIZE_MAX ||
-		    memchr(co.name, 0, co.name_len) ||
-		    objtab_find_id(s, co.obj_id) ||
-		    objtab_find_name(s, co.name, co.name_len))
-			goto out;
-		rc = objtab_add(s, co.obj_id, co.name, co.name_len, &o);
-		if (rc < 0)
-			goto out;
-		rc = -EIO;
-		o->size = co.size;
-		for (uint32_t k = 0; k < co.n_extents; k++) {
-			int r2;
-			if (fmt_cursor_get_extent(&c, fe) < 0)
-				goto out;
-			r2 = insert_fmt_extent(s, o, fe);
-			if (r2 < 0) {
-				rc = r2;
-				goto out;
-			}
-		}
-	}
-	if (h.next_obj_id > s->next_obj_id)
-		s->next_obj_id = h.next_obj_id;
-	if (s->next_obj_id == 0)
-		s->next_obj_id = 1;
-	s->applied_end_lin = h.replay_off;
-	s->applied_next_seq = h.replay_seq;
-	rc = 0;
-out:
-	free(fe);
-	free(buf);
-	return rc;
-}
-
-/* ---- replay ------------------------------------------------------------- */
-
-/* The committer never writes a chunk larger than this (journal_init). */
-#define REPLAY_CHUNK_MAX (1u << 20)
-
-struct replay {
-	struct coil_store *s;
-	ZSTD_DCtx *dctx;
-	uint8_t *io;      /* read buffer */
-	uint8_t *dec;     /* decode scratch */
-	size_t io_cap;
-	struct fmt_extent fe;
-};
-
-/* Read a blob and check every checksum its descriptor carries.
- * @return 0 verified, 1 it does not (replay stops there), or a negative
- * errno when the device failed: that is not evidence about the journal, so
- * open fails instead of dropping (and then checkpointing away) a suffix of
- * acknowledged writes. */
-static int replay_verify_blob(struct replay *rp, const struct fmt_blob *b)
-{
-	uint64_t a = COIL_ALIGN_DOWN(b->dev_off, FMT_BLOCK);
-	uint64_t z = COIL_ALIGN_UP(b->dev_off + b->stored_len, FMT_BLOCK);
-	int rc;
-
-	if (blob_in_bounds(rp->s, b) < 0)
-		return 1;
-	if (z - a > rp->io_cap)
-		return 1;
-	rc = store_io_sync(rp->s, URING_OP_READ, rp->io, (uint32_t)(z - a), a);
-	if (rc < 0)
-		return rc;
-	rc = fmt_blob_decode(rp->dctx, NULL, b, rp->io + (b->dev_off - a),
-			     b->stored_len, rp->dec, FMT_BLOB_MAX);
-	return rc < 0 ? 1 : 0;
-}
-
-/* Apply one record.  @return 0 applied (or a no-op), 1 stop replay here,
- * < 0 a device error (open fails rather than silently dropping a suffix). */
-static int replay_record(struct replay *rp, const struct fmt_jrec *r)
-{
-	struct coil_store *s = rp->s;
-	struct object *o;
-	int rc;
-
-	switch (r->type) {
-	case FMT_JREC_CREATE: {
-		struct fmt_jrec_create cr;
-		if (fmt_jrec_create_decode(r, &cr) < 0 ||
-		    memchr(cr.name, 0, cr.name_len))
-			return 1;
-		o = objtab_find_id(s, cr.obj_id);
-		if (o)
-			return (o->name_len == cr.name_len &&
-				!memcmp(o->name, cr.name, cr.name_len)) ? 0 : 1;
-		o = objtab_find_name(s, cr.name, cr.name_len);
-		if (o)	/* A later object holds the name: this one was
-			 * removed after (create and remove change the table
-			 * when they take their ticket, so a checkpoint may
-			 * hold their effect before its replay point reaches
-			 * their records; ids only grow).  Its WRITEs and
-			 * REMOVE find no id and are skipped.  An older
-			 * holder is a contradiction: stop. */
-			return o->id > cr.obj_id ? 0 : 1;
-		rc = objtab_add(s, cr.obj_id, cr.name, cr.name_len, &o);
-		return rc < 0 ? rc : 0;
-	}
-	case FMT_JREC_REMOVE: {
-		struct fmt_jrec_remove rm;
-		if (fmt_jrec_remove_decode(r, &rm) < 0)
-			return 1;
-		o = objtab_find_id(s, rm.obj_id);
-		if (o)
-			meta_apply_remove(s, o);
-		return 0;
-	}
-	case FMT_JREC_TRUNCATE: {
-		struct fmt_jrec_truncate tr;
-		if (fmt_jrec_truncate_decode(r, &tr) < 0 ||
-		    tr.size > ENGINE_OBJ_SIZE_MAX)
-			return 1;
-		o = objtab_find_id(s, tr.obj_id);
-		if (o) {
-			rc = meta_apply_truncate(s, o, tr.size);
-			if (rc < 0)
-				return rc;
-		}
-		return 0;
-	}
-	case FMT_JREC_WRITE: {
-		struct fmt_jrec_write w, w2;
-		if (fmt_jrec_write_decode(r, &w) < 0 ||
-		    w.off + w.len > ENGINE_OBJ_SIZE_MAX)
-			return 1;
-		o = objtab_find_id(s, w.obj_id);
-		if (!o)
-			return 0; /* removed later: nothing to verify */
-		/* Every blob first, so the write applies whole or not. */
-		w2 = w;
-		while ((rc = fmt_jrec_write_next(&w, &rp->fe)) == 1) {
-			rc = replay_verify_blob(rp, &rp->fe.blob);
-			if (rc != 0)
-				return rc;
-		}
-		if (rc < 0)
-			return 1;
-		while ((rc = fmt_jrec_write_next(&w2, &rp->fe)) == 1) {
-			/* issue 7: a relocation installs only where the map
-			 * still holds the same blob (as the live path did) */
-			if (w.flags & FMT_JREC_REMAP)
-				rc = cleaner_replay_remap(s, o, &rp->fe);
-			else
-				rc = insert_fmt_extent(s, o, &rp->fe);
-			if (rc < 0)
-				return rc;
-		}
-		if (!(w.flags & FMT_JREC_REMAP) && w.len &&
-		    w.off + w.len > o->size)
-			o->size = w.off + w.len;
-		return 0;
-	}
-	default:
-		return 1; /* DICT and unknown: not in this version */
-	}
-}
-
-int replay_journal(struct coil_store *s)
-{
-	uint64_t jlen = s->sb.journal_len, pos = s->sb.replay_off % jlen;
-	uint64_t lin = pos, seq = s->sb.replay_seq;
-	uint8_t *chunk = NULL;
-	struct replay *rp;
-	bool stop = false;
-	int rc = 0;
-
-	rp = calloc(1, sizeof(*rp));
-	if (!rp)
-		return -ENOMEM;
-	rp->s = s;
-	rp->dctx = ZSTD_createDCtx();
-	rp->io_cap = FMT_BLOB_MAX + 2 * FMT_BLOCK;
-	if (posix_memalign((void **)&rp->io, 4096, rp->io_cap))
-		rp->io = NULL;
-	rp->dec = malloc(FMT_BLOB_MAX);
-	if (posix_memalign((void **)&chunk, 4096, REPLAY_CHUNK_MAX))
-		chunk = NULL;
-	if (!rp->dctx || !rp->io || !rp->dec || !chunk) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	while (!stop) {
-		struct fmt_jchunk h;
-		struct fmt_cursor c;
-		struct fmt_jrec r;
-		uint64_t at = pos;
-		bool ok = false;
-
-		for (int attempt = 0; attempt < 2 && !ok; attempt++) {
-			if (attempt == 1) {
-				if (at == 0)
-					break;
-				at = 0; /* a chunk that did not fit wrapped */
-			}
-			if (at + FMT_BLOCK > jlen)
-				continue;
-			rc = store_io_sync(s, URING_OP_READ, chunk, FMT_BLOCK,
-					   s->sb.journal_off + at);
-			if (rc < 0)
-				goto out;
-			if (fmt_jchunk_decode(&h, chunk, FMT_BLOCK) < 0 ||
-			    h.store_id != s->store_id || h.seq != seq ||
-			    at + (uint64_t)h.nblocks * FMT_BLOCK > jlen ||
-			    (uint64_t)h.nblocks * FMT_BLOCK > REPLAY_CHUNK_MAX)
-				continue;
-			ok = true;
-		}
-		if (!ok)
-			break;
-		if (h.nblocks > 1) {
-			rc = io_big(s, URING_OP_READ, chunk + FMT_BLOCK,
-				    (uint64_t)(h.nblocks - 1) * FMT_BLOCK,
-				    s->sb.journal_off + at + FMT_BLOCK);
-			if (rc < 0)
-				goto out;
-		}
-		if (fmt_jchunk_verify_payload(&h, chunk + FMT_JCHUNK_HDR,
-					      (size_t)h.nblocks * FMT_BLOCK -
-						      FMT_JCHUNK_HDR) < 0)
-			break;
-		/* The chunk is consumed from here on, even if a record in it
-		 * stops replay: new chunks go after it. */
-		if (at != pos)
-			lin += jlen - pos;
-		lin += (uint64_t)h.nblocks * FMT_BLOCK;
-		pos = at + (uint64_t)h.nblocks * FMT_BLOCK;
-		if (pos >= jlen)
-			pos = 0;
-		seq++;
-		stat_add(&s->st.replayed_chunks, 1);
-		fmt_cursor_init_ro(&c, chunk + FMT_JCHUNK_HDR, h.payload_len);
-		for (;;) {
-			int got = fmt_jrec_next(&c, &r);
-			if (got <= 0) {
-				if (got < 0)
-					stop = true;
-				break;
-			}
-			rc = replay_record(rp, &r);
-			if (rc < 0)
-				goto out;
-			if (rc == 1) {
-				stop = true;
-				rc = 0;
-				break;
-			}
-			stat_add(&s->st.replayed_records, 1);
-		}
-	}
-	rc = 0;
-out:
-	/* New chunks start where replay ended, with a sequence no chunk left
-	 * on disk can carry (ENGINE_SEQ_GAP). */
-	s->applied_end_lin = lin;
-	s->applied_hi_lin = lin;
-	s->j_head_lin = lin;
-	s->j_tail_lin = s->sb.replay_off % jlen;
-	s->j_next_seq = seq + ENGINE_SEQ_GAP;
-	s->applied_next_seq = s->j_next_seq;
-	if (rp) {
-		if (rp->dctx)
-			ZSTD_freeDCtx(rp->dctx);
-		free(rp->io);
-		free(rp->dec);
-	}
-	free(rp);
-	free(chunk);
-	return rc;
-}

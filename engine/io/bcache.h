@@ -1,0 +1,33 @@
+/* engine/io/bcache.h — the read path's glue to the decoded-blob cache
+ * (cache/): keys are {device offset, segment generation}; docs/readahead.md.
+ * Calls down only (cache/, place/). */
+#ifndef COIL_ENGINE_BCACHE_H
+#define COIL_ENGINE_BCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct coil_store;
+struct rblob;
+struct blobd;
+
+int bcache_init(struct coil_store *s);
+void bcache_destroy(struct coil_store *s);
+/* Cache lookup for a demand blob: sets rb->ce.  @return 1 hit, 0 miss. */
+int bcache_lookup(struct coil_store *s, struct rblob *rb);
+/* A buffer to decode a blob into (cache_alloc_value); NULL if no cache. */
+void *bcache_value_alloc(struct coil_store *s, uint32_t len);
+/* Insert rb->dec (from bcache_value_alloc, decoded): on success the cache
+ * owns it (rb->dec = NULL) and rb->ce serves the read. */
+void bcache_publish(struct coil_store *s, struct rblob *rb);
+void bcache_release(struct coil_store *s, struct rblob *rb);
+/* An extent of @b (of @len bytes, in a segment of generation @gen) is
+ * dropped: if it was the blob's last reference, drop its entry early. */
+void bcache_drop_blob(struct coil_store *s, const struct blobd *b,
+		      uint32_t len, uint32_t gen);
+/* A segment is reused: drop its old entries early (memory only; keys with
+ * the old generation can never be looked up again). */
+void bcache_invalidate_seg(struct coil_store *s, uint32_t idx);
+int bcache_stats_json(struct coil_store *s, char *buf, size_t len);
+
+#endif

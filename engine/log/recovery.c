@@ -1,0 +1,420 @@
+/* engine/log/recovery.c — recovery at open: newest valid superblock (read
+ * by store.c) -> its checkpoint -> replay the journal from the checkpoint's
+ * replay point while chunks and records validate and every blob a WRITE
+ * references reads back and verifies.  Replay writes nothing; open then
+ * takes a checkpoint, so a crash during recovery just recovers again from
+ * the same place.
+ *
+ * Segment live bytes are never trusted from disk: they are recomputed from
+ * the extents as they are loaded and replayed, so the accounting after
+ * recovery is exact by construction. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/log/journal.h"
+#include "engine/log/meta.h"
+#include "engine/log/recovery.h"
+#include "engine/place/blob.h"
+#include "engine/place/bufpool.h"
+#include "engine/place/dev.h"
+#include "engine/place/object.h"
+#include "engine/place/segment.h"
+#include "engine/store.h"
+
+/* ---- loading ------------------------------------------------------------ */
+
+/* A blob descriptor from disk must point inside one segment of the data
+ * area. */
+static int blob_in_bounds(const struct coil_store *s, const struct fmt_blob *b)
+{
+	uint64_t end, idx;
+
+	if (b->dev_off < s->sb.data_off || b->stored_len == 0)
+		return -EIO;
+	/* No blob of this store is larger than its max_blob: a bigger one
+	 * would overrun the read buffers sized by it. */
+	if (b->logical_len > s->sb.max_blob || b->stored_len > s->sb.max_blob)
+		return -EIO;
+	idx = (b->dev_off - s->sb.data_off) / s->sb.segment_size;
+	if (idx >= s->nseg)
+		return -EIO;
+	end = s->sb.data_off + (idx + 1) * s->sb.segment_size;
+	if (b->dev_off + b->stored_len > end)
+		return -EIO;
+	if (b->codec == FMT_CODEC_RAW && b->dev_off % FMT_BLOCK)
+		return -EIO;
+	if (b->dict_id != 0)
+		return -EIO; /* dictionaries: not in this version */
+	return 0;
+}
+
+static int insert_fmt_extent(struct coil_store *s, struct object *o,
+			     const struct fmt_extent *fe)
+{
+	struct ext e;
+
+	if (blob_in_bounds(s, &fe->blob) < 0)
+		return -EIO;
+	e.off = fe->obj_off;
+	e.len = fe->len;
+	e.skip = fe->blob_skip;
+	e.b = blobd_new(&fe->blob);
+	if (!e.b)
+		return -ENOMEM;
+	return meta_apply_write(s, o, 0, 0, &e, 1, true);
+}
+
+int ckpt_load(struct coil_store *s)
+{
+	uint8_t *buf = NULL;
+	struct fmt_extent *fe = NULL;
+	struct fmt_cursor c;
+	struct fmt_ckpt h;
+	uint64_t total;
+	int rc;
+
+	s->applied_end_lin = s->sb.replay_off;
+	s->applied_next_seq = s->sb.replay_seq;
+	if (s->sb.ckpt_slot == FMT_CKPT_SLOT_NONE) {
+		s->next_obj_id = 1;
+		return 0;
+	}
+	if (s->sb.ckpt_bytes < FMT_BLOCK || s->sb.ckpt_bytes > s->sb.ckpt_len)
+		return -EIO;
+	total = COIL_ALIGN_UP(s->sb.ckpt_bytes, FMT_BLOCK);
+	if (posix_memalign((void **)&buf, 4096, total))
+		return -ENOMEM;
+	fe = malloc(sizeof(*fe));
+	if (!fe) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = store_io_big(s, URING_OP_READ, buf, total, s->sb.ckpt_off[s->sb.ckpt_slot]);
+	if (rc < 0)
+		goto out;
+	rc = -EIO;
+	if (fmt_ckpt_block_csum(buf) != s->sb.ckpt_csum)
+		goto out;
+	if (fmt_ckpt_decode(&h, buf, FMT_BLOCK) < 0)
+		goto out;
+	if (h.store_id != s->store_id || h.seq != s->sb.ckpt_seq ||
+	    FMT_BLOCK + h.payload_len != s->sb.ckpt_bytes ||
+	    h.segment_count != s->nseg || h.n_dicts != 0)
+		goto out;
+	if (fmt_ckpt_verify_payload(&h, buf + FMT_BLOCK, h.payload_len) < 0 ||
+	    fmt_ckpt_payload_check(&h, buf + FMT_BLOCK, h.payload_len) < 0)
+		goto out;
+	fmt_cursor_init_ro(&c, buf + FMT_BLOCK, h.payload_len);
+	for (uint32_t i = 0; i < s->nseg; i++) {
+		uint64_t live;
+		uint8_t st;
+		if (fmt_ckpt_get_seg(&c, &live, &st) < 0)
+			goto out;
+		s->segs[i].state = st == SEG_FREE ? SEG_FREE : SEG_SEALED;
+		s->segs[i].live = 0; /* recomputed from the extents */
+	}
+	for (uint64_t i = 0; i < h.n_objects; i++) {
+		struct fmt_ckpt_obj co;
+		struct object *o;
+
+		if (fmt_ckpt_get_obj(&c, &co) < 0)
+			goto out;
+		if (co.size > ENGINE_OBJ_SIZE_MAX ||
+		    memchr(co.name, 0, co.name_len) ||
+		    objtab_find_id(s, co.obj_id) ||
+		    objtab_find_name(s, co.name, co.name_len))
+			goto out;
+		rc = objtab_add(s, co.obj_id, co.name, co.name_len, &o);
+		if (rc < 0)
+			goto out;
+		rc = -EIO;
+		o->size = co.size;
+		for (uint32_t k = 0; k < co.n_extents; k++) {
+			int r2;
+			if (fmt_cursor_get_extent(&c, fe) < 0)
+				goto out;
+			r2 = insert_fmt_extent(s, o, fe);
+			if (r2 < 0) {
+				rc = r2;
+				goto out;
+			}
+		}
+	}
+	if (h.next_obj_id > s->next_obj_id)
+		s->next_obj_id = h.next_obj_id;
+	if (s->next_obj_id == 0)
+		s->next_obj_id = 1;
+	s->applied_end_lin = h.replay_off;
+	s->applied_next_seq = h.replay_seq;
+	rc = 0;
+out:
+	free(fe);
+	free(buf);
+	return rc;
+}
+
+/* ---- replay ------------------------------------------------------------- */
+
+/* The committer never writes a chunk larger than this (journal_init). */
+#define REPLAY_CHUNK_MAX (1u << 20)
+
+struct replay {
+	struct coil_store *s;
+	ZSTD_DCtx *dctx;
+	uint8_t *io;      /* read buffer */
+	uint8_t *dec;     /* decode scratch */
+	size_t io_cap;
+	struct fmt_extent fe;
+};
+
+/* Read a blob and check every checksum its descriptor carries.
+ * @return 0 verified, 1 it does not (replay stops there), or a negative
+ * errno when the device failed: that is not evidence about the journal, so
+ * open fails instead of dropping (and then checkpointing away) a suffix of
+ * acknowledged writes. */
+static int replay_verify_blob(struct replay *rp, const struct fmt_blob *b)
+{
+	uint64_t a = COIL_ALIGN_DOWN(b->dev_off, FMT_BLOCK);
+	uint64_t z = COIL_ALIGN_UP(b->dev_off + b->stored_len, FMT_BLOCK);
+	int rc;
+
+	if (blob_in_bounds(rp->s, b) < 0)
+		return 1;
+	if (z - a > rp->io_cap)
+		return 1;
+	rc = store_io_sync(rp->s, URING_OP_READ, rp->io, (uint32_t)(z - a), a);
+	if (rc < 0)
+		return rc;
+	rc = fmt_blob_decode(rp->dctx, NULL, b, rp->io + (b->dev_off - a),
+			     b->stored_len, rp->dec, FMT_BLOB_MAX);
+	return rc < 0 ? 1 : 0;
+}
+
+/* Apply one record.  @return 0 applied (or a no-op), 1 stop replay here,
+ * < 0 a device error (open fails rather than silently dropping a suffix). */
+static int replay_record(struct replay *rp, const struct fmt_jrec *r)
+{
+	struct coil_store *s = rp->s;
+	struct object *o;
+	int rc;
+
+	switch (r->type) {
+	case FMT_JREC_CREATE: {
+		struct fmt_jrec_create cr;
+		if (fmt_jrec_create_decode(r, &cr) < 0 ||
+		    memchr(cr.name, 0, cr.name_len))
+			return 1;
+		o = objtab_find_id(s, cr.obj_id);
+		if (o)
+			return (o->name_len == cr.name_len &&
+				!memcmp(o->name, cr.name, cr.name_len)) ? 0 : 1;
+		o = objtab_find_name(s, cr.name, cr.name_len);
+		if (o)	/* A later object holds the name: this one was
+			 * removed after (create and remove change the table
+			 * when they take their ticket, so a checkpoint may
+			 * hold their effect before its replay point reaches
+			 * their records; ids only grow).  Its WRITEs and
+			 * REMOVE find no id and are skipped.  An older
+			 * holder is a contradiction: stop. */
+			return o->id > cr.obj_id ? 0 : 1;
+		rc = objtab_add(s, cr.obj_id, cr.name, cr.name_len, &o);
+		return rc < 0 ? rc : 0;
+	}
+	case FMT_JREC_REMOVE: {
+		struct fmt_jrec_remove rm;
+		if (fmt_jrec_remove_decode(r, &rm) < 0)
+			return 1;
+		o = objtab_find_id(s, rm.obj_id);
+		if (o)
+			meta_apply_remove(s, o);
+		return 0;
+	}
+	case FMT_JREC_TRUNCATE: {
+		struct fmt_jrec_truncate tr;
+		if (fmt_jrec_truncate_decode(r, &tr) < 0 ||
+		    tr.size > ENGINE_OBJ_SIZE_MAX)
+			return 1;
+		o = objtab_find_id(s, tr.obj_id);
+		if (o) {
+			rc = meta_apply_truncate(s, o, tr.size);
+			if (rc < 0)
+				return rc;
+		}
+		return 0;
+	}
+	case FMT_JREC_WRITE: {
+		struct fmt_jrec_write w, w2;
+		if (fmt_jrec_write_decode(r, &w) < 0 ||
+		    w.off + w.len > ENGINE_OBJ_SIZE_MAX)
+			return 1;
+		o = objtab_find_id(s, w.obj_id);
+		if (!o)
+			return 0; /* removed later: nothing to verify */
+		/* Every blob first, so the write applies whole or not. */
+		w2 = w;
+		while ((rc = fmt_jrec_write_next(&w, &rp->fe)) == 1) {
+			rc = replay_verify_blob(rp, &rp->fe.blob);
+			if (rc != 0)
+				return rc;
+		}
+		if (rc < 0)
+			return 1;
+		while ((rc = fmt_jrec_write_next(&w2, &rp->fe)) == 1) {
+			/* a relocation installs only where the map
+			 * still holds the same blob (as the live path did) */
+			if (w.flags & FMT_JREC_REMAP)
+				rc = meta_replay_remap(s, o, &rp->fe);
+			else
+				rc = insert_fmt_extent(s, o, &rp->fe);
+			if (rc < 0)
+				return rc;
+		}
+		if (!(w.flags & FMT_JREC_REMAP) && w.len &&
+		    w.off + w.len > o->size)
+			o->size = w.off + w.len;
+		return 0;
+	}
+	default:
+		return 1; /* DICT and unknown: not in this version */
+	}
+}
+
+/* Read the chunk with sequence @seq at journal offset @pos, or at 0 when
+ * it did not fit before the end and wrapped.  @return 1 (found: *@h, *@at,
+ * its blocks in @chunk, payload verified), 0 (none: the journal ends), or
+ * -errno of a read. */
+static int replay_read_chunk(struct coil_store *s, uint8_t *chunk,
+			     uint64_t pos, uint64_t seq, struct fmt_jchunk *h,
+			     uint64_t *at)
+{
+	uint64_t jlen = s->sb.journal_len;
+	bool ok = false;
+	int rc;
+
+	*at = pos;
+	for (int attempt = 0; attempt < 2 && !ok; attempt++) {
+		if (attempt == 1) {
+			if (*at == 0)
+				break;
+			*at = 0; /* a chunk that did not fit wrapped */
+		}
+		if (*at + FMT_BLOCK > jlen)
+			continue;
+		rc = store_io_sync(s, URING_OP_READ, chunk, FMT_BLOCK,
+				   s->sb.journal_off + *at);
+		if (rc < 0)
+			return rc;
+		if (fmt_jchunk_decode(h, chunk, FMT_BLOCK) < 0 ||
+		    h->store_id != s->store_id || h->seq != seq ||
+		    *at + (uint64_t)h->nblocks * FMT_BLOCK > jlen ||
+		    (uint64_t)h->nblocks * FMT_BLOCK > REPLAY_CHUNK_MAX)
+			continue;
+		ok = true;
+	}
+	if (!ok)
+		return 0;
+	if (h->nblocks > 1) {
+		rc = store_io_big(s, URING_OP_READ, chunk + FMT_BLOCK,
+				  (uint64_t)(h->nblocks - 1) * FMT_BLOCK,
+				  s->sb.journal_off + *at + FMT_BLOCK);
+		if (rc < 0)
+			return rc;
+	}
+	if (fmt_jchunk_verify_payload(h, chunk + FMT_JCHUNK_HDR,
+				      (size_t)h->nblocks * FMT_BLOCK -
+					      FMT_JCHUNK_HDR) < 0)
+		return 0;
+	return 1;
+}
+
+/* Apply the records of one verified chunk.  @return 0 (all applied), 1
+ * (replay stops here: a malformed record, or one whose blobs do not
+ * verify), or -errno. */
+static int replay_chunk_records(struct replay *rp, const uint8_t *chunk,
+				const struct fmt_jchunk *h)
+{
+	struct fmt_cursor c;
+	struct fmt_jrec r;
+	int rc;
+
+	fmt_cursor_init_ro(&c, chunk + FMT_JCHUNK_HDR, h->payload_len);
+	for (;;) {
+		int got = fmt_jrec_next(&c, &r);
+
+		if (got <= 0)
+			return got < 0 ? 1 : 0;
+		rc = replay_record(rp, &r);
+		if (rc != 0)
+			return rc;
+		stat_add(&rp->s->st.replayed_records, 1);
+	}
+}
+
+int replay_journal(struct coil_store *s)
+{
+	uint64_t jlen = s->sb.journal_len, pos = s->sb.replay_off % jlen;
+	uint64_t lin = pos, seq = s->sb.replay_seq;
+	uint8_t *chunk = NULL;
+	struct replay *rp;
+	int rc = 0;
+
+	rp = calloc(1, sizeof(*rp));
+	if (!rp)
+		return -ENOMEM;
+	rp->s = s;
+	rp->dctx = ZSTD_createDCtx();
+	rp->io_cap = FMT_BLOB_MAX + 2 * FMT_BLOCK;
+	if (posix_memalign((void **)&rp->io, 4096, rp->io_cap))
+		rp->io = NULL;
+	rp->dec = malloc(FMT_BLOB_MAX);
+	if (posix_memalign((void **)&chunk, 4096, REPLAY_CHUNK_MAX))
+		chunk = NULL;
+	if (!rp->dctx || !rp->io || !rp->dec || !chunk) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	/* Bounded: each pass consumes one chunk of the journal with the next
+	 * sequence, and the journal holds finitely many. */
+	for (;;) {
+		struct fmt_jchunk h;
+		uint64_t at;
+
+		rc = replay_read_chunk(s, chunk, pos, seq, &h, &at);
+		if (rc <= 0)
+			break;
+		/* The chunk is consumed from here on, even if a record in it
+		 * stops replay: new chunks go after it. */
+		if (at != pos)
+			lin += jlen - pos;
+		lin += (uint64_t)h.nblocks * FMT_BLOCK;
+		pos = at + (uint64_t)h.nblocks * FMT_BLOCK;
+		if (pos >= jlen)
+			pos = 0;
+		seq++;
+		stat_add(&s->st.replayed_chunks, 1);
+		rc = replay_chunk_records(rp, chunk, &h);
+		if (rc != 0)
+			break;
+	}
+	if (rc > 0)
+		rc = 0;
+out:
+	/* New chunks start where replay ended, with a sequence no chunk left
+	 * on disk can carry (ENGINE_SEQ_GAP). */
+	s->applied_end_lin = lin;
+	s->applied_hi_lin = lin;
+	s->j_head_lin = lin;
+	s->j_tail_lin = s->sb.replay_off % jlen;
+	s->j_next_seq = seq + ENGINE_SEQ_GAP;
+	s->applied_next_seq = s->j_next_seq;
+	if (rp) {
+		if (rp->dctx)
+			ZSTD_freeDCtx(rp->dctx);
+		free(rp->io);
+		free(rp->dec);
+	}
+	free(rp);
+	free(chunk);
+	return rc;
+}

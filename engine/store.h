@@ -1,0 +1,307 @@
+/* engine/store.h — the store: the state every engine file works on, its
+ * open/close (store.c), the synchronous waiter, and the small helpers all
+ * paths share.  The types of the areas it holds come from their headers;
+ * nothing here calls into an area.  See docs/architecture.md for the
+ * threads, the paths and the file dependency picture.
+ *
+ * Locks, always taken in this order:
+ *   s->mlock  metadata: object table, extent maps, segment table, allocator
+ *   s->jlock  journal: tickets, the reorder ring, the commit cycle, flushes
+ *   s->ckpt_mu one checkpoint at a time, superblock writes
+ * Neither lock is ever held across I/O or a user callback.
+ */
+#ifndef COIL_ENGINE_STORE_H
+#define COIL_ENGINE_STORE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <zstd.h>
+
+#include "coil.h"
+#include "common/common.h"
+#include "engine/log/journal.h"
+#include "engine/place/bufpool.h"
+#include "engine/place/extmap.h"
+#include "engine/place/segment.h"
+#include "format/format.h"
+#include "pool/pool.h"
+#include "uring/uring.h"
+
+struct cache;
+struct cleaner;
+struct object;
+struct ra_stream;
+struct ra_store;
+struct rreq;
+struct wreq;
+
+#define STORE_MAGIC 0x4c494f43u      /* "COIL" */
+#define STORE_MAGIC_DEAD 0x44414544u /* "DEAD" */
+#define HANDLE_MAGIC 0x4a424f43u     /* "COBJ" */
+#define HANDLE_MAGIC_DEAD 0x4a424f44u
+
+/* Largest object: offsets stay far from u64 overflow in every sum. */
+#define ENGINE_OBJ_SIZE_MAX (1ull << 60)
+struct coil_obj {
+	uint32_t magic;
+	struct coil_store *s;
+	struct object *obj;
+	_Atomic uint32_t inflight;
+	/* Bytes of this handle's reads submitted and not yet completed:
+	 * readahead stands aside for a reader that keeps a window's worth of
+	 * other reads in flight (readahead.c, readahead_on_read). */
+	_Atomic uint64_t rd_bytes;
+	struct coil_obj *next;     /* free list / open list */
+	struct ra_stream *ra;      /* readahead stream (readahead.c),
+				    * NULL when prefetch or the cache is off */
+};
+
+struct engine_stats {
+	_Atomic uint64_t writes, write_bytes, write_errors;
+	_Atomic uint64_t reads, read_bytes, read_errors;
+	_Atomic uint64_t csum_failures;
+	_Atomic uint64_t blobs_raw, blobs_zstd;
+	_Atomic uint64_t enc_logical, enc_stored;
+	_Atomic uint64_t dev_bytes_written, dev_bytes_read;
+	_Atomic uint64_t flushes, fsyncs;
+	_Atomic uint64_t chunks, chunk_bytes, records;
+	_Atomic uint64_t chunks_overlapped; /* started with another in flight */
+	/* encoded before a write submitted earlier to its object: waited for
+	 * that one's ticket (journal_take_turn) */
+	_Atomic uint64_t turn_waits;
+	_Atomic uint64_t ckpts, ckpt_bytes, ckpt_ns_last, ckpt_failures;
+	/* how long a checkpoint's snapshot held mlock (writers'
+	 * apply and every read wait that long) */
+	_Atomic uint64_t ckpt_snap_ns_last, ckpt_snap_ns_max;
+	_Atomic uint64_t ckpt_area_full; /* writes refused: checkpoint area full */
+	_Atomic uint64_t journal_waits;
+	_Atomic uint64_t replayed_chunks, replayed_records;
+	_Atomic uint64_t inline_encodes, inline_decodes;
+	_Atomic uint64_t read_splits;  /* joined reads that failed, read again
+					* blob by blob (read.c) */
+	_Atomic uint64_t prefetch_hints;
+	_Atomic uint64_t ra_use_once;  /* prefetched entries dropped after a whole read */
+};
+
+struct coil_store {
+	uint32_t magic;
+	int fd;
+	int lock_fd;            /* holds the flock; never given to the ring */
+	dev_t dev;
+	ino_t ino;
+	char *path;
+	bool rdonly;
+	bool direct;
+	bool is_blk;            /* a block device, not a regular file */
+	bool sync_writes;
+	bool inline_cb;         /* COIL_INLINE_CB */
+	int level;              /* zstd level, 0 = no compression */
+	unsigned pool_mode;
+	unsigned prefetch;
+	uint64_t cache_bytes;
+	uint32_t max_blob;      /* effective: min(option, segment/2) */
+	struct fmt_super sb;
+	uint64_t store_id;
+	struct uring *ring;
+	struct pool *pool;
+	_Atomic int broken;     /* first fatal error: writes fail with it */
+
+	/* ---- metadata (mlock) ---- */
+	pthread_mutex_t mlock;
+	pthread_cond_t mcond;   /* truncate/remove/ticket waiters */
+	struct object **by_name;
+	struct object **by_id;
+	uint32_t tab_cap;       /* buckets (power of two) */
+	uint64_t nobj;
+	uint64_t next_obj_id;
+	/* What the next checkpoint's payload holds (ckpt_payload_bound): the
+	 * maps' extents and checksums, the names; and what placed writes not
+	 * yet applied may add to it (ckpt_reserved, released with their
+	 * segments' inflight counts). */
+	struct extmap_acct ext_acct;
+	uint64_t name_bytes;
+	uint64_t ckpt_reserved;
+	struct seg *segs;
+	uint32_t nseg;
+	uint32_t active;        /* UINT32_MAX: none */
+	uint64_t active_head;   /* next free byte, relative to the segment */
+	uint32_t alloc_cursor;
+	uint32_t free_segs;
+	struct coil_obj *handles_free;
+	uint32_t nhandles;       /* open handles */
+	uint64_t applied_end_lin;/* journal linear offset after the last applied chunk */
+	uint64_t applied_next_seq;
+	/* the largest chunk end of any record applied: ahead of
+	 * applied_end_lin while a chunk is applied in part (its entries
+	 * apply as their data lands, and mlock is released in between) */
+	uint64_t applied_hi_lin;
+
+	/* ---- journal (jlock) ---- */
+	pthread_mutex_t jlock;
+	pthread_cond_t jcond;
+	struct jent **jslot;     /* ENGINE_JSLOTS, by ticket */
+	uint64_t next_ticket;
+	uint64_t head_ticket;
+	bool jwait_space;
+	struct flush_waiter *sync_pending;
+	struct jent *aq_first, *aq_last; /* chunk written, waiting to apply */
+	bool draining, drain_again;
+	int apply_err;           /* under mlock: a data write failed */
+	/* cycles in flight, oldest first: cyc[(cyc_head + i) % ENGINE_JCYCLES]
+	 * for i < cyc_n */
+	struct jcycle cyc[ENGINE_JCYCLES];
+	uint32_t cyc_head, cyc_n;
+	bool retiring;           /* one thread retires finished cycles */
+	int jfail;               /* a chunk or its fdatasync failed: every
+				  * later cycle fails with it */
+	uint32_t chunk_cap;
+	uint64_t j_head_lin;     /* next chunk's linear offset */
+	uint64_t j_tail_lin;     /* replay point of the durable checkpoint */
+	uint64_t j_next_seq;
+	uint32_t nonwrite_out;   /* metadata ops holding tickets */
+
+	/* ---- requests ---- */
+	pthread_mutex_t rq_mu;
+	pthread_cond_t rq_cond;
+	struct wreq *wfree;
+	struct rreq *rfree;
+	struct wreq *wreqs;
+	struct rreq *rreqs;
+	_Atomic uint64_t ops_inflight; /* writes/reads/flushes submitted, not done */
+	/* Buffer size classes, chained: bp (8 KiB: small blobs and pages) ->
+	 * bp_mid (max_blob + 8 KiB: a whole blob read or decode) -> bp_large
+	 * (1 MiB + 8 KiB: the batch of a big write).  Always use &s->bp. */
+	struct bufpool bp;
+	struct bufpool bp_mid;
+	struct bufpool bp_large;
+
+	/* fallback zstd contexts for a coil thread the pool refuses */
+	pthread_mutex_t zmu;
+	ZSTD_CCtx *zc;
+	ZSTD_DCtx *zd;
+
+	/* ---- checkpoint thread ---- */
+	pthread_mutex_t ckpt_mu;
+	/* ckpt_write's working memory, kept from one checkpoint to the next
+	 * (ckpt_mu): allocated fresh each time, its pages were faulted in
+	 * again each time, the snapshot's under mlock (ckpt.c) */
+	struct ckpt_mem *ckmem;
+	pthread_mutex_t ck_mu;
+	pthread_cond_t ck_cond;
+	pthread_t ck_thread;
+	bool ck_started;
+	bool ck_want;
+	bool ck_stop;
+	bool ck_running;
+	uint64_t ck_runs;       /* checkpoints finished by the thread */
+	pthread_cond_t ck_done_cond;
+	uint64_t ckpt_seq;
+	int ck_last_err;
+
+	struct engine_stats st;
+	struct coil_store *reg_next; /* process-wide registry */
+
+	/* ---- space management (engine/cleaner.c) ---- */
+	struct cleaner *cl;     /* NULL: read-only, or not started */
+	struct seg_discard disc; /* TRIM of freed segments (the cleaner's) */
+
+	/* decoded-blob cache (NULL: cache_bytes 0) and the
+	 * store-wide readahead state (live streams, closed reports) */
+	struct cache *cache;
+	/* tests: bcache_value_alloc fails (the read falls back to bufpool);
+	 * only the COIL_FAULT_SEAM build looks at it.  Not under the #ifdef
+	 * itself, so every translation unit sees one layout. */
+	atomic_bool fault_value_alloc;
+	struct ra_store *ras;
+};
+
+bool store_valid(struct coil_store *s);
+/* A flush of everything submitted, waited for (not from a coil thread). */
+int coil_sync_internal(struct coil_store *s);
+
+/* A synchronous call waiting for its own callback (coil_pwrite, coil_sync):
+ * init, pass store_waiter_cb and the waiter, then store_waiter_wait with
+ * what the async call returned (on failure its callback never comes). */
+struct store_waiter {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done;
+	int64_t res;
+};
+void store_waiter_init(struct store_waiter *w);
+void store_waiter_cb(void *arg, int64_t res);
+int64_t store_waiter_wait(struct store_waiter *w, int rc);
+
+/* A ring or pool thread: it must never block on its own completions. */
+static inline bool engine_on_coil_thread(struct coil_store *s)
+{
+	return uring_on_ring_thread(s->ring) || pool_worker_index() >= 0;
+}
+
+static inline void stat_add(_Atomic uint64_t *c, uint64_t v)
+{
+	atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+
+/* Raise *c to v if v is larger (a high-water mark). */
+static inline void stat_max(_Atomic uint64_t *c, uint64_t v)
+{
+	uint64_t m = atomic_load_explicit(c, memory_order_relaxed);
+
+	while (v > m && !atomic_compare_exchange_weak_explicit(
+			c, &m, v, memory_order_relaxed, memory_order_relaxed))
+		;
+}
+
+/* The store is broken by @err unless an earlier error already
+ * broke it (the first one is what later writes fail with). */
+static inline void store_break(struct coil_store *s, int err)
+{
+	int zero = 0;
+
+	atomic_compare_exchange_strong(&s->broken, &zero, err);
+}
+
+/* Take @n off an atomic count that holds at least @n.  An underflow is an
+ * unpaired decrement somewhere: wrapped to a huge count it would keep a
+ * close or a segment reuse waiting forever, so it stops the process. */
+#define COUNT_SUB(c, n)							\
+	do {								\
+		uint64_t n_ = (n);					\
+		uint64_t old_ = atomic_fetch_sub((c), n_);		\
+		COIL_ASSERT(old_ >= n_);				\
+	} while (0)
+
+/* Live bytes added to segment @idx for an extent of blob @b: the blob lies
+ * inside the segment (placement and recovery's bounds check made sure),
+ * and the count does not wrap.  Live bytes are logical: with compression a
+ * segment's live count may exceed its size, so that is not the bound. */
+static inline void seg_live_add(struct coil_store *s, uint32_t idx,
+				const struct blobd *b, uint32_t len)
+{
+	uint64_t base = s->sb.data_off + (uint64_t)idx * s->sb.segment_size;
+
+	COIL_ASSERT(idx < s->nseg);
+	COIL_ASSERT(b->dev_off >= base &&
+		    b->dev_off + b->stored_len <= base + s->sb.segment_size);
+	COIL_ASSERT(s->segs[idx].live + len >= s->segs[idx].live);
+	s->segs[idx].live += len;
+}
+
+/* An operation counted in ops_inflight finished (after its callback). */
+static inline void ops_done(struct coil_store *s)
+{
+	uint64_t old = atomic_fetch_sub(&s->ops_inflight, 1);
+
+	COIL_ASSERT(old >= 1);
+	if (old == 1) {
+		pthread_mutex_lock(&s->rq_mu);
+		pthread_cond_broadcast(&s->rq_cond);
+		pthread_mutex_unlock(&s->rq_mu);
+	}
+}
+
+#endif
