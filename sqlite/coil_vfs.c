@@ -861,7 +861,7 @@ static int vfile_sector_size(sqlite3_file *file)
 	return 4096;
 }
 
-/* What coil guarantees for every write (include/coil.h, DESIGN.md):
+/* What coil guarantees for every write (include/coil.h, docs/guide.md):
  *  ATOMIC       a write of any size is wholly present or wholly absent after
  *               any crash;
  *  SAFE_APPEND  so appended bytes and the size grow together, never garbage;

@@ -132,7 +132,7 @@ Test(pool, inflight_bound_holds_with_16_submitters)
 	pool_destroy(p);
 }
 
-/* Regression (seed 11E probe): a naive `in_flight + n > capacity` wait never
+/* Regression: a naive `in_flight + n > capacity` wait never
  * admits a request larger than the capacity into an idle pool — in_flight
  * is 0 and cannot drop further.  40 tasks against capacity 32. */
 Test(pool, idle_pool_admits_oversized_request, .timeout = 20)
@@ -190,7 +190,7 @@ Test(pool, round_robin_one_task_per_pick)
 	pool_destroy(p);
 }
 
-/* Regression (seed 11E probe): with a SHARED cursor and workers == active
+/* Regression: with a SHARED cursor and workers == active
  * requests, the cursor wraps every W picks and each request is pinned to one
  * worker (max consecutive grew to W).  Private cursors spread every request
  * over several workers and keep the witness at 1. */
