@@ -238,6 +238,35 @@ COIL_API int coil_obj_size(coil_obj *h, uint64_t *size)
 	return rc;
 }
 
+static int obj_stat(struct coil_obj *h, struct coil_obj_info *info)
+{
+	int rc = 0;
+
+	if (!info)
+		return -EINVAL;
+	pthread_mutex_lock(&h->s->mlock);
+	if (h->obj->removed) {
+		rc = -EBADF;
+	} else {
+		info->size = h->obj->size;
+		info->mapped = h->obj->map.bytes;
+		info->stored = h->obj->map.stored;
+	}
+	pthread_mutex_unlock(&h->s->mlock);
+	return rc;
+}
+
+COIL_API int coil_obj_stat(coil_obj *h, struct coil_obj_info *info)
+{
+	int rc = handle_enter(h);
+
+	if (rc < 0)
+		return rc;
+	rc = obj_stat(h, info);
+	handle_leave(h);
+	return rc;
+}
+
 static int obj_truncate(struct coil_obj *h, uint64_t size)
 {
 	int rc;

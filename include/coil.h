@@ -152,6 +152,21 @@ COIL_API int coil_obj_remove(coil_store *s, const char *name);
  * @return 0, -EINVAL, -EBADF (removed). */
 COIL_API int coil_obj_size(coil_obj *o, uint64_t *size);
 
+/* What one object holds, as coil_obj_stat reports it. */
+struct coil_obj_info {
+	uint64_t size;    /* as coil_obj_size */
+	uint64_t mapped;  /* logical bytes that hold data (holes excluded) */
+	uint64_t stored;  /* its share of the stored (compressed) blob bytes */
+};
+
+/* Fill *@info for the object behind @o: a consistent snapshot of its size
+ * and of the bytes its data takes before and after compression.  Blocks
+ * shared with other data and per-blob padding are not attributed to one
+ * object: the sum of every object's @stored equals the store's stored
+ * bytes in coil_stats_json, not its allocated bytes.
+ * @return 0, -EINVAL, -EBADF (closed handle or removed object). */
+COIL_API int coil_obj_stat(coil_obj *o, struct coil_obj_info *info);
+
 /* Set the object's size; growing adds a hole (reads as zeros), shrinking
  * drops data past @size.  Ordered after every write submitted before it:
  * the call waits until the truncate took its turn.  Not from a callback

@@ -181,6 +181,7 @@ Test(api_badinput, io_arguments)
 	coil_store *s = mk("io");
 	coil_obj *h;
 	uint8_t buf[8192] = { 1 };
+	struct coil_obj_info info;
 	uint64_t size;
 	int64_t r = 12345;
 	char *stats;
@@ -209,6 +210,15 @@ Test(api_badinput, io_arguments)
 	cr_assert_eq(coil_pread(h, buf, 10, 145), 5);
 	cr_assert_eq(coil_obj_size(NULL, &size), -EINVAL);
 	cr_assert_eq(coil_obj_size(h, NULL), -EINVAL);
+	cr_assert_eq(coil_obj_stat(NULL, &info), -EINVAL);
+	cr_assert_eq(coil_obj_stat(h, NULL), -EINVAL);
+	/* 100 bytes after a 50-byte hole: 150 long, 100 mapped, not more
+	 * stored than mapped. */
+	cr_assert_eq(coil_obj_stat(h, &info), 0);
+	cr_assert_eq(info.size, 150);
+	cr_assert_eq(info.mapped, 100);
+	cr_assert(info.stored > 0 && info.stored <= 100, "stored %llu",
+		  (unsigned long long)info.stored);
 	cr_assert_eq(coil_obj_truncate(NULL, 0), -EINVAL);
 	cr_assert_eq(coil_obj_truncate(h, UINT64_MAX), -EFBIG);
 	cr_assert_eq(coil_obj_truncate(h, 1u << 30), 0);
@@ -248,6 +258,7 @@ Test(api_badinput, removed_and_closed_handles)
 	coil_store *s = mk("removed");
 	coil_obj *h, *h2;
 	uint8_t buf[16] = { 0 };
+	struct coil_obj_info info;
 	uint64_t size;
 	int64_t r;
 
@@ -257,6 +268,7 @@ Test(api_badinput, removed_and_closed_handles)
 	cr_assert_eq(coil_pwrite(h, buf, 16, 0), -EBADF);
 	cr_assert_eq(coil_pread(h, buf, 16, 0), -EBADF);
 	cr_assert_eq(coil_obj_size(h, &size), -EBADF);
+	cr_assert_eq(coil_obj_stat(h, &info), -EBADF);
 	cr_assert_eq(coil_obj_truncate(h, 0), -EBADF);
 	cr_assert_eq(coil_prefetch(h, 0, 1), -EBADF);
 	cr_assert_eq(coil_obj_close(h), 0);

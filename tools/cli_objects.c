@@ -7,11 +7,49 @@
 
 #include "tools/cli.h"
 
+/* ls -l: each object's size and stored bytes, from one open of each.  An
+ * object removed since the listing is not an error of the store: it is
+ * shown as empty. */
+static int stat_all(coil_store *s, const char *store, const struct cli_entry *e,
+		    size_t n, struct coil_obj_info **out)
+{
+	struct coil_obj_info *info = calloc(n ? n : 1, sizeof(*info));
+	int rc = 0;
+
+	if (!info) {
+		cli_err("ls: out of memory");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		coil_obj *o;
+
+		rc = coil_obj_open(s, e[i].name, 0, &o);
+		if (rc == -ENOENT) {
+			rc = 0;
+			continue;
+		}
+		if (rc == 0) {
+			rc = coil_obj_stat(o, &info[i]);
+			coil_obj_close(o);
+		}
+		if (rc < 0)
+			cli_err("ls '%s': object '%s': %s", store, e[i].name,
+				cli_reason(rc));
+	}
+	if (rc < 0) {
+		free(info);
+		return rc;
+	}
+	*out = info;
+	return 0;
+}
+
 int cmd_ls(int argc, char **argv)
 {
 	bool lng = false;
 	const struct cli_opt opts[] = { { "--long", 'l', NULL, &lng }, { 0 } };
 	struct cli_entry *e = NULL;
+	struct coil_obj_info *info = NULL;
 	char *pos[1];
 	coil_store *s;
 	size_t n = 0;
@@ -29,17 +67,22 @@ int cmd_ls(int argc, char **argv)
 		cli_err("ls '%s': %s", pos[0], cli_reason(rc));
 		ret = CLI_FAIL;
 	}
-	for (size_t i = 0; i < n; i++) {
-		int w = snprintf(NULL, 0, "%llu", (unsigned long long)e[i].size);
+	if (lng && ret == CLI_OK && stat_all(s, pos[0], e, n, &info) < 0)
+		ret = CLI_FAIL;
+	for (size_t i = 0; lng && info && i < n; i++) {
+		int w = snprintf(NULL, 0, "%llu", (unsigned long long)info[i].size);
 		if (w > width)
 			width = w;
 	}
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; ret == CLI_OK && i < n; i++) {
 		if (lng)
-			printf("%*llu  ", width, (unsigned long long)e[i].size);
+			printf("%*llu  %*llu  ", width,
+			       (unsigned long long)info[i].size, width,
+			       (unsigned long long)info[i].stored);
 		fwrite(e[i].name, 1, e[i].len, stdout);
 		putchar('\n');
 	}
+	free(info);
 	cli_list_free(e, n);
 	if (fflush(stdout) != 0) {
 		cli_err("ls: writing the list: %s", strerror(errno));
