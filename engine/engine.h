@@ -324,7 +324,7 @@ struct engine_stats {
 struct coil_store {
 	uint32_t magic;
 	int fd;
-	int lock_fd;            /* holds the flock; never given to the ring */
+	struct store_lock *lock; /* keeps other openers out (lock.c) */
 	dev_t dev;
 	ino_t ino;
 	char *path;

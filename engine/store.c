@@ -1,9 +1,9 @@
 /* engine/store.c — opening, creating and closing a store.
  *
  * Open: the file or block device (O_DIRECT unless COIL_NO_DIRECT), an
- * exclusive advisory lock (flock; a second open, in this process too, is
- * -EBUSY — the process-wide registry answers before flock so the reason is
- * unambiguous), the ring, the superblocks, the checkpoint, journal replay,
+ * exclusive lock on every name that reaches the store (lock.c; a second
+ * open, in this process too, is -EBUSY — the process-wide registry answers
+ * before the locks so the reason is unambiguous), the ring, the superblocks, the checkpoint, journal replay,
  * then a checkpoint (unless read-only) that makes the recovered state the
  * new base.  Close: wait for everything in flight, flush, checkpoint with the
  * clean flag, stop the threads, release. */
@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "engine/lock.h"
 
 /* ---- process-wide registry of open stores ------------------------------- */
 
@@ -119,8 +120,7 @@ static void store_free(struct coil_store *s)
 	free(s->path);
 	if (s->fd >= 0)
 		close(s->fd);
-	if (s->lock_fd >= 0)
-		close(s->lock_fd); /* releases the flock */
+	store_lock_drop(s->lock);
 	pthread_mutex_destroy(&s->mlock);
 	pthread_mutex_destroy(&s->jlock);
 	pthread_mutex_destroy(&s->rq_mu);
@@ -305,7 +305,6 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	if (!s)
 		return -ENOMEM;
 	s->fd = -1;
-	s->lock_fd = -1;
 	pthread_mutex_init(&s->mlock, NULL);
 	pthread_mutex_init(&s->jlock, NULL);
 	pthread_mutex_init(&s->rq_mu, NULL);
@@ -352,9 +351,8 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	rc = dev_size(s->fd, &st, &size);
 	if (rc < 0)
 		goto fail;
-	s->dev = st.st_dev;
+	store_lock_id(&st, &s->dev, &s->ino);
 	s->is_blk = S_ISBLK(st.st_mode);
-	s->ino = st.st_ino;
 
 	pthread_mutex_lock(&reg_mu);
 	if (reg_find_locked(s->dev, s->ino)) {
@@ -362,19 +360,8 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 		rc = -EBUSY;
 		goto fail_unlink;
 	}
-	/* The lock lives on a descriptor of its own that never reaches the
-	 * ring: io_uring keeps its registered file alive for a while after
-	 * the process dies (the ring is torn down asynchronously), and a lock
-	 * on that description would make the restart after kill -9 see
-	 * -EBUSY.  This one dies with the process. */
-	s->lock_fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (s->lock_fd < 0) {
-		rc = -errno;
-		pthread_mutex_unlock(&reg_mu);
-		goto fail_unlink;
-	}
-	if (flock(s->lock_fd, (s->rdonly ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
-		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+	rc = store_lock_take(path, &st, s->rdonly, &s->lock);
+	if (rc < 0) {
 		pthread_mutex_unlock(&reg_mu);
 		goto fail_unlink;
 	}

@@ -102,8 +102,15 @@ COIL_API void coil_options_init(struct coil_options *o);
  * -EIO, never overwritten.  Opening recovers from a crash (journal replay);
  * then, unless COIL_RDONLY, a checkpoint makes the recovered state the new
  * base.  COIL_RDONLY recovers in memory only and writes nothing.
+ * One writer per store: a store open for writing is held by every name
+ * that reaches it — another device node of the same block device, a loop
+ * device over the store file, the file under a loop device — and a block
+ * device is opened O_EXCL (a mounted device is refused).  Read-only opens
+ * share a store with each other.
  * @return 0, or -EINVAL (bad option or path), -ENOENT (missing, no
- *   COIL_CREATE), -EBUSY (open in this or another process), -EIO (not a coil
+ *   COIL_CREATE), -EBUSY (open in this or another process, by any name, or
+ *   mounted), -ENOLCK (a loop device whose backing file cannot be found to
+ *   lock it: deleted, renamed or not visible here), -EIO (not a coil
  *   store, both superblocks corrupt, its checkpoint corrupt, or a device read
  *   failed during recovery), -ENOSPC (size too small), -ENOMEM, or the errno
  *   of a failed system call (-EACCES, -EISDIR...). */
