@@ -7,25 +7,35 @@
 #include <unistd.h>
 
 #include "engine/engine.h"
+#include "engine/handle.h"
 
 /* Every call on a handle runs between handle_enter and handle_leave.
- * Closed handles keep their memory (in the store's free list) until the
- * store closes, so use after close is -EBADF rather than a crash; and a
- * close racing a call on another thread is either seen by the call
- * (-EBADF) or waits for it: the call counts itself in h->inflight before
- * it looks at the magic, coil_obj_close marks the magic dead before it
- * waits for h->inflight to drain (both sequentially consistent, so at
- * least one of them sees the other).  Only then does close drop h->obj. */
-static int handle_enter(struct coil_obj *h)
+ * The caller's handle @ho names a slot and a generation (handle.c): a
+ * closed handle is -EBADF whoever has the slot now, and never reaches
+ * another object.  A close racing a call on another thread is either seen
+ * by the call (-EBADF) or waits for it: the call counts itself in
+ * h->inflight before it looks at the magic, coil_obj_close marks the magic
+ * dead before it waits for h->inflight to drain (both sequentially
+ * consistent, so at least one of them sees the other).  Only then does
+ * close drop h->obj and free the slot. */
+static int handle_enter(coil_obj *ho, struct coil_obj **out)
 {
-	if (!h)
+	struct coil_obj *h;
+	uint32_t gen;
+
+	if (!ho)
 		return -EINVAL;
+	h = handle_lookup(ho, &gen);
+	if (!h)
+		return -EBADF;
 	atomic_fetch_add(&h->inflight, 1);
 	if (__atomic_load_n(&h->magic, __ATOMIC_SEQ_CST) != HANDLE_MAGIC ||
+	    atomic_load(&h->gen) != gen ||
 	    __atomic_load_n(&h->obj->removed, __ATOMIC_ACQUIRE)) {
 		atomic_fetch_sub(&h->inflight, 1);
 		return -EBADF;
 	}
+	*out = h;
 	return 0;
 }
 
@@ -85,19 +95,11 @@ COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 			return rc;
 		reserved = true;
 	}
-	h = NULL;
-	pthread_mutex_lock(&s->mlock);
-	if (s->handles_free) {
-		h = s->handles_free;
-		s->handles_free = h->next;
-	}
-	pthread_mutex_unlock(&s->mlock);
-	if (!h)
-		h = calloc(1, sizeof(*h));
-	if (!h) {
+	rc = handle_alloc(&h);
+	if (rc < 0) {
 		if (reserved)
 			journal_release_meta(s);
-		return -ENOMEM;
+		return rc;
 	}
 
 	pthread_mutex_lock(&s->mlock);
@@ -123,12 +125,10 @@ COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 		h->next = NULL;
 		__atomic_store_n(&h->magic, HANDLE_MAGIC, __ATOMIC_RELEASE);
 		s->nhandles++;
-	} else {
-		h->magic = HANDLE_MAGIC_DEAD;
-		h->next = s->handles_free;
-		s->handles_free = h;
 	}
 	pthread_mutex_unlock(&s->mlock);
+	if (rc < 0)
+		handle_free(h); /* never published */
 	if (reserved)
 		journal_release_meta(s);
 	if (rc == 0) {
@@ -136,29 +136,44 @@ COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 		/* issue 8: without a stream the handle reads without
 		 * readahead; not a reason to fail the open */
 		readahead_open(h);
-		*out = h;
+		*out = handle_public(h);
 	}
 	return rc;
 }
 
-COIL_API int coil_obj_close(coil_obj *h)
+COIL_API int coil_obj_close(coil_obj *ho)
 {
 	struct coil_store *s;
+	struct coil_obj *h;
+	uint32_t gen;
 
-	if (!h)
+	if (!ho)
 		return 0;
-	if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_MAGIC)
+	h = handle_lookup(ho, &gen);
+	if (!h)
 		return -EBADF;
+	/* Entered while it looks at h->s, so the slot's owner cannot close
+	 * it (and its store) meanwhile; a removed object's handle closes. */
+	atomic_fetch_add(&h->inflight, 1);
+	if (__atomic_load_n(&h->magic, __ATOMIC_SEQ_CST) != HANDLE_MAGIC ||
+	    atomic_load(&h->gen) != gen) {
+		atomic_fetch_sub(&h->inflight, 1);
+		return -EBADF;
+	}
 	s = h->s;
-	if (engine_on_coil_thread(s))
+	if (engine_on_coil_thread(s)) {
+		atomic_fetch_sub(&h->inflight, 1);
 		return -EDEADLK;
+	}
 	pthread_mutex_lock(&s->mlock);
 	if (h->magic != HANDLE_MAGIC) {
 		pthread_mutex_unlock(&s->mlock);
+		atomic_fetch_sub(&h->inflight, 1);
 		return -EBADF; /* closed concurrently */
 	}
 	__atomic_store_n(&h->magic, HANDLE_MAGIC_DEAD, __ATOMIC_SEQ_CST);
 	pthread_mutex_unlock(&s->mlock);
+	atomic_fetch_sub(&h->inflight, 1);
 	/* calls that got past handle_enter, and their requests in flight */
 	while (atomic_load(&h->inflight))
 		usleep(100);
@@ -168,10 +183,9 @@ COIL_API int coil_obj_close(coil_obj *h)
 	pthread_mutex_lock(&s->mlock);
 	object_put(s, h->obj);
 	h->obj = NULL;
-	h->next = s->handles_free;
-	s->handles_free = h;
 	s->nhandles--;
 	pthread_mutex_unlock(&s->mlock);
+	handle_free(h);
 	return 0;
 }
 
@@ -218,9 +232,10 @@ static int obj_size(struct coil_obj *h, uint64_t *size)
 	return rc;
 }
 
-COIL_API int coil_obj_size(coil_obj *h, uint64_t *size)
+COIL_API int coil_obj_size(coil_obj *ho, uint64_t *size)
 {
-	int rc = handle_enter(h);
+	struct coil_obj *h = NULL;
+	int rc = handle_enter(ho, &h);
 
 	if (rc < 0)
 		return rc;
@@ -244,9 +259,10 @@ static int obj_truncate(struct coil_obj *h, uint64_t size)
 	return meta_truncate(h->s, h->obj, size);
 }
 
-COIL_API int coil_obj_truncate(coil_obj *h, uint64_t size)
+COIL_API int coil_obj_truncate(coil_obj *ho, uint64_t size)
 {
-	int rc = handle_enter(h);
+	struct coil_obj *h = NULL;
+	int rc = handle_enter(ho, &h);
 
 	if (rc < 0)
 		return rc;
@@ -283,10 +299,11 @@ static int write_submit(struct coil_obj *h, const void *buf, size_t len,
 	return engine_write(h, buf, len, off, cb, arg);
 }
 
-COIL_API int coil_write(coil_obj *h, const void *buf, size_t len, uint64_t off,
+COIL_API int coil_write(coil_obj *ho, const void *buf, size_t len, uint64_t off,
 			coil_cb cb, void *arg)
 {
-	int rc = handle_enter(h);
+	struct coil_obj *h = NULL;
+	int rc = handle_enter(ho, &h);
 
 	if (rc < 0)
 		return rc;
@@ -312,10 +329,11 @@ static int read_submit(struct coil_obj *h, void *buf, size_t len,
 	return engine_read(h, buf, len, off, cb, arg);
 }
 
-COIL_API int coil_read(coil_obj *h, void *buf, size_t len, uint64_t off,
+COIL_API int coil_read(coil_obj *ho, void *buf, size_t len, uint64_t off,
 		       coil_cb cb, void *arg)
 {
-	int rc = handle_enter(h);
+	struct coil_obj *h = NULL;
+	int rc = handle_enter(ho, &h);
 
 	if (rc < 0)
 		return rc;
@@ -335,10 +353,11 @@ COIL_API int coil_flush(coil_store *s, coil_cb cb, void *arg)
 	return journal_flush(s, cb, arg);
 }
 
-COIL_API int coil_prefetch(coil_obj *h, uint64_t off, uint64_t len)
+COIL_API int coil_prefetch(coil_obj *ho, uint64_t off, uint64_t len)
 {
 	uint64_t end;
-	int rc = handle_enter(h);
+	struct coil_obj *h = NULL;
+	int rc = handle_enter(ho, &h);
 
 	if (rc < 0)
 		return rc;
@@ -404,12 +423,13 @@ static int64_t waiter_wait(struct waiter *w, int rc)
 /* A synchronous call waits for a callback that a coil thread would have to
  * run itself: refuse it there.  The handle stays entered until the
  * request completes (a close waits for it). */
-COIL_API int64_t coil_pwrite(coil_obj *h, const void *buf, size_t len,
+COIL_API int64_t coil_pwrite(coil_obj *ho, const void *buf, size_t len,
 			     uint64_t off)
 {
 	struct waiter w;
 	int64_t ret;
-	int rc = handle_enter(h);
+	struct coil_obj *h = NULL;
+	int rc = handle_enter(ho, &h);
 
 	if (rc < 0)
 		return rc;
@@ -424,11 +444,12 @@ COIL_API int64_t coil_pwrite(coil_obj *h, const void *buf, size_t len,
 	return ret;
 }
 
-COIL_API int64_t coil_pread(coil_obj *h, void *buf, size_t len, uint64_t off)
+COIL_API int64_t coil_pread(coil_obj *ho, void *buf, size_t len, uint64_t off)
 {
 	struct waiter w;
 	int64_t ret;
-	int rc = handle_enter(h);
+	struct coil_obj *h = NULL;
+	int rc = handle_enter(ho, &h);
 
 	if (rc < 0)
 		return rc;

@@ -122,6 +122,11 @@ struct coil_obj {
 	 * other reads in flight (readahead.c, readahead_on_read). */
 	_Atomic uint64_t rd_bytes;
 	struct coil_obj *next;     /* free list / open list */
+	/* The slot in the process-wide handle table (handle.c) and its
+	 * generation, which the public handle carries. */
+	_Atomic uint32_t gen;
+	uint32_t slot;
+	uint32_t free_next;        /* next free slot, under handle.c's lock */
 	struct ra_stream *ra;      /* issue 8: readahead stream (readahead.c),
 				    * NULL when prefetch or the cache is off */
 };
@@ -365,7 +370,6 @@ struct coil_store {
 	uint64_t active_head;   /* next free byte, relative to the segment */
 	uint32_t alloc_cursor;
 	uint32_t free_segs;
-	struct coil_obj *handles_free;
 	uint32_t nhandles;       /* open handles */
 	uint64_t applied_end_lin;/* journal linear offset after the last applied chunk */
 	uint64_t applied_next_seq;

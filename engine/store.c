@@ -101,11 +101,6 @@ static void store_free(struct coil_store *s)
 	journal_destroy(s);
 	ckpt_mem_free(s);
 	reqs_destroy(s);
-	while (s->handles_free) {
-		struct coil_obj *h = s->handles_free;
-		s->handles_free = h->next;
-		free(h);
-	}
 	if (s->bp.base)
 		bufpool_destroy(&s->bp);
 	if (s->bp_mid.base)

@@ -130,14 +130,21 @@ COIL_API int coil_close(coil_store *s);
  * coil_obj_close(); many handles may name the same object.  A create is
  * ordered with the writes after it and durable with the next flush.
  * @return 0, -EINVAL, -ENAMETOOLONG, -ENOENT, -EEXIST, -EROFS (create on a
- *   read-only store), -ENOMEM, -EBADF (store closed), -EAGAIN (from a
- *   callback, when the store's queue of metadata operations is full). */
+ *   read-only store), -ENOMEM, -EMFILE (2^20 handles open in the process),
+ *   -EBADF (store closed), -EAGAIN (from a callback, when the store's queue
+ *   of metadata operations is full). */
 COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
                            coil_obj **out);
 
 /* Close an object handle after its operations in flight complete.  Accepts
- * NULL (returns 0).  A closed handle is detected (-EBADF) while its store is
- * open.  Not from a callback (-EDEADLK). */
+ * NULL (returns 0).  Not from a callback (-EDEADLK).
+ * A closed handle stays closed: every call through it (this one included)
+ * returns -EBADF and touches nothing, whatever was opened since — another
+ * handle to any object, of this store or another, also after its store
+ * was closed.  A handle value is never given out again (strictly: one
+ * internal slot would have to be reopened 2^32 times in between).  A value
+ * coil never returned is -EBADF as well, not a crash.
+ * @return 0, -EBADF, -EDEADLK. */
 COIL_API int coil_obj_close(coil_obj *o);
 
 /* Remove the object @name.  Open handles to it then fail with -EBADF (close
