@@ -59,13 +59,16 @@ static int name_check(struct coil_store *s, const char *name, size_t *len)
 	return 0;
 }
 
-/* May the store take a change?  -EROFS, or the error that broke it. */
+/* May the store take a change?  -EROFS, or -EIO once a failed write broke
+ * it: what broke it (-ENOSPC from the device, -ENOMEM applying a write) is
+ * that write's own error and the stats' "broken"; to every later call the
+ * store is simply one that accepts no more changes, as coil.h says. */
 static int store_writable_check(struct coil_store *s)
 {
 	if (s->rdonly)
 		return -EROFS;
 	if (atomic_load(&s->broken))
-		return atomic_load(&s->broken);
+		return -EIO;
 	return 0;
 }
 
@@ -112,7 +115,7 @@ COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 	} else if (s->rdonly) {
 		rc = -EROFS;
 	} else if (atomic_load(&s->broken)) {
-		rc = atomic_load(&s->broken);
+		rc = -EIO; /* as store_writable_check */
 	} else {
 		rc = meta_create(s, name, len, &o);
 		if (rc == 0)

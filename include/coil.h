@@ -130,7 +130,8 @@ COIL_API int coil_close(coil_store *s);
  * coil_obj_close(); many handles may name the same object.  A create is
  * ordered with the writes after it and durable with the next flush.
  * @return 0, -EINVAL, -ENAMETOOLONG, -ENOENT, -EEXIST, -EROFS (create on a
- *   read-only store), -ENOMEM, -EMFILE (2^20 handles open in the process),
+ *   read-only store), -EIO (create on a store that failed a write before),
+ *   -ENOMEM, -EMFILE (2^20 handles open in the process),
  *   -EBADF (store closed), -EAGAIN (from a callback, when the store's queue
  *   of metadata operations is full). */
 COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
@@ -151,7 +152,10 @@ COIL_API int coil_obj_close(coil_obj *o);
  * them as usual); the name is free at once; its space is released (reused
  * after the next checkpoint).  Writes submitted before the remove and still
  * in flight complete but are dropped.
- * @return 0, -ENOENT, -EINVAL, -ENAMETOOLONG, -EROFS, -EBADF (store closed). */
+ * @return 0, -ENOENT, -EINVAL, -ENAMETOOLONG, -EROFS, -EBADF (store closed),
+ *   -EIO (the store failed a write before and accepts no more), -EAGAIN
+ *   (from a callback, when the store's queue of metadata operations is
+ *   full). */
 COIL_API int coil_obj_remove(coil_store *s, const char *name);
 
 /* *@size = the end of the furthest write or the last truncate.
@@ -170,14 +174,18 @@ COIL_API int coil_obj_truncate(coil_obj *o, uint64_t size);
  * wholly present or wholly absent.  Overlapping writes apply in submission
  * order.  Once @cb has run with success the write survives the process
  * being killed; after a later coil_flush, it survives power loss.
- * @cb (may be NULL) receives @len or a negative errno (-EIO device error,
- * -ENOSPC store full).
+ * @cb (may be NULL) receives @len or a negative errno: -ENOSPC (the store
+ * is full; the store stays usable, and writes succeed again once space is
+ * freed), -ENOMEM (no memory to place or apply it), -EIO (a device error,
+ * or the store failed a write before), or, for writes in flight when a
+ * device write failed, that write's own error.
  * @return 0 when submitted (then @cb runs exactly once), or a negative errno
  *   and @cb never runs: -EINVAL (NULL buf with len > 0, off + len overflows,
  *   len > 16 MiB: one write is one journal record), -EFBIG (off + len past
  *   2^60), -EBADF, -EROFS, -EIO (the store failed a write before and
- *   accepts no more), -EAGAIN (from a callback, when all 512 write contexts
- *   are busy; outside callbacks the call waits for one). */
+ *   accepts no more), -ENOMEM (no buffer for the write), -EAGAIN (from a
+ *   callback, when all 512 write contexts are busy; outside callbacks the
+ *   call waits for one). */
 COIL_API int coil_write(coil_obj *o, const void *buf, size_t len, uint64_t off,
                         coil_cb cb, void *arg);
 
