@@ -422,6 +422,12 @@ void cleaner_discard_range(struct coil_store *s, uint32_t first, uint32_t n)
 
 	if (!cl || n == 0 || atomic_load(&cl->discard_off))
 		return;
+	/* Before the punch, which may succeed in part: a punched segment's
+	 * blocks are allocated again before it takes writes (reserve.c). */
+	pthread_mutex_lock(&s->mlock);
+	for (uint32_t i = 0; i < n; i++)
+		s->segs[first + i].reserved = false;
+	pthread_mutex_unlock(&s->mlock);
 	/* uring lengths are 32-bit: in pieces below 4 GiB. */
 	for (uint64_t done = 0; done < len && rc == 0;) {
 		uint32_t step = (uint32_t)COIL_MIN(len - done, 1ull << 30);

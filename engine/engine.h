@@ -87,6 +87,8 @@ struct seg {
 	uint8_t state;
 	uint8_t in_ckpt;      /* pending when the running checkpoint began,
 				 and freeable by it (pending_lin) */
+	bool reserved;        /* its file blocks are allocated (reserve.c);
+				 false after open and once punched */
 	/* s->applied_hi_lin when it went PENDING: every record that placed
 	 * data here ends in a chunk at or before it.  A checkpoint whose
 	 * replay point is before it must not free the segment: replay from
@@ -307,6 +309,7 @@ struct engine_stats {
 	_Atomic uint64_t enc_logical, enc_stored;
 	_Atomic uint64_t dev_bytes_written, dev_bytes_read;
 	_Atomic uint64_t flushes, fsyncs;
+	_Atomic uint64_t reserve_fails; /* segments the file system refused */
 	_Atomic uint64_t chunks, chunk_bytes, records;
 	_Atomic uint64_t chunks_overlapped; /* started with another in flight */
 	/* encoded before a write submitted earlier to its object: waited for

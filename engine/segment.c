@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/reserve.h"
 
 uint32_t seg_of(const struct coil_store *s, uint64_t dev_off)
 {
@@ -84,6 +85,7 @@ static void seg_write_header(struct coil_store *s, uint32_t idx)
 static int seg_open_next(struct coil_store *s)
 {
 	uint32_t pending = 0;
+	int rc;
 
 	if (s->active != UINT32_MAX) {
 		s->segs[s->active].state = SEG_SEALED;
@@ -98,6 +100,9 @@ static int seg_open_next(struct coil_store *s)
 			pending++;
 		if (g->state != SEG_FREE)
 			continue;
+		rc = reserve_seg(s, i);
+		if (rc < 0)
+			return rc; /* the file system is full: it stays free */
 		g->state = SEG_ACTIVE;
 		g->gen++;
 		bcache_invalidate_seg(s, i); /* issue 8: old tenant's bytes */

@@ -108,11 +108,12 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 	sb_printf(&b, "\"space\":{\"logical\":%llu,\"stored\":%llu,"
 		  "\"allocated\":%llu,\"free\":%llu,\"segments_free\":%llu,"
 		  "\"segments_sealed\":%llu,\"segments_pending\":%llu,"
-		  "\"segments_active\":%llu},",
+		  "\"segments_active\":%llu,\"reserve_failures\":%llu},",
 		  (unsigned long long)logical, (unsigned long long)stored,
 		  (unsigned long long)allocated, (unsigned long long)free_b,
 		  (unsigned long long)nfree, (unsigned long long)nsealed,
-		  (unsigned long long)npending, (unsigned long long)nactive);
+		  (unsigned long long)npending, (unsigned long long)nactive,
+		  LD(s->st.reserve_fails));
 	{
 		uint64_t el = atomic_load(&s->st.enc_logical);
 		uint64_t es = atomic_load(&s->st.enc_stored);

@@ -20,6 +20,7 @@
 
 #include "engine/engine.h"
 #include "engine/lock.h"
+#include "engine/reserve.h"
 
 /* ---- process-wide registry of open stores ------------------------------- */
 
@@ -373,11 +374,9 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 			goto fail_reg;
 		}
 		size = COIL_ALIGN_DOWN(o->size, FMT_BLOCK);
-		if (fallocate(s->fd, 0, 0, (off_t)size) < 0 &&
-		    ftruncate(s->fd, (off_t)size) < 0) {
-			rc = -errno;
+		rc = reserve_file_create(s->fd, path, size);
+		if (rc < 0)
 			goto fail_reg;
-		}
 		if (o->flags & COIL_ZERO_FILL) {
 			rc = zero_fill(s->fd, size);
 			if (rc < 0)

@@ -53,7 +53,10 @@ typedef void (*coil_cb)(void *arg, int64_t res);
  * return every later O_DIRECT write is an overwrite of written blocks, which
  * file systems (ext4, XFS) do without converting unwritten extents.  Without
  * it the file is fallocated and freed segments are punched (the space goes
- * back to the file system).  Ignored for block devices and existing stores. */
+ * back to the file system, and is allocated again before the segment is
+ * reused: a file system that filled up meanwhile makes writes fail with
+ * -ENOSPC, and they succeed again once it has room).  Ignored for block
+ * devices and existing stores. */
 #define COIL_ZERO_FILL 0x10u
 /* store: a coil_read that needs no device I/O (every byte from the cache,
  * holes, at or past the end) runs its callback on the caller's thread
@@ -112,7 +115,9 @@ COIL_API void coil_options_init(struct coil_options *o);
  *   mounted), -ENOLCK (a loop device whose backing file cannot be found to
  *   lock it: deleted, renamed or not visible here), -EIO (not a coil
  *   store, both superblocks corrupt, its checkpoint corrupt, or a device read
- *   failed during recovery), -ENOSPC (size too small), -ENOMEM, or the errno
+ *   failed during recovery), -ENOSPC (size too small, or a new store file
+ *   larger than its file system's free space: nothing is left behind, a
+ *   message says why on stderr), -ENOMEM, or the errno
  *   of a failed system call (-EACCES, -EISDIR...). */
 COIL_API int coil_open(const char *path, const struct coil_options *o,
                        coil_store **out);
