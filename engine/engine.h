@@ -58,6 +58,10 @@ struct ra_store;
  * chunk is built and written while earlier ones are still on their way;
  * they are applied and completed strictly in order. */
 #define ENGINE_JCYCLES 4u
+/* coil_flush calls waiting or in flight (flush.c): a flush loop that does
+ * not wait for its callbacks waits here instead of queueing without end.
+ * Far above what callers waiting for their flushes reach (one each). */
+#define ENGINE_FLUSH_MAX 64u
 /* A chunk goes out while another is in flight once its records fill more
  * than this (about four 4 KiB write records).  At a full block (~15
  * records) a QD32 writer spent one chunk round trip waiting for the chunk
@@ -175,7 +179,6 @@ struct flush_waiter {
 struct jcycle {
 	struct coil_store *s;
 	struct jent *first, *last;
-	struct flush_waiter *flushes; /* completed when this cycle is */
 	bool sync;              /* an fdatasync at its turn */
 	bool done;              /* the chunk write finished (res) */
 	bool sync_issued, synced;
@@ -310,6 +313,9 @@ struct engine_stats {
 	_Atomic uint64_t dev_bytes_written, dev_bytes_read;
 	_Atomic uint64_t flushes, fsyncs;
 	_Atomic uint64_t reserve_fails; /* segments the file system refused */
+	/* high-water marks of coil_flush calls waiting or in flight (bound:
+	 * ENGINE_FLUSH_MAX) and of their fdatasyncs in flight (bound: 1) */
+	_Atomic uint64_t flush_waiters_max, flush_fsyncs_inflight_max;
 	_Atomic uint64_t chunks, chunk_bytes, records;
 	_Atomic uint64_t chunks_overlapped; /* started with another in flight */
 	/* encoded before a write submitted earlier to its object: waited for
@@ -388,7 +394,7 @@ struct coil_store {
 	uint64_t next_ticket;
 	uint64_t head_ticket;
 	bool jwait_space;
-	struct flush_waiter *sync_pending;
+	struct flushq *fq;       /* coil_flush's groups (flush.c) */
 	struct jent *aq_first, *aq_last; /* chunk written, waiting to apply */
 	bool draining, drain_again;
 	int apply_err;           /* under mlock: a data write failed */

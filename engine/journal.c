@@ -1,4 +1,4 @@
-/* engine/journal.c — tickets, the reorder ring, group commit and flushes.
+/* engine/journal.c — tickets, the reorder ring, group commit.
  *
  * Every mutation takes a ticket: create and remove when submitted, writes
  * and truncates in their object's submission order (journal_take_turn,
@@ -20,14 +20,16 @@
  * order, and a cycle after a failed one fails too.  Chunks may land on the
  * device out of order; replay takes the longest prefix of chunks in
  * sequence, and nothing in a later chunk was acknowledged before every
- * earlier one was written.  All flushes waiting when a cycle starts share
- * its one fdatasync (the ring holds it until every write submitted before
- * it, earlier chunks included, has completed). */
+ * earlier one was written.  A cycle with a sync_writes record fdatasyncs
+ * when it reaches the head (the ring holds it until every write submitted
+ * before it, earlier chunks included, has completed).  coil_flush needs no
+ * cycle: flush.c. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine/flush.h"
 
 int journal_init(struct coil_store *s)
 {
@@ -43,11 +45,12 @@ int journal_init(struct coil_store *s)
 				   s->chunk_cap))
 			return -ENOMEM;
 	}
-	return 0;
+	return flush_init(s);
 }
 
 void journal_destroy(struct coil_store *s)
 {
+	flush_destroy(s);
 	free(s->jslot);
 	s->jslot = NULL;
 	for (uint32_t i = 0; i < ENGINE_JCYCLES; i++) {
@@ -277,11 +280,9 @@ void journal_data_done(struct coil_store *s, struct jent *e, int status)
 static void fsync_done(struct uring_io *io, int res);
 
 /* Retire one cycle (the oldest; jlock held, returned held): its entries
- * join the apply queue and complete as their data lands; its flushes
- * complete. */
+ * join the apply queue and complete as their data lands. */
 static void cycle_retire(struct coil_store *s, struct jcycle *c)
 {
-	struct flush_waiter *fw = c->flushes, *fnext;
 	struct jent *first = c->first, *e;
 	int res = c->res;
 	bool trigger;
@@ -310,7 +311,6 @@ static void cycle_retire(struct coil_store *s, struct jcycle *c)
 		s->aq_last = c->last;
 	}
 	c->first = c->last = NULL;
-	c->flushes = NULL;
 	s->cyc_head = (s->cyc_head + 1) % ENGINE_JCYCLES;
 	s->cyc_n--;
 	pthread_cond_broadcast(&s->jcond);
@@ -319,12 +319,6 @@ static void cycle_retire(struct coil_store *s, struct jcycle *c)
 	pthread_mutex_unlock(&s->jlock);
 
 	journal_kick(s);
-	for (; fw; fw = fnext) {
-		fnext = fw->next;
-		fw->cb(fw->arg, res);
-		free(fw);
-		ops_done(s);
-	}
 	journal_drain(s);
 	if (trigger)
 		ckpt_trigger(s);
@@ -459,7 +453,7 @@ void journal_kick(struct coil_store *s)
 		if (e->need_sync)
 			sync = true;
 	}
-	if (t == s->head_ticket && !s->sync_pending) {
+	if (t == s->head_ticket) {
 		pthread_mutex_unlock(&s->jlock);
 		return;
 	}
@@ -498,7 +492,7 @@ void journal_kick(struct coil_store *s)
 	}
 	s->jwait_space = false;
 	c = &s->cyc[(s->cyc_head + s->cyc_n) % ENGINE_JCYCLES];
-	COIL_ASSERT(!c->done && !c->first && !c->flushes);
+	COIL_ASSERT(!c->done && !c->first);
 	for (uint64_t u = s->head_ticket; u < t; u++) {
 		e = s->jslot[u % ENGINE_JSLOTS];
 		s->jslot[u % ENGINE_JSLOTS] = NULL;
@@ -514,9 +508,7 @@ void journal_kick(struct coil_store *s)
 	}
 	s->head_ticket = t;
 	s->cyc_n++;
-	c->flushes = s->sync_pending;
-	s->sync_pending = NULL;
-	c->sync = sync || c->flushes;
+	c->sync = sync;
 	c->res = 0;
 	c->chunk_len = chunk_len;
 	if (chunk_len) {
@@ -556,27 +548,4 @@ void journal_kick(struct coil_store *s)
 	/* A slot may be free still, and entries may have become ready
 	 * while this chunk was built. */
 	journal_kick(s);
-}
-
-int journal_flush(struct coil_store *s, coil_cb cb, void *arg)
-{
-	struct flush_waiter *fw = malloc(sizeof(*fw));
-
-	if (!fw)
-		return -ENOMEM;
-	fw->cb = cb;
-	fw->arg = arg;
-	fw->next = NULL;
-	atomic_fetch_add(&s->ops_inflight, 1);
-	stat_add(&s->st.flushes, 1);
-	pthread_mutex_lock(&s->jlock);
-	{
-		struct flush_waiter **pp = &s->sync_pending;
-		while (*pp)
-			pp = &(*pp)->next;
-		*pp = fw;
-	}
-	pthread_mutex_unlock(&s->jlock);
-	journal_kick(s);
-	return 0;
 }

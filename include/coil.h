@@ -206,11 +206,14 @@ COIL_API int coil_write(coil_obj *o, const void *buf, size_t len, uint64_t off,
 COIL_API int coil_read(coil_obj *o, void *buf, size_t len, uint64_t off,
                        coil_cb cb, void *arg);
 
-/* Make durable every write that completed before this call.  Concurrent
- * flushes share one device flush.  @cb (required) receives 0 or a negative
- * errno.
+/* Make durable every write that completed before this call.  One device
+ * flush is in flight at a time; flushes called meanwhile share the next
+ * one.  At most 64 flushes wait or are in flight per store: beyond that
+ * the call waits for one to complete (a flush loop cannot starve writers).
+ * @cb (required) receives 0 or a negative errno.
  * @return 0 when submitted, or a negative errno (then @cb never runs):
- *   -EINVAL, -EBADF, -EROFS, -ENOMEM. */
+ *   -EINVAL, -EBADF, -EROFS, -EAGAIN (from a callback, when 64 flushes are
+ *   waiting or in flight). */
 COIL_API int coil_flush(coil_store *s, coil_cb cb, void *arg);
 
 /* A hint: read [@off, @off + @len) into the cache ahead of demand.

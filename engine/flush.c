@@ -1,0 +1,184 @@
+/* engine/flush.c — coil_flush: group device flushes, one at a time.
+ *
+ * A flush must make durable every write that completed before it was
+ * called.  Such a write's data and journal chunk have been written (it
+ * completes only once both have), so any fdatasync issued after the call
+ * covers it; the ring holds an fdatasync until every write accepted before
+ * it has completed, so issue order is all it needs.  Flushes therefore need
+ * no journal cycle: they used to ride one, and a cycle with flushes waited
+ * for its fdatasync before it retired, so every write record in it (and in
+ * every cycle behind it) waited for a device flush it did not need, and a
+ * few threads calling coil_flush in a loop brought 4 KiB writers down to a
+ * few writes a second.
+ *
+ * Now at most one fdatasync is in flight (FLUSH_FSYNCS_MAX): flushes that
+ * arrive meanwhile join the next group, which is issued when it completes,
+ * so one device flush serves every flush that came during the previous
+ * one.  Flushes waiting or in flight are bounded (ENGINE_FLUSH_MAX, taken
+ * from a pool made at open): beyond it coil_flush waits for one, or is
+ * -EAGAIN on a coil thread, which must not block; a caller that loops on
+ * coil_flush without waiting cannot queue unbounded work and callbacks
+ * ahead of the writers.  Writes with sync_writes still make their journal
+ * cycle fdatasync (journal.c).  Tests: tests/test_engine_flush_fair.c;
+ * perf/bench_flush.sh measures writers next to flush loops. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "engine/engine.h"
+#include "engine/flush.h"
+
+#define FLUSH_FSYNCS_MAX 1u
+
+struct flushq {
+	pthread_mutex_t mu;
+	pthread_cond_t cond;          /* a waiter was returned to the pool */
+	struct flush_waiter *pool;    /* ENGINE_FLUSH_MAX */
+	struct flush_waiter *free;
+	struct flush_waiter *next;    /* for the next fdatasync, FIFO */
+	struct flush_waiter **next_tail;
+	struct flush_waiter *group;   /* covered by the one in flight */
+	uint32_t out;                 /* taken from the pool */
+	uint32_t fsyncs;              /* in flight, <= FLUSH_FSYNCS_MAX */
+	struct uring_io io;
+};
+
+int flush_init(struct coil_store *s)
+{
+	struct flushq *q = calloc(1, sizeof(*q));
+
+	if (!q)
+		return -ENOMEM;
+	q->pool = calloc(ENGINE_FLUSH_MAX, sizeof(*q->pool));
+	if (!q->pool) {
+		free(q);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < ENGINE_FLUSH_MAX; i++) {
+		q->pool[i].next = q->free;
+		q->free = &q->pool[i];
+	}
+	q->next_tail = &q->next;
+	pthread_mutex_init(&q->mu, NULL);
+	pthread_cond_init(&q->cond, NULL);
+	s->fq = q;
+	return 0;
+}
+
+void flush_destroy(struct coil_store *s)
+{
+	struct flushq *q = s->fq;
+
+	if (!q)
+		return;
+	COIL_ASSERT(q->out == 0 && q->fsyncs == 0);
+	pthread_mutex_destroy(&q->mu);
+	pthread_cond_destroy(&q->cond);
+	free(q->pool);
+	free(q);
+	s->fq = NULL;
+}
+
+static void fsync_group_done(struct uring_io *io, int res);
+
+/* Issue the fdatasync for every waiter in q->next.  q->mu held. */
+static void group_start(struct coil_store *s, struct flushq *q)
+{
+	COIL_ASSERT(q->fsyncs < FLUSH_FSYNCS_MAX && q->next);
+	q->group = q->next;
+	q->next = NULL;
+	q->next_tail = &q->next;
+	q->fsyncs++;
+	stat_max(&s->st.flush_fsyncs_inflight_max, q->fsyncs);
+	stat_add(&s->st.fsyncs, 1);
+	uring_io_prep(&q->io, URING_OP_FSYNC, NULL, 0, 0, fsync_group_done, s);
+}
+
+static void group_submit(struct coil_store *s, struct flushq *q)
+{
+	if (uring_submit(s->ring, &q->io) < 0)
+		fsync_group_done(&q->io, -ESHUTDOWN);
+}
+
+static void fsync_group_done(struct uring_io *io, int res)
+{
+	struct coil_store *s = io->arg;
+	struct flushq *q = s->fq;
+	struct flush_waiter *fw, *last = NULL;
+	uint32_t n = 0;
+	bool again;
+
+	if (res < 0 && res != -ESHUTDOWN)
+		store_break(s, res);
+	if (res == 0) {
+		/* a journal chunk that failed before is not on the device:
+		 * the flush cannot vouch for what was acknowledged after */
+		pthread_mutex_lock(&s->jlock);
+		res = s->jfail;
+		pthread_mutex_unlock(&s->jlock);
+	}
+	pthread_mutex_lock(&q->mu);
+	fw = q->group;
+	q->group = NULL;
+	COIL_ASSERT(q->fsyncs > 0);
+	q->fsyncs--;
+	/* keep the device busy: the next group goes before the callbacks */
+	again = q->next != NULL;
+	if (again)
+		group_start(s, q);
+	pthread_mutex_unlock(&q->mu);
+	if (again)
+		group_submit(s, q);
+
+	if (!fw)
+		return;
+	for (struct flush_waiter *w = fw; w; w = w->next) {
+		w->cb(w->arg, res);
+		n++;
+		last = w;
+	}
+	/* the whole group back at once: one wake-up for the callers
+	 * waiting for a waiter, not one per waiter */
+	pthread_mutex_lock(&q->mu);
+	last->next = q->free;
+	q->free = fw;
+	COIL_ASSERT(q->out >= n);
+	q->out -= n;
+	pthread_cond_broadcast(&q->cond);
+	pthread_mutex_unlock(&q->mu);
+	while (n--)
+		ops_done(s);
+}
+
+int journal_flush(struct coil_store *s, coil_cb cb, void *arg)
+{
+	struct flushq *q = s->fq;
+	bool can_wait = !engine_on_coil_thread(s), start;
+	struct flush_waiter *fw;
+
+	pthread_mutex_lock(&q->mu);
+	while (!q->free) {
+		if (!can_wait) {
+			pthread_mutex_unlock(&q->mu);
+			return -EAGAIN;
+		}
+		pthread_cond_wait(&q->cond, &q->mu);
+	}
+	fw = q->free;
+	q->free = fw->next;
+	q->out++;
+	stat_max(&s->st.flush_waiters_max, q->out);
+	fw->cb = cb;
+	fw->arg = arg;
+	fw->next = NULL;
+	*q->next_tail = fw;
+	q->next_tail = &fw->next;
+	atomic_fetch_add(&s->ops_inflight, 1);
+	stat_add(&s->st.flushes, 1);
+	start = q->fsyncs < FLUSH_FSYNCS_MAX;
+	if (start)
+		group_start(s, q);
+	pthread_mutex_unlock(&q->mu);
+	if (start)
+		group_submit(s, q);
+	return 0;
+}
