@@ -193,12 +193,22 @@ static int lock_path(struct store_lock *l, const char *path,
 	if (flock(fd, (shared ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0)
 		return errno == EWOULDBLOCK ? -EBUSY : -errno;
 	if (blk && shared) {
-		/* no writer may hold the device through another node */
-		int probe = open(path, O_RDONLY | O_CLOEXEC | O_EXCL);
+		/* No writer may hold the device through another node.  Another
+		 * reader's probe holds the claim for a moment: look again
+		 * before calling it busy (a writer or a mount keeps it). */
+		for (int tries = 0;; tries++) {
+			int probe = open(path, O_RDONLY | O_CLOEXEC | O_EXCL);
 
-		if (probe < 0)
-			return errno == EBUSY ? -EBUSY : -errno;
-		close(probe);
+			if (probe >= 0) {
+				close(probe);
+				break;
+			}
+			if (errno != EBUSY)
+				return -errno;
+			if (tries == 3)
+				return -EBUSY;
+			usleep(1000);
+		}
 	}
 	if (!blk)
 		return 0;
