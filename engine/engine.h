@@ -171,6 +171,7 @@ struct jent {
 struct flush_waiter {
 	coil_cb cb;
 	void *arg;
+	uint64_t ticket;       /* the journal's next ticket at the call */
 	struct flush_waiter *next;
 };
 
@@ -393,6 +394,7 @@ struct coil_store {
 	struct jent **jslot;     /* ENGINE_JSLOTS, by ticket */
 	uint64_t next_ticket;
 	uint64_t head_ticket;
+	uint64_t retired_ticket; /* every ticket below is in a retired cycle */
 	bool jwait_space;
 	struct flushq *fq;       /* coil_flush's groups (flush.c) */
 	struct jent *aq_first, *aq_last; /* chunk written, waiting to apply */

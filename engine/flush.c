@@ -1,11 +1,14 @@
 /* engine/flush.c — coil_flush: group device flushes, one at a time.
  *
  * A flush must make durable every write that completed before it was
- * called.  Such a write's data and journal chunk have been written (it
- * completes only once both have), so any fdatasync issued after the call
- * covers it; the ring holds an fdatasync until every write accepted before
- * it has completed, so issue order is all it needs.  Flushes therefore need
- * no journal cycle: they used to ride one, and a cycle with flushes waited
+ * called, and every create, remove and truncate called before it.  A
+ * completed write's data and journal chunk have been written; a metadata
+ * operation has its ticket, and its record is written by the cycle that
+ * takes it.  So a flush waits until every ticket taken before the call is
+ * in a retired cycle (usually at once, at most one chunk round trip), and
+ * then any fdatasync covers it: the ring holds an fdatasync until every
+ * write accepted before it has completed.  Flushes therefore need no
+ * journal cycle of their own: they used to ride one, and a cycle with flushes waited
  * for its fdatasync before it retired, so every write record in it (and in
  * every cycle behind it) waited for a device flush it did not need, and a
  * few threads calling coil_flush in a loop brought 4 KiB writers down to a
@@ -80,13 +83,41 @@ void flush_destroy(struct coil_store *s)
 
 static void fsync_group_done(struct uring_io *io, int res);
 
-/* Issue the fdatasync for every waiter in q->next.  q->mu held. */
+static uint64_t retired_ticket(struct coil_store *s)
+{
+	uint64_t t;
+
+	pthread_mutex_lock(&s->jlock); /* q->mu -> jlock: the lock order */
+	t = s->retired_ticket;
+	pthread_mutex_unlock(&s->jlock);
+	return t;
+}
+
+/* May a group go now?  Every waiter before it in q->next whose records
+ * are all written joins it.  q->mu held. */
+static bool group_ready(struct coil_store *s, struct flushq *q)
+{
+	return q->fsyncs < FLUSH_FSYNCS_MAX && q->next &&
+	       q->next->ticket <= retired_ticket(s);
+}
+
+/* Issue the fdatasync for the leading waiters of q->next whose records are
+ * written (tickets are taken in order, so they are a prefix).  q->mu held;
+ * group_ready was true. */
 static void group_start(struct coil_store *s, struct flushq *q)
 {
+	uint64_t done = retired_ticket(s);
+	struct flush_waiter **pp = &q->next;
+
 	COIL_ASSERT(q->fsyncs < FLUSH_FSYNCS_MAX && q->next);
+	while (*pp && (*pp)->ticket <= done)
+		pp = &(*pp)->next;
+	COIL_ASSERT(pp != &q->next);
 	q->group = q->next;
-	q->next = NULL;
-	q->next_tail = &q->next;
+	q->next = *pp;
+	*pp = NULL;
+	if (!q->next)
+		q->next_tail = &q->next;
 	q->fsyncs++;
 	stat_max(&s->st.flush_fsyncs_inflight_max, q->fsyncs);
 	stat_add(&s->st.fsyncs, 1);
@@ -122,7 +153,7 @@ static void fsync_group_done(struct uring_io *io, int res)
 	COIL_ASSERT(q->fsyncs > 0);
 	q->fsyncs--;
 	/* keep the device busy: the next group goes before the callbacks */
-	again = q->next != NULL;
+	again = group_ready(s, q);
 	if (again)
 		group_start(s, q);
 	pthread_mutex_unlock(&q->mu);
@@ -170,15 +201,34 @@ int journal_flush(struct coil_store *s, coil_cb cb, void *arg)
 	fw->cb = cb;
 	fw->arg = arg;
 	fw->next = NULL;
+	pthread_mutex_lock(&s->jlock);
+	fw->ticket = s->next_ticket;
+	pthread_mutex_unlock(&s->jlock);
 	*q->next_tail = fw;
 	q->next_tail = &fw->next;
 	atomic_fetch_add(&s->ops_inflight, 1);
 	stat_add(&s->st.flushes, 1);
-	start = q->fsyncs < FLUSH_FSYNCS_MAX;
+	start = group_ready(s, q);
 	if (start)
 		group_start(s, q);
 	pthread_mutex_unlock(&q->mu);
 	if (start)
 		group_submit(s, q);
+	else
+		journal_kick(s); /* the records it waits for, on their way */
 	return 0;
+}
+
+void flush_journal_retired(struct coil_store *s)
+{
+	struct flushq *q = s->fq;
+	bool start;
+
+	pthread_mutex_lock(&q->mu);
+	start = group_ready(s, q);
+	if (start)
+		group_start(s, q);
+	pthread_mutex_unlock(&q->mu);
+	if (start)
+		group_submit(s, q);
 }

@@ -9,5 +9,8 @@ struct coil_store;
 int flush_init(struct coil_store *s);
 /* After every flush completed: journal_destroy.  Accepts a store without. */
 void flush_destroy(struct coil_store *s);
+/* A journal cycle retired (jlock not held): flushes waiting for its
+ * records may go. */
+void flush_journal_retired(struct coil_store *s);
 
 #endif

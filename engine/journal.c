@@ -310,6 +310,8 @@ static void cycle_retire(struct coil_store *s, struct jcycle *c)
 			s->aq_first = first;
 		s->aq_last = c->last;
 	}
+	if (c->last)
+		s->retired_ticket = c->last->ticket + 1;
 	c->first = c->last = NULL;
 	s->cyc_head = (s->cyc_head + 1) % ENGINE_JCYCLES;
 	s->cyc_n--;
@@ -319,6 +321,7 @@ static void cycle_retire(struct coil_store *s, struct jcycle *c)
 	pthread_mutex_unlock(&s->jlock);
 
 	journal_kick(s);
+	flush_journal_retired(s);
 	journal_drain(s);
 	if (trigger)
 		ckpt_trigger(s);
