@@ -12,28 +12,38 @@
 #include "engine/io/write.h"
 #include "engine/log/journal.h"
 #include "engine/log/meta.h"
+#include "engine/handle.h"
 #include "engine/place/object.h"
 #include "engine/stats.h"
 #include "engine/store.h"
 
 /* Every call on a handle runs between handle_enter and handle_leave.
- * Closed handles keep their memory (in the store's free list) until the
- * store closes, so use after close is -EBADF rather than a crash; and a
- * close racing a call on another thread is either seen by the call
- * (-EBADF) or waits for it: the call counts itself in h->inflight before
- * it looks at the magic, coil_obj_close marks the magic dead before it
- * waits for h->inflight to drain (both sequentially consistent, so at
- * least one of them sees the other).  Only then does close drop h->obj. */
-static int handle_enter(struct coil_obj *h)
+ * The caller's handle @ho names a slot and a generation (handle.c): a
+ * closed handle is -EBADF whoever has the slot now, and never reaches
+ * another object.  A close racing a call on another thread is either seen
+ * by the call (-EBADF) or waits for it: the call counts itself in
+ * h->inflight before it looks at the magic, coil_obj_close marks the magic
+ * dead before it waits for h->inflight to drain (both sequentially
+ * consistent, so at least one of them sees the other).  Only then does
+ * close drop h->obj and free the slot. */
+static int handle_enter(coil_obj *ho, struct coil_obj **out)
 {
-	if (!h)
+	struct coil_obj *h;
+	uint32_t gen;
+
+	if (!ho)
 		return -EINVAL;
+	h = handle_lookup(ho, &gen);
+	if (!h)
+		return -EBADF;
 	atomic_fetch_add(&h->inflight, 1);
 	if (__atomic_load_n(&h->magic, __ATOMIC_SEQ_CST) != HANDLE_MAGIC ||
+	    atomic_load(&h->gen) != gen ||
 	    __atomic_load_n(&h->obj->removed, __ATOMIC_ACQUIRE)) {
 		COUNT_SUB(&h->inflight, 1);
 		return -EBADF;
 	}
+	*out = h;
 	return 0;
 }
 
@@ -57,13 +67,16 @@ static int name_check(struct coil_store *s, const char *name, size_t *len)
 	return 0;
 }
 
-/* May the store take a change?  -EROFS, or the error that broke it. */
+/* May the store take a change?  -EROFS, or -EIO once a failed write broke
+ * it: what broke it (-ENOSPC from the device, -ENOMEM applying a write) is
+ * that write's own error and the stats' "broken"; to every later call the
+ * store is simply one that accepts no more changes, as coil.h says. */
 static int store_writable_check(struct coil_store *s)
 {
 	if (s->rdonly)
 		return -EROFS;
 	if (atomic_load(&s->broken))
-		return atomic_load(&s->broken);
+		return -EIO;
 	return 0;
 }
 
@@ -93,19 +106,11 @@ COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 			return rc;
 		reserved = true;
 	}
-	h = NULL;
-	pthread_mutex_lock(&s->mlock);
-	if (s->handles_free) {
-		h = s->handles_free;
-		s->handles_free = h->next;
-	}
-	pthread_mutex_unlock(&s->mlock);
-	if (!h)
-		h = calloc(1, sizeof(*h));
-	if (!h) {
+	rc = handle_alloc(&h);
+	if (rc < 0) {
 		if (reserved)
 			journal_release_meta(s);
-		return -ENOMEM;
+		return rc;
 	}
 
 	pthread_mutex_lock(&s->mlock);
@@ -118,7 +123,7 @@ COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 	} else if (s->rdonly) {
 		rc = -EROFS;
 	} else if (atomic_load(&s->broken)) {
-		rc = atomic_load(&s->broken);
+		rc = -EIO; /* as store_writable_check */
 	} else {
 		rc = meta_create(s, name, len, &o);
 		if (rc == 0)
@@ -131,12 +136,10 @@ COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 		h->next = NULL;
 		__atomic_store_n(&h->magic, HANDLE_MAGIC, __ATOMIC_RELEASE);
 		s->nhandles++;
-	} else {
-		h->magic = HANDLE_MAGIC_DEAD;
-		h->next = s->handles_free;
-		s->handles_free = h;
 	}
 	pthread_mutex_unlock(&s->mlock);
+	if (rc < 0)
+		handle_free(h); /* never published */
 	if (reserved)
 		journal_release_meta(s);
 	if (rc == 0) {
@@ -144,29 +147,44 @@ COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 		/* without a stream the handle reads without
 		 * readahead; not a reason to fail the open */
 		readahead_open(h);
-		*out = h;
+		*out = handle_public(h);
 	}
 	return rc;
 }
 
-COIL_API int coil_obj_close(coil_obj *h)
+COIL_API int coil_obj_close(coil_obj *ho)
 {
 	struct coil_store *s;
+	struct coil_obj *h;
+	uint32_t gen;
 
-	if (!h)
+	if (!ho)
 		return 0;
-	if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != HANDLE_MAGIC)
+	h = handle_lookup(ho, &gen);
+	if (!h)
 		return -EBADF;
+	/* Entered while it looks at h->s, so the slot's owner cannot close
+	 * it (and its store) meanwhile; a removed object's handle closes. */
+	atomic_fetch_add(&h->inflight, 1);
+	if (__atomic_load_n(&h->magic, __ATOMIC_SEQ_CST) != HANDLE_MAGIC ||
+	    atomic_load(&h->gen) != gen) {
+		atomic_fetch_sub(&h->inflight, 1);
+		return -EBADF;
+	}
 	s = h->s;
-	if (engine_on_coil_thread(s))
+	if (engine_on_coil_thread(s)) {
+		atomic_fetch_sub(&h->inflight, 1);
 		return -EDEADLK;
+	}
 	pthread_mutex_lock(&s->mlock);
 	if (h->magic != HANDLE_MAGIC) {
 		pthread_mutex_unlock(&s->mlock);
+		atomic_fetch_sub(&h->inflight, 1);
 		return -EBADF; /* closed concurrently */
 	}
 	__atomic_store_n(&h->magic, HANDLE_MAGIC_DEAD, __ATOMIC_SEQ_CST);
 	pthread_mutex_unlock(&s->mlock);
+	atomic_fetch_sub(&h->inflight, 1);
 	/* calls that got past handle_enter, and their requests in flight */
 	while (atomic_load(&h->inflight))
 		usleep(100);
@@ -176,11 +194,10 @@ COIL_API int coil_obj_close(coil_obj *h)
 	pthread_mutex_lock(&s->mlock);
 	object_put(s, h->obj);
 	h->obj = NULL;
-	h->next = s->handles_free;
-	s->handles_free = h;
 	COIL_ASSERT(s->nhandles > 0);
 	s->nhandles--;
 	pthread_mutex_unlock(&s->mlock);
+	handle_free(h);
 	return 0;
 }
 
@@ -227,9 +244,10 @@ static int obj_size(struct coil_obj *h, uint64_t *size)
 	return rc;
 }
 
-COIL_API int coil_obj_size(coil_obj *h, uint64_t *size)
+COIL_API int coil_obj_size(coil_obj *ho, uint64_t *size)
 {
-	int rc = handle_enter(h);
+	struct coil_obj *h = NULL;
+	int rc = handle_enter(ho, &h);
 
 	if (rc < 0)
 		return rc;
@@ -256,9 +274,10 @@ static int obj_stat(struct coil_obj *h, struct coil_obj_info *info)
 	return rc;
 }
 
-COIL_API int coil_obj_stat(coil_obj *h, struct coil_obj_info *info)
+COIL_API int coil_obj_stat(coil_obj *ho, struct coil_obj_info *info)
 {
-	int rc = handle_enter(h);
+	struct coil_obj *h = NULL;
+	int rc = handle_enter(ho, &h);
 
 	if (rc < 0)
 		return rc;
@@ -282,9 +301,10 @@ static int obj_truncate(struct coil_obj *h, uint64_t size)
 	return meta_truncate(h->s, h->obj, size);
 }
 
-COIL_API int coil_obj_truncate(coil_obj *h, uint64_t size)
+COIL_API int coil_obj_truncate(coil_obj *ho, uint64_t size)
 {
-	int rc = handle_enter(h);
+	struct coil_obj *h = NULL;
+	int rc = handle_enter(ho, &h);
 
 	if (rc < 0)
 		return rc;
@@ -321,10 +341,11 @@ static int write_submit(struct coil_obj *h, const void *buf, size_t len,
 	return engine_write(h, buf, len, off, cb, arg);
 }
 
-COIL_API int coil_write(coil_obj *h, const void *buf, size_t len, uint64_t off,
+COIL_API int coil_write(coil_obj *ho, const void *buf, size_t len, uint64_t off,
 			coil_cb cb, void *arg)
 {
-	int rc = handle_enter(h);
+	struct coil_obj *h = NULL;
+	int rc = handle_enter(ho, &h);
 
 	if (rc < 0)
 		return rc;
@@ -350,10 +371,11 @@ static int read_submit(struct coil_obj *h, void *buf, size_t len,
 	return engine_read(h, buf, len, off, cb, arg);
 }
 
-COIL_API int coil_read(coil_obj *h, void *buf, size_t len, uint64_t off,
+COIL_API int coil_read(coil_obj *ho, void *buf, size_t len, uint64_t off,
 		       coil_cb cb, void *arg)
 {
-	int rc = handle_enter(h);
+	struct coil_obj *h = NULL;
+	int rc = handle_enter(ho, &h);
 
 	if (rc < 0)
 		return rc;
@@ -373,10 +395,11 @@ COIL_API int coil_flush(coil_store *s, coil_cb cb, void *arg)
 	return journal_flush(s, cb, arg);
 }
 
-COIL_API int coil_prefetch(coil_obj *h, uint64_t off, uint64_t len)
+COIL_API int coil_prefetch(coil_obj *ho, uint64_t off, uint64_t len)
 {
 	uint64_t end;
-	int rc = handle_enter(h);
+	struct coil_obj *h = NULL;
+	int rc = handle_enter(ho, &h);
 
 	if (rc < 0)
 		return rc;
@@ -398,12 +421,13 @@ COIL_API int coil_prefetch(coil_obj *h, uint64_t off, uint64_t len)
 /* A synchronous call waits for a callback that a coil thread would have to
  * run itself: refuse it there.  The handle stays entered until the
  * request completes (a close waits for it). */
-COIL_API int64_t coil_pwrite(coil_obj *h, const void *buf, size_t len,
+COIL_API int64_t coil_pwrite(coil_obj *ho, const void *buf, size_t len,
 			     uint64_t off)
 {
 	struct store_waiter w;
 	int64_t ret;
-	int rc = handle_enter(h);
+	struct coil_obj *h = NULL;
+	int rc = handle_enter(ho, &h);
 
 	if (rc < 0)
 		return rc;
@@ -418,11 +442,12 @@ COIL_API int64_t coil_pwrite(coil_obj *h, const void *buf, size_t len,
 	return ret;
 }
 
-COIL_API int64_t coil_pread(coil_obj *h, void *buf, size_t len, uint64_t off)
+COIL_API int64_t coil_pread(coil_obj *ho, void *buf, size_t len, uint64_t off)
 {
 	struct store_waiter w;
 	int64_t ret;
-	int rc = handle_enter(h);
+	struct coil_obj *h = NULL;
+	int rc = handle_enter(ho, &h);
 
 	if (rc < 0)
 		return rc;

@@ -74,6 +74,26 @@ COIL_API const char *coil_strerror(int err)
 	case -EOVERFLOW: return "value too large";
 	case -ENOTSUP: return "not supported";
 	case -EMEDIUMTYPE: return "not a coil store (no valid superblock)";
-	default: return "unknown error";
+	case -EDEADLK: return "not allowed from a coil callback (it would wait for itself)";
+	case -EMFILE: return "too many open handles or files";
+	case -ENFILE: return "too many open files in the system";
+	case -ENOLCK: return "cannot lock the store (a loop device's backing file not found)";
+	case -ENXIO: return "no such device or address";
+	case -ELOOP: return "too many symbolic links";
+	case -ETXTBSY: return "file busy";
+	case -EINTR: return "interrupted";
+	case -ETIMEDOUT: return "timed out";
+	case -EUCLEAN: return "store structure inconsistent";
+	case -ESTALE: return "stale state";
+	case -ENOTTY: return "not supported by this device";
+	case -ENOBUFS: return "no buffer space";
+	case -EFAULT: return "bad address";
+	default: {
+		/* a system call's errno coil passes on: the C library's
+		 * static description (never NULL for a known code) */
+		const char *d = strerrordesc_np(-err);
+
+		return d ? d : "unknown error";
+	}
 	}
 }

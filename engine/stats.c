@@ -113,11 +113,12 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 	sb_printf(&b, "\"space\":{\"logical\":%llu,\"stored\":%llu,"
 		  "\"allocated\":%llu,\"free\":%llu,\"segments_free\":%llu,"
 		  "\"segments_sealed\":%llu,\"segments_pending\":%llu,"
-		  "\"segments_active\":%llu},",
+		  "\"segments_active\":%llu,\"reserve_failures\":%llu},",
 		  (unsigned long long)logical, (unsigned long long)stored,
 		  (unsigned long long)allocated, (unsigned long long)free_b,
 		  (unsigned long long)nfree, (unsigned long long)nsealed,
-		  (unsigned long long)npending, (unsigned long long)nactive);
+		  (unsigned long long)npending, (unsigned long long)nactive,
+		  LD(s->st.reserve_fails));
 	{
 		uint64_t el = atomic_load(&s->st.enc_logical);
 		uint64_t es = atomic_load(&s->st.enc_stored);
@@ -132,7 +133,9 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  "\"write_errors\":%llu,\"reads\":%llu,\"read_bytes\":%llu,"
 		  "\"read_errors\":%llu,\"checksum_failures\":%llu,"
 		  "\"device_bytes_written\":%llu,\"device_bytes_read\":%llu,"
-		  "\"flushes\":%llu,\"fsyncs\":%llu,\"inline_encodes\":%llu,"
+		  "\"flushes\":%llu,\"fsyncs\":%llu,"
+		  "\"flush_slots\":%u,\"flushes_in_flight_max\":%llu,"
+		  "\"flush_fsyncs_in_flight_max\":%llu,\"inline_encodes\":%llu,"
 		  "\"inline_decodes\":%llu,\"read_splits\":%llu,"
 		  "\"buffer_pool_misses\":%llu,"
 		  "\"ring_ops\":{\"read\":%llu,\"write\":%llu,\"fsync\":%llu,"
@@ -143,6 +146,8 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  LD(s->st.reads), LD(s->st.read_bytes), LD(s->st.read_errors),
 		  LD(s->st.csum_failures), LD(s->st.dev_bytes_written),
 		  LD(s->st.dev_bytes_read), LD(s->st.flushes), LD(s->st.fsyncs),
+		  ENGINE_FLUSH_MAX, LD(s->st.flush_waiters_max),
+		  LD(s->st.flush_fsyncs_inflight_max),
 		  LD(s->st.inline_encodes), LD(s->st.inline_decodes),
 		  LD(s->st.read_splits), LD(s->bp.misses),
 		  (unsigned long long)us.ops[URING_OP_READ],

@@ -1,10 +1,10 @@
 /* engine/store.c — opening, creating and closing a store.
  *
  * Open: the file or block device (O_DIRECT unless COIL_NO_DIRECT), an
- * exclusive advisory lock (flock; a second open, in this process too, is
- * -EBUSY — the process-wide registry answers before flock so the reason is
- * unambiguous), the ring, the superblocks, the checkpoint, journal replay,
- * then a checkpoint (unless read-only) that makes the recovered state the
+ * exclusive lock on every name that reaches the store (lock.c; a second
+ * open, in this process too, is -EBUSY — the process-wide registry answers
+ * before the locks so the reason is unambiguous), the ring, the
+ * superblocks, the checkpoint, journal replay, then a checkpoint (unless read-only) that makes the recovered state the
  * new base.  Close: wait for everything in flight, flush, checkpoint with the
  * clean flag, stop the threads, release. */
 #include <errno.h>
@@ -25,11 +25,13 @@
 #include "engine/log/ckpt.h"
 #include "engine/log/journal.h"
 #include "engine/log/recovery.h"
+#include "engine/lock.h"
 #include "engine/options.h"
 #include "engine/place/bufpool.h"
 #include "engine/place/dev.h"
 #include "engine/place/extmap.h"
 #include "engine/place/object.h"
+#include "engine/place/reserve.h"
 #include "engine/place/segment.h"
 #include "engine/store.h"
 
@@ -113,11 +115,6 @@ static void store_free(struct coil_store *s)
 	journal_destroy(s);
 	ckpt_mem_free(s);
 	reqs_destroy(s);
-	while (s->handles_free) {
-		struct coil_obj *h = s->handles_free;
-		s->handles_free = h->next;
-		free(h);
-	}
 	if (s->bp.base)
 		bufpool_destroy(&s->bp);
 	if (s->bp_mid.base)
@@ -132,8 +129,7 @@ static void store_free(struct coil_store *s)
 	free(s->path);
 	if (s->fd >= 0)
 		close(s->fd);
-	if (s->lock_fd >= 0)
-		close(s->lock_fd); /* releases the flock */
+	store_lock_drop(s->lock);
 	pthread_mutex_destroy(&s->mlock);
 	pthread_mutex_destroy(&s->jlock);
 	pthread_mutex_destroy(&s->rq_mu);
@@ -308,7 +304,6 @@ static struct coil_store *store_new(const char *path,
 	if (!s)
 		return NULL;
 	s->fd = -1;
-	s->lock_fd = -1;
 	pthread_mutex_init(&s->mlock, NULL);
 	pthread_mutex_init(&s->jlock, NULL);
 	pthread_mutex_init(&s->rq_mu, NULL);
@@ -368,15 +363,15 @@ static int store_open_file(struct coil_store *s, const struct coil_options *o,
 	rc = dev_size(s->fd, st, size);
 	if (rc < 0)
 		return rc;
-	s->dev = st->st_dev;
+	store_lock_id(st, &s->dev, &s->ino);
 	s->is_blk = S_ISBLK(st->st_mode);
-	s->ino = st->st_ino;
 	return 0;
 }
 
 /* Phase 3: one opener per store in this process (the registry) and across
- * processes (flock).  On success the store is registered. */
-static int store_lock(struct coil_store *s)
+ * processes, by every name that reaches it (lock.c).  On success the store
+ * is registered. */
+static int store_lock(struct coil_store *s, const struct stat *st)
 {
 	int rc = 0;
 
@@ -385,20 +380,9 @@ static int store_lock(struct coil_store *s)
 		rc = -EBUSY;
 		goto out;
 	}
-	/* The lock lives on a descriptor of its own that never reaches the
-	 * ring: io_uring keeps its registered file alive for a while after
-	 * the process dies (the ring is torn down asynchronously), and a lock
-	 * on that description would make the restart after kill -9 see
-	 * -EBUSY.  This one dies with the process. */
-	s->lock_fd = open(s->path, O_RDONLY | O_CLOEXEC);
-	if (s->lock_fd < 0) {
-		rc = -errno;
+	rc = store_lock_take(s->path, st, s->rdonly, &s->lock);
+	if (rc < 0)
 		goto out;
-	}
-	if (flock(s->lock_fd, (s->rdonly ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
-		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-		goto out;
-	}
 	s->magic = STORE_MAGIC;
 	s->reg_next = reg_head;
 	reg_head = s;
@@ -421,9 +405,9 @@ static int store_size_new(struct coil_store *s, const struct coil_options *o,
 		if (o->size < 16 * FMT_BLOCK)
 			return -ENOSPC;
 		*size = COIL_ALIGN_DOWN(o->size, FMT_BLOCK);
-		if (fallocate(s->fd, 0, 0, (off_t)*size) < 0 &&
-		    ftruncate(s->fd, (off_t)*size) < 0)
-			return -errno;
+		rc = reserve_file_create(s->fd, s->path, *size);
+		if (rc < 0)
+			return rc;
 		if (o->flags & COIL_ZERO_FILL) {
 			rc = zero_fill(s->fd, *size);
 			if (rc < 0)
@@ -602,7 +586,7 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 		created = false; /* removed on failure only once it was opened */
 	fresh = created;
 	if (rc == 0)
-		rc = store_lock(s);
+		rc = store_lock(s, &st);
 	locked = rc == 0;
 	if (rc == 0)
 		rc = store_size_new(s, o, &st, &size, &fresh, &filled);

@@ -55,6 +55,11 @@ struct coil_obj {
 	 * other reads in flight (readahead.c, readahead_on_read). */
 	_Atomic uint64_t rd_bytes;
 	struct coil_obj *next;     /* free list / open list */
+	/* The slot in the process-wide handle table (handle.c) and its
+	 * generation, which the public handle carries. */
+	_Atomic uint32_t gen;
+	uint32_t slot;
+	uint32_t free_next;        /* next free slot, under handle.c's lock */
 	struct ra_stream *ra;      /* readahead stream (readahead.c),
 				    * NULL when prefetch or the cache is off */
 };
@@ -67,6 +72,10 @@ struct engine_stats {
 	_Atomic uint64_t enc_logical, enc_stored;
 	_Atomic uint64_t dev_bytes_written, dev_bytes_read;
 	_Atomic uint64_t flushes, fsyncs;
+	_Atomic uint64_t reserve_fails; /* segments the file system refused */
+	/* high-water marks of coil_flush calls waiting or in flight (bound:
+	 * ENGINE_FLUSH_MAX) and of their fdatasyncs in flight (bound: 1) */
+	_Atomic uint64_t flush_waiters_max, flush_fsyncs_inflight_max;
 	_Atomic uint64_t chunks, chunk_bytes, records;
 	_Atomic uint64_t chunks_overlapped; /* started with another in flight */
 	/* encoded before a write submitted earlier to its object: waited for
@@ -89,7 +98,7 @@ struct engine_stats {
 struct coil_store {
 	uint32_t magic;
 	int fd;
-	int lock_fd;            /* holds the flock; never given to the ring */
+	struct store_lock *lock; /* keeps other openers out (lock.c) */
 	dev_t dev;
 	ino_t ino;
 	char *path;
@@ -130,7 +139,6 @@ struct coil_store {
 	uint64_t active_head;   /* next free byte, relative to the segment */
 	uint32_t alloc_cursor;
 	uint32_t free_segs;
-	struct coil_obj *handles_free;
 	uint32_t nhandles;       /* open handles */
 	uint64_t applied_end_lin;/* journal linear offset after the last applied chunk */
 	uint64_t applied_next_seq;
@@ -145,8 +153,9 @@ struct coil_store {
 	struct jent **jslot;     /* ENGINE_JSLOTS, by ticket */
 	uint64_t next_ticket;
 	uint64_t head_ticket;
+	uint64_t retired_ticket; /* every ticket below is in a retired cycle */
 	bool jwait_space;
-	struct flush_waiter *sync_pending;
+	struct flushq *fq;       /* coil_flush's groups (flush.c) */
 	struct jent *aq_first, *aq_last; /* chunk written, waiting to apply */
 	bool draining, drain_again;
 	int apply_err;           /* under mlock: a data write failed */

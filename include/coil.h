@@ -53,7 +53,10 @@ typedef void (*coil_cb)(void *arg, int64_t res);
  * return every later O_DIRECT write is an overwrite of written blocks, which
  * file systems (ext4, XFS) do without converting unwritten extents.  Without
  * it the file is fallocated and freed segments are punched (the space goes
- * back to the file system).  Ignored for block devices and existing stores. */
+ * back to the file system, and is allocated again before the segment is
+ * reused: a file system that filled up meanwhile makes writes fail with
+ * -ENOSPC, and they succeed again once it has room).  Ignored for block
+ * devices and existing stores. */
 #define COIL_ZERO_FILL 0x10u
 /* store: a coil_read that needs no device I/O (every byte from the cache,
  * holes, at or past the end) runs its callback on the caller's thread
@@ -108,13 +111,22 @@ COIL_API void coil_options_init(struct coil_options *o);
  * is not a store is -EMEDIUMTYPE, never overwritten.  Opening recovers from a crash (journal replay);
  * then, unless COIL_RDONLY, a checkpoint makes the recovered state the new
  * base.  COIL_RDONLY recovers in memory only and writes nothing.
+ * One writer per store: a store open for writing is held by every name
+ * that reaches it — another device node of the same block device, a loop
+ * device over the store file, the file under a loop device — and a block
+ * device is opened O_EXCL (a mounted device is refused).  Read-only opens
+ * share a store with each other.
  * @return 0, or -EINVAL (bad option or path), -ENOENT (missing, no
  *   COIL_CREATE), -EISDIR (a directory), -EBUSY (open in this or another
- *   process), -EMEDIUMTYPE (not a coil store: neither superblock copy has
- *   coil's magic, or the file is too short to hold them), -EIO (a damaged
- *   store: both superblocks corrupt, its checkpoint corrupt, or a device read
- *   failed during recovery), -ENOSPC (new store smaller than COIL_MIN_SIZE),
- *   -ENOMEM, or the errno of a failed system call (-EACCES...). */
+ *   process, by any name, or mounted), -ENOLCK (a loop device whose backing
+ *   file cannot be found to lock it: deleted, renamed or not visible here),
+ *   -EMEDIUMTYPE (not a coil store: neither superblock copy has coil's
+ *   magic, or the file is too short to hold them), -EIO (a damaged store:
+ *   both superblocks corrupt, its checkpoint corrupt, or a device read
+ *   failed during recovery), -ENOSPC (new store smaller than COIL_MIN_SIZE,
+ *   or a new store file larger than its file system's free space: nothing
+ *   is left behind), -ENOMEM, or the errno of a failed system call
+ *   (-EACCES...). */
 COIL_API int coil_open(const char *path, const struct coil_options *o,
                        coil_store **out);
 
@@ -131,21 +143,32 @@ COIL_API int coil_close(coil_store *s);
  * coil_obj_close(); many handles may name the same object.  A create is
  * ordered with the writes after it and durable with the next flush.
  * @return 0, -EINVAL, -ENAMETOOLONG, -ENOENT, -EEXIST, -EROFS (create on a
- *   read-only store), -ENOMEM, -EBADF (store closed), -EAGAIN (from a
- *   callback, when the store's queue of metadata operations is full). */
+ *   read-only store), -EIO (create on a store that failed a write before),
+ *   -ENOMEM, -EMFILE (2^20 handles open in the process),
+ *   -EBADF (store closed), -EAGAIN (from a callback, when the store's queue
+ *   of metadata operations is full). */
 COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
                            coil_obj **out);
 
 /* Close an object handle after its operations in flight complete.  Accepts
- * NULL (returns 0).  A closed handle is detected (-EBADF) while its store is
- * open.  Not from a callback (-EDEADLK). */
+ * NULL (returns 0).  Not from a callback (-EDEADLK).
+ * A closed handle stays closed: every call through it (this one included)
+ * returns -EBADF and touches nothing, whatever was opened since — another
+ * handle to any object, of this store or another, also after its store
+ * was closed.  A handle value is never given out again (strictly: one
+ * internal slot would have to be reopened 2^32 times in between).  A value
+ * coil never returned is -EBADF as well, not a crash.
+ * @return 0, -EBADF, -EDEADLK. */
 COIL_API int coil_obj_close(coil_obj *o);
 
 /* Remove the object @name.  Open handles to it then fail with -EBADF (close
  * them as usual); the name is free at once; its space is released (reused
  * after the next checkpoint).  Writes submitted before the remove and still
  * in flight complete but are dropped.
- * @return 0, -ENOENT, -EINVAL, -ENAMETOOLONG, -EROFS, -EBADF (store closed). */
+ * @return 0, -ENOENT, -EINVAL, -ENAMETOOLONG, -EROFS, -EBADF (store closed),
+ *   -EIO (the store failed a write before and accepts no more), -EAGAIN
+ *   (from a callback, when the store's queue of metadata operations is
+ *   full). */
 COIL_API int coil_obj_remove(coil_store *s, const char *name);
 
 /* *@size = the end of the furthest write or the last truncate.
@@ -179,14 +202,18 @@ COIL_API int coil_obj_truncate(coil_obj *o, uint64_t size);
  * wholly present or wholly absent.  Overlapping writes apply in submission
  * order.  Once @cb has run with success the write survives the process
  * being killed; after a later coil_flush, it survives power loss.
- * @cb (may be NULL) receives @len or a negative errno (-EIO device error,
- * -ENOSPC store full).
+ * @cb (may be NULL) receives @len or a negative errno: -ENOSPC (the store
+ * is full; the store stays usable, and writes succeed again once space is
+ * freed), -ENOMEM (no memory to place or apply it), -EIO (a device error,
+ * or the store failed a write before), or, for writes in flight when a
+ * device write failed, that write's own error.
  * @return 0 when submitted (then @cb runs exactly once), or a negative errno
  *   and @cb never runs: -EINVAL (NULL buf with len > 0, off + len overflows,
  *   len > 16 MiB: one write is one journal record), -EFBIG (off + len past
  *   2^60), -EBADF, -EROFS, -EIO (the store failed a write before and
- *   accepts no more), -EAGAIN (from a callback, when all 512 write contexts
- *   are busy; outside callbacks the call waits for one). */
+ *   accepts no more), -ENOMEM (no buffer for the write), -EAGAIN (from a
+ *   callback, when all 512 write contexts are busy; outside callbacks the
+ *   call waits for one). */
 COIL_API int coil_write(coil_obj *o, const void *buf, size_t len, uint64_t off,
                         coil_cb cb, void *arg);
 
@@ -202,11 +229,14 @@ COIL_API int coil_write(coil_obj *o, const void *buf, size_t len, uint64_t off,
 COIL_API int coil_read(coil_obj *o, void *buf, size_t len, uint64_t off,
                        coil_cb cb, void *arg);
 
-/* Make durable every write that completed before this call.  Concurrent
- * flushes share one device flush.  @cb (required) receives 0 or a negative
- * errno.
+/* Make durable every write that completed before this call.  One device
+ * flush is in flight at a time; flushes called meanwhile share the next
+ * one.  At most 64 flushes wait or are in flight per store: beyond that
+ * the call waits for one to complete (a flush loop cannot starve writers).
+ * @cb (required) receives 0 or a negative errno.
  * @return 0 when submitted, or a negative errno (then @cb never runs):
- *   -EINVAL, -EBADF, -EROFS, -ENOMEM. */
+ *   -EINVAL, -EBADF, -EROFS, -EAGAIN (from a callback, when 64 flushes are
+ *   waiting or in flight). */
 COIL_API int coil_flush(coil_store *s, coil_cb cb, void *arg);
 
 /* A hint: read [@off, @off + @len) into the cache ahead of demand.

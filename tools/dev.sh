@@ -19,7 +19,7 @@ JOBS=${JOBS:-$(nproc)}
 PKGS=(build-essential meson ninja-build pkg-config clang
       liburing-dev libzstd-dev libjemalloc-dev libxxhash-dev libcriterion-dev
       fio zstd dpkg-dev libsqlite3-dev sqlite3 rocksdb-tools gnuplot-nox
-      python3 tcl-dev)
+      python3 tcl-dev mount)
 
 log() { printf '\033[1m== %s\033[0m\n' "$*"; }
 

@@ -1,4 +1,4 @@
-/* engine/log/journal.c — tickets, the reorder ring, group commit and flushes.
+/* engine/log/journal.c — tickets, the reorder ring, group commit.
  *
  * Every mutation takes a ticket: create and remove when submitted, writes
  * and truncates in their object's submission order (journal_take_turn,
@@ -20,9 +20,10 @@
  * order, and a cycle after a failed one fails too.  Chunks may land on the
  * device out of order; replay takes the longest prefix of chunks in
  * sequence, and nothing in a later chunk was acknowledged before every
- * earlier one was written.  All flushes waiting when a cycle starts share
- * its one fdatasync (the ring holds it until every write submitted before
- * it, earlier chunks included, has completed). */
+ * earlier one was written.  A cycle with a sync_writes record fdatasyncs
+ * when it reaches the head (the ring holds it until every write submitted
+ * before it, earlier chunks included, has completed).  coil_flush needs no
+ * cycle: engine/log/flush.c. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@
 #include "engine/log/journal.h"
 #include "engine/place/object.h"
 #include "engine/store.h"
+#include "engine/log/flush.h"
 
 int journal_init(struct coil_store *s)
 {
@@ -47,11 +49,12 @@ int journal_init(struct coil_store *s)
 				   s->chunk_cap))
 			return -ENOMEM;
 	}
-	return 0;
+	return flush_init(s);
 }
 
 void journal_destroy(struct coil_store *s)
 {
+	flush_destroy(s);
 	free(s->jslot);
 	s->jslot = NULL;
 	for (uint32_t i = 0; i < ENGINE_JCYCLES; i++) {
@@ -281,11 +284,9 @@ void journal_data_done(struct coil_store *s, struct jent *e, int status)
 static void fsync_done(struct uring_io *io, int res);
 
 /* Retire one cycle (the oldest; jlock held, returned held): its entries
- * join the apply queue and complete as their data lands; its flushes
- * complete. */
+ * join the apply queue and complete as their data lands. */
 static void cycle_retire(struct coil_store *s, struct jcycle *c)
 {
-	struct flush_waiter *fw = c->flushes, *fnext;
 	struct jent *first = c->first, *e;
 	int res = c->res;
 	bool trigger;
@@ -313,8 +314,9 @@ static void cycle_retire(struct coil_store *s, struct jcycle *c)
 			s->aq_first = first;
 		s->aq_last = c->last;
 	}
+	if (c->last)
+		s->retired_ticket = c->last->ticket + 1;
 	c->first = c->last = NULL;
-	c->flushes = NULL;
 	s->cyc_head = (s->cyc_head + 1) % ENGINE_JCYCLES;
 	s->cyc_n--;
 	pthread_cond_broadcast(&s->jcond);
@@ -323,12 +325,9 @@ static void cycle_retire(struct coil_store *s, struct jcycle *c)
 	pthread_mutex_unlock(&s->jlock);
 
 	journal_kick(s);
-	for (; fw; fw = fnext) {
-		fnext = fw->next;
-		fw->cb(fw->arg, res);
-		free(fw);
-		ops_done(s);
-	}
+	/* Feedback loop: a flush that kicked the journal for these records
+	 * may go now (log/flush.c). */
+	flush_journal_retired(s);
 	journal_drain(s);
 	if (trigger)
 		ckpt_trigger(s);
@@ -522,7 +521,7 @@ static bool cycle_start(struct coil_store *s)
 		return false;
 	}
 	cycle_measure(s, &t, &size, &nrec, &sync);
-	if (t == s->head_ticket && !s->sync_pending) {
+	if (t == s->head_ticket) {
 		pthread_mutex_unlock(&s->jlock);
 		return false;
 	}
@@ -563,12 +562,10 @@ static bool cycle_start(struct coil_store *s)
 	}
 	s->jwait_space = false;
 	c = &s->cyc[(s->cyc_head + s->cyc_n) % ENGINE_JCYCLES];
-	COIL_ASSERT(!c->done && !c->first && !c->flushes);
+	COIL_ASSERT(!c->done && !c->first);
 	cycle_take(s, c, t, nrec);
 	s->cyc_n++;
-	c->flushes = s->sync_pending;
-	s->sync_pending = NULL;
-	c->sync = sync || c->flushes;
+	c->sync = sync;
 	c->res = 0;
 	c->chunk_len = chunk_len;
 	if (chunk_len) {
@@ -601,27 +598,4 @@ void journal_kick(struct coil_store *s)
 	 * nothing (or only a NOP cycle), as the recursion did. */
 	while (cycle_start(s))
 		;
-}
-
-int journal_flush(struct coil_store *s, coil_cb cb, void *arg)
-{
-	struct flush_waiter *fw = malloc(sizeof(*fw));
-
-	if (!fw)
-		return -ENOMEM;
-	fw->cb = cb;
-	fw->arg = arg;
-	fw->next = NULL;
-	atomic_fetch_add(&s->ops_inflight, 1);
-	stat_add(&s->st.flushes, 1);
-	pthread_mutex_lock(&s->jlock);
-	{
-		struct flush_waiter **pp = &s->sync_pending;
-		while (*pp)
-			pp = &(*pp)->next;
-		*pp = fw;
-	}
-	pthread_mutex_unlock(&s->jlock);
-	journal_kick(s);
-	return 0;
 }

@@ -27,6 +27,10 @@ struct object;
  * chunk is built and written while earlier ones are still on their way;
  * they are applied and completed strictly in order. */
 #define ENGINE_JCYCLES 4u
+/* coil_flush calls waiting or in flight (flush.c): a flush loop that does
+ * not wait for its callbacks waits here instead of queueing without end.
+ * Far above what callers waiting for their flushes reach (one each). */
+#define ENGINE_FLUSH_MAX 64u
 /* A chunk goes out while another is in flight once its records fill more
  * than this (about four 4 KiB write records).  At a full block (~15
  * records) a QD32 writer spent one chunk round trip waiting for the chunk
@@ -72,6 +76,7 @@ struct jent {
 struct flush_waiter {
 	coil_cb cb;
 	void *arg;
+	uint64_t ticket;       /* the journal's next ticket at the call */
 	struct flush_waiter *next;
 };
 
@@ -80,7 +85,6 @@ struct flush_waiter {
 struct jcycle {
 	struct coil_store *s;
 	struct jent *first, *last;
-	struct flush_waiter *flushes; /* completed when this cycle is */
 	bool sync;              /* an fdatasync at its turn */
 	bool done;              /* the chunk write finished (res) */
 	bool sync_issued, synced;

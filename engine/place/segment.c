@@ -18,6 +18,7 @@
 #include "engine/place/bufpool.h"
 #include "engine/place/dev.h"
 #include "engine/place/object.h"
+#include "engine/place/reserve.h"
 #include "engine/place/segment.h"
 #include "engine/store.h"
 
@@ -92,6 +93,7 @@ static void seg_write_header(struct coil_store *s, uint32_t idx)
 static int seg_open_next(struct coil_store *s, unsigned *rep)
 {
 	uint32_t pending = 0;
+	int rc;
 
 	if (s->active != UINT32_MAX) {
 		s->segs[s->active].state = SEG_SEALED;
@@ -106,6 +108,9 @@ static int seg_open_next(struct coil_store *s, unsigned *rep)
 			pending++;
 		if (g->state != SEG_FREE)
 			continue;
+		rc = reserve_seg(s, i, seg_base(s, i));
+		if (rc < 0)
+			return rc; /* the file system is full: it stays free */
 		g->state = SEG_ACTIVE;
 		g->gen++; /* the old tenant's cache keys die with it */
 		g->live = 0;
@@ -340,6 +345,12 @@ void seg_discard_range(struct coil_store *s, uint32_t first, uint32_t n)
 
 	if (!d->run || n == 0 || atomic_load(&d->off))
 		return;
+	/* Before the punch, which may succeed in part: a punched segment's
+	 * blocks are allocated again before it takes writes (reserve.c). */
+	pthread_mutex_lock(&s->mlock);
+	for (uint32_t i = 0; i < n; i++)
+		s->segs[first + i].reserved = false;
+	pthread_mutex_unlock(&s->mlock);
 	/* uring lengths are 32-bit: in pieces below 4 GiB. */
 	for (uint64_t done = 0; done < len && rc == 0;) {
 		uint32_t step = (uint32_t)COIL_MIN(len - done, 1ull << 30);

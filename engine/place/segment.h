@@ -27,6 +27,8 @@ struct seg {
 	uint8_t state;
 	uint8_t in_ckpt;      /* pending when the running checkpoint began,
 				 and freeable by it (pending_lin) */
+	bool reserved;        /* its file blocks are allocated (reserve.c);
+				 false after open and once punched */
 	/* s->applied_hi_lin when it went PENDING: every record that placed
 	 * data here ends in a chunk at or before it.  A checkpoint whose
 	 * replay point is before it must not free the segment: replay from

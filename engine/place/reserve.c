@@ -1,0 +1,91 @@
+/* engine/place/reserve.c — space a file system owes a store before coil writes.
+ *
+ * A store file's data writes must never meet -ENOSPC from the file system:
+ * a data write fails after its journal record may already be on the device,
+ * and replay stops at a record whose blobs do not verify, so a failed data
+ * write breaks the store for the rest of the session.  Running out of space
+ * must instead be an ordinary -ENOSPC for the write that needed it, with the
+ * store still usable once space comes back.  So the blocks are allocated
+ * before anything is written to them: the whole file when it is created
+ * (refused up front when the file system has not that much free), and a
+ * segment again before it is reused after it was punched (the cleaner gives
+ * freed segments back to the file system; see seg_discard_range) or
+ * after the store was opened (an earlier session may have punched it).  A
+ * segment whose allocation fails stays free, and the write that needed it
+ * fails with -ENOSPC before any of its data is placed there.
+ *
+ * Block devices and zero-filled files (never punched) need none of this.  A
+ * file system without fallocate gets a sparse file: there a full file
+ * system can still fail a data write, which breaks the store (-EIO), as
+ * coil.h says.  Tests: tests/test_engine_enospc.c. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "engine/store.h"
+#include "engine/place/reserve.h"
+
+static bool no_fallocate(int err)
+{
+	return err == EOPNOTSUPP || err == ENOSYS;
+}
+
+int reserve_file_create(int fd, const char *path, uint64_t size)
+{
+	struct statvfs sv;
+	int rc;
+
+	if (fstatvfs(fd, &sv) == 0) {
+		uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+
+		if (size > avail) {
+			fprintf(stderr, "coil: %s: a store of %" PRIu64
+				" bytes does not fit: the file system has %"
+				PRIu64 " bytes free\n", path, size, avail);
+			return -ENOSPC;
+		}
+	}
+	if (fallocate(fd, 0, 0, (off_t)size) == 0)
+		return 0;
+	rc = -errno;
+	if (no_fallocate(-rc)) {
+		if (ftruncate(fd, (off_t)size) == 0)
+			return 0;
+		rc = -errno;
+	}
+	if (rc == -ENOSPC)
+		fprintf(stderr, "coil: %s: the file system cannot hold a store "
+			"of %" PRIu64 " bytes\n", path, size);
+	/* give back whatever a partial allocation took */
+	if (ftruncate(fd, 0) < 0)
+		rc = rc < 0 ? rc : -errno;
+	return rc;
+}
+
+int reserve_seg(struct coil_store *s, uint32_t idx, uint64_t off)
+{
+	struct seg *g = &s->segs[idx];
+	int rc;
+
+	if (g->reserved || s->is_blk || (s->sb.flags & FMT_SUPER_FILLED))
+		return 0;
+	do
+		rc = fallocate(s->fd, 0, (off_t)off,
+			       (off_t)s->sb.segment_size);
+	while (rc < 0 && errno == EINTR);
+	if (rc < 0 && no_fallocate(errno)) {
+		/* nothing to reserve with: never ask again */
+		for (uint32_t i = 0; i < s->nseg; i++)
+			s->segs[i].reserved = true;
+		return 0;
+	}
+	if (rc < 0) {
+		stat_add(&s->st.reserve_fails, 1);
+		return errno == ENOSPC || errno == EDQUOT ? -ENOSPC : -EIO;
+	}
+	g->reserved = true;
+	return 0;
+}

@@ -1,0 +1,24 @@
+/* engine/place/reserve.h — space a file system owes a store before coil writes. */
+#ifndef COIL_ENGINE_RESERVE_H
+#define COIL_ENGINE_RESERVE_H
+
+#include <stdint.h>
+
+struct coil_store;
+
+/* Size the new, empty store file @fd (@path, for the message) to @size and
+ * allocate its blocks.  A size the file system's free space cannot hold is
+ * -ENOSPC before anything is allocated; a failure leaves the file empty.
+ * @return 0, -ENOSPC, or the errno of fallocate/ftruncate. */
+int reserve_file_create(int fd, const char *path, uint64_t size);
+
+/* Segment @idx of a file store is about to take writes: allocate its
+ * blocks unless they are known to be (freed segments are punched, and the
+ * file system may have given the space to someone else since); @off is
+ * where it starts in the file.  The segment table calls down here, never
+ * the other way.  mlock held.
+ * @return 0, -ENOSPC (nothing allocated is lost: the segment stays free),
+ *   -EIO. */
+int reserve_seg(struct coil_store *s, uint32_t idx, uint64_t off);
+
+#endif
