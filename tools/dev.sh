@@ -322,8 +322,11 @@ deps_sqlite_testfixture() {
 		local tree
 		tree=$(find "$dir.tmp" -mindepth 1 -maxdepth 1 -type d -name 'sqlite3-*' | head -n1)
 		[ -n "$tree" ] || { echo "dev.sh: apt-get source sqlite3 produced no tree" >&2; return 1; }
-		(cd "$tree" && ./configure --with-tcl=/usr/lib/tcl8.6 >configure.log 2>&1)
+		# Configured where it stays: the Makefile records the absolute
+		# path of the tree it was configured in.
 		rm -rf "$dir" && mv "$tree" "$dir" && rm -rf "$dir.tmp"
+		(cd "$dir" && ./configure --with-tcl=/usr/lib/tcl8.6 >configure.log 2>&1) ||
+			{ tail -n 30 "$dir/configure.log"; return 1; }
 		touch "$dir/.configured"
 	fi
 	log "building SQLite's testfixture (once, in $dir)"
