@@ -63,6 +63,20 @@ enable_deb_src() {
 	as_root apt-get update -qq
 }
 
+# fetch_source PKG VER DIR: Debian's source of PKG=VER unpacked as DIR
+# (replacing it), through a scratch folder so an interrupted fetch leaves
+# no half tree at DIR.
+fetch_source() {
+	local pkg=$1 ver=$2 dir=$3 tree
+	enable_deb_src
+	rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
+	(cd "$dir.tmp" && apt-get source -qq "$pkg=$ver" >/dev/null 2>&1 ||
+		apt-get source "$pkg=$ver")
+	tree=$(find "$dir.tmp" -mindepth 1 -maxdepth 1 -type d -name "$pkg-*" | head -n1)
+	[ -n "$tree" ] || { echo "dev.sh: apt-get source $pkg produced no tree" >&2; return 1; }
+	rm -rf "$dir" && mv "$tree" "$dir" && rm -rf "$dir.tmp"
+}
+
 # fio's ioengine plugin must be built against the headers of the fio that is
 # installed, configured the same way; cache that tree under .cache/.
 deps_fio_source() {
@@ -77,15 +91,8 @@ deps_fio_source() {
 		return
 	fi
 	log "fetching fio $ver source (apt-get source)"
-	enable_deb_src
-	rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
-	(cd "$dir.tmp" && apt-get source -qq "fio=$ver" >/dev/null 2>&1 ||
-		apt-get source "fio=$ver")
-	local tree
-	tree=$(find "$dir.tmp" -mindepth 1 -maxdepth 1 -type d -name 'fio-*' | head -n1)
-	[ -n "$tree" ] || { echo "dev.sh: apt-get source fio produced no tree" >&2; return 1; }
-	(cd "$tree" && ./configure >/dev/null)
-	rm -rf "$dir" && mv "$tree" "$dir" && rm -rf "$dir.tmp"
+	fetch_source fio "$ver" "$dir"
+	(cd "$dir" && ./configure >/dev/null)
 	touch "$dir/.configured"
 	ln -sfn "fio-src-$ver" "$CACHE/fio-src"
 }
@@ -315,16 +322,9 @@ deps_sqlite_testfixture() {
 	fi
 	if [ ! -f "$dir/.configured" ]; then
 		log "fetching sqlite3 $ver source (apt-get source)"
-		enable_deb_src
-		rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
-		(cd "$dir.tmp" && apt-get source -qq "sqlite3=$ver" >/dev/null 2>&1 ||
-			apt-get source "sqlite3=$ver")
-		local tree
-		tree=$(find "$dir.tmp" -mindepth 1 -maxdepth 1 -type d -name 'sqlite3-*' | head -n1)
-		[ -n "$tree" ] || { echo "dev.sh: apt-get source sqlite3 produced no tree" >&2; return 1; }
+		fetch_source sqlite3 "$ver" "$dir"
 		# Configured where it stays: the Makefile records the absolute
 		# path of the tree it was configured in.
-		rm -rf "$dir" && mv "$tree" "$dir" && rm -rf "$dir.tmp"
 		(cd "$dir" && ./configure --with-tcl=/usr/lib/tcl8.6 >configure.log 2>&1) ||
 			{ tail -n 30 "$dir/configure.log"; return 1; }
 		touch "$dir/.configured"

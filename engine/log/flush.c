@@ -101,15 +101,17 @@ static bool group_ready(struct coil_store *s, struct flushq *q)
 	       q->next->ticket <= retired_ticket(s);
 }
 
-/* Issue the fdatasync for the leading waiters of q->next whose records are
- * written (tickets are taken in order, so they are a prefix).  q->mu held;
- * group_ready was true. */
-static void group_start(struct coil_store *s, struct flushq *q)
+/* If a group may go (group_ready), prepare the fdatasync for the leading
+ * waiters of q->next whose records are written (tickets are taken in
+ * order, so they are a prefix); the caller submits it once q->mu is
+ * released.  q->mu held.  @return whether a group was started. */
+static bool group_start(struct coil_store *s, struct flushq *q)
 {
 	uint64_t done = retired_ticket(s);
 	struct flush_waiter **pp = &q->next;
 
-	COIL_ASSERT(q->fsyncs < FLUSH_FSYNCS_MAX && q->next);
+	if (!group_ready(s, q))
+		return false;
 	while (*pp && (*pp)->ticket <= done)
 		pp = &(*pp)->next;
 	COIL_ASSERT(pp != &q->next);
@@ -122,6 +124,7 @@ static void group_start(struct coil_store *s, struct flushq *q)
 	stat_max(&s->st.flush_fsyncs_inflight_max, q->fsyncs);
 	stat_add(&s->st.fsyncs, 1);
 	uring_io_prep(&q->io, URING_OP_FSYNC, NULL, 0, 0, fsync_group_done, s);
+	return true;
 }
 
 static void group_submit(struct coil_store *s, struct flushq *q)
@@ -153,9 +156,7 @@ static void fsync_group_done(struct uring_io *io, int res)
 	COIL_ASSERT(q->fsyncs > 0);
 	q->fsyncs--;
 	/* keep the device busy: the next group goes before the callbacks */
-	again = group_ready(s, q);
-	if (again)
-		group_start(s, q);
+	again = group_start(s, q);
 	pthread_mutex_unlock(&q->mu);
 	if (again)
 		group_submit(s, q);
@@ -208,9 +209,7 @@ int journal_flush(struct coil_store *s, coil_cb cb, void *arg)
 	q->next_tail = &fw->next;
 	atomic_fetch_add(&s->ops_inflight, 1);
 	stat_add(&s->st.flushes, 1);
-	start = group_ready(s, q);
-	if (start)
-		group_start(s, q);
+	start = group_start(s, q);
 	pthread_mutex_unlock(&q->mu);
 	if (start)
 		group_submit(s, q);
@@ -228,9 +227,7 @@ void flush_journal_retired(struct coil_store *s)
 	bool start;
 
 	pthread_mutex_lock(&q->mu);
-	start = group_ready(s, q);
-	if (start)
-		group_start(s, q);
+	start = group_start(s, q);
 	pthread_mutex_unlock(&q->mu);
 	if (start)
 		group_submit(s, q);
