@@ -162,6 +162,7 @@ criterion_totals() {
 	python3 - "$@" <<'EOF'
 import re, sys
 passed = failed = 0
+names = []
 for path in sys.argv[1:]:
     try:
         text = open(path, errors='replace').read()
@@ -184,7 +185,18 @@ for path in sys.argv[1:]:
             continue
         if r.get('result') not in ('OK', 'SKIP', 'EXPECTEDFAIL'):
             failed += 1
+            names.append('%s: %s (%s)' % (os.path.basename(path), r.get('name'), r.get('result')))
 print(passed, failed)
+# Which ones, so the last lines of a run name what to look at.
+for path in sys.argv[1:]:
+    try:
+        text = open(path, errors='replace').read()
+    except OSError:
+        continue
+    for m in re.finditer(r'\[(?:FAIL|----)\] (\S+::\S+)(?:: (.*))?', text):
+        names.append('%s: %s %s' % (os.path.basename(path), m.group(1), m.group(2) or ''))
+for n in dict.fromkeys(names):
+    print('failed:', n)
 EOF
 }
 
@@ -268,8 +280,11 @@ cmd_test() {
 	log "fuzz build (clang libFuzzer)"
 	build_fuzz
 	run_fuzzers || rc=1
-	read -r p f < <(criterion_totals build/testlog-release.txt build/testlog-asan.txt build/tsan/meson-logs/testlog.txt)
+	local totals
+	totals=$(criterion_totals build/testlog-release.txt build/testlog-asan.txt build/tsan/meson-logs/testlog.txt)
+	read -r p f <<<"$totals"
 	log "done in $((SECONDS - t0))s"
+	tail -n +2 <<<"$totals" | head -n 40
 	# The plain closing line: every criterion test case of both builds.
 	echo "tests: $p passed, $f failed"
 	[ "$f" = 0 ] || rc=1
