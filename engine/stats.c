@@ -14,6 +14,7 @@
 #include "engine/place/blob.h"
 #include "engine/place/extmap.h"
 #include "engine/place/object.h"
+#include "engine/scrub.h"
 #include "engine/stats.h"
 #include "engine/store.h"
 
@@ -166,6 +167,14 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		    strlen(cj) + 1 >= sizeof(cj))
 			strcpy(cj, "\"cleaner\":{}");
 		sb_printf(&b, "%s,", cj);
+	}
+	if (!b.err) {
+		/* the scrub section appends to the same buffer */
+		int r = scrub_stats_json(s, &b.p, &b.len, &b.cap);
+
+		if (r < 0)
+			b.err = r;
+		sb_printf(&b, ",");
 	}
 	sb_printf(&b, "\"journal\":{\"bytes\":%llu,\"used\":%llu,"
 		  "\"chunks\":%llu,\"chunk_bytes\":%llu,\"records\":%llu,"

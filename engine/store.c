@@ -33,6 +33,7 @@
 #include "engine/place/object.h"
 #include "engine/place/reserve.h"
 #include "engine/place/segment.h"
+#include "engine/scrub.h"
 #include "engine/store.h"
 
 /* ---- process-wide registry of open stores ------------------------------- */
@@ -90,6 +91,9 @@ static int validate_options(const struct coil_options *o, int *level)
 		return -EINVAL;
 	if ((o->flags & COIL_CREATE) && (o->flags & COIL_RDONLY))
 		return -EINVAL;
+	/* a century: past it, seconds in nanoseconds would overflow */
+	if (o->scrub_interval > 100ull * 365 * 24 * 3600)
+		return -EINVAL;
 	if (o->max_blob < 4096 || o->max_blob > FMT_BLOB_MAX ||
 	    (o->max_blob & (o->max_blob - 1)))
 		return -EINVAL;
@@ -102,6 +106,7 @@ static int validate_options(const struct coil_options *o, int *level)
 
 static void store_free(struct coil_store *s)
 {
+	scrub_destroy(s);   /* joins the thread before the ring goes */
 	cleaner_destroy(s); /* joins the thread before the ring goes */
 	if (s->pool)
 		pool_destroy(s->pool);
@@ -540,6 +545,8 @@ static int store_start(struct coil_store *s, const struct coil_options *o)
 		rc = bcache_init(s);
 	if (rc == 0)
 		rc = readahead_store_init(s);
+	if (rc == 0)
+		rc = scrub_start(s, o);
 	if (rc < 0 || s->rdonly)
 		return rc;
 	/* The recovered state becomes the new base: nothing written before
@@ -682,6 +689,7 @@ COIL_API int coil_close(coil_store *s)
 		return -EDEADLK;
 	/* Close is for one thread: from here the handle is dead to others. */
 	reg_remove(s);
+	scrub_stop(s);   /* a pass in progress is cut short */
 	cleaner_stop(s); /* no relocation after this point */
 
 	pthread_mutex_lock(&s->rq_mu);

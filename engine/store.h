@@ -32,6 +32,7 @@
 
 struct cache;
 struct cleaner;
+struct scrub;
 struct object;
 struct ra_stream;
 struct ra_store;
@@ -215,6 +216,7 @@ struct coil_store {
 
 	/* ---- space management (engine/cleaner.c) ---- */
 	struct cleaner *cl;     /* NULL: read-only, or not started */
+	struct scrub *scrub;    /* engine/scrub.c; NULL: not started */
 	struct seg_discard disc; /* TRIM of freed segments (the cleaner's) */
 
 	/* decoded-blob cache (NULL: cache_bytes 0) and the

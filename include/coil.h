@@ -66,6 +66,20 @@ typedef void (*coil_cb)(void *arg, int64_t res);
  * must not take a lock the submitter holds, and a callback that submits the
  * next read runs that read's callback nested (bound such chains). */
 #define COIL_INLINE_CB 0x20u
+/* store: open a damaged store to export what is left of it (what
+ * `coil salvage` does).  Implies COIL_RDONLY: nothing is ever written.
+ * Where a normal open gives up, this one takes the newest metadata that
+ * still verifies: the other superblock copy, or a layout rebuilt from a
+ * checkpoint found by scanning the store when both copies are damaged;
+ * the older checkpoint area, or none, when the current checkpoint is
+ * damaged; a store file shorter than its superblock says (reads past its
+ * end fail with -EIO).  Journal replay goes on past records whose data
+ * does not verify (reads of those ranges then fail with -EIO instead of
+ * the older bytes being returned as current), and stops at the first
+ * chunk that does not read or verify.  What it had to give up on is
+ * listed in coil_stats_json under "salvage".  Reads never return wrong
+ * bytes: every blob is still verified against its checksums. */
+#define COIL_SALVAGE 0x40u
 
 /* Worker pool scheduling (coil_options.pool_mode). */
 #define COIL_POOL_FAIR      0u /* per-request round-robin (default) */
@@ -95,6 +109,13 @@ struct coil_options {
 	unsigned pool_mode;      /* COIL_POOL_FAIR or COIL_POOL_SEMAPHORE */
 	unsigned prefetch;       /* 1 = readahead on (default), 0 = off */
 	unsigned sync_writes;    /* 1 = each write is durable when it completes */
+	uint64_t scrub_rate;     /* background scrub: stored bytes read per
+	                            second at most (default 32 MiB/s; 0 = no
+	                            limit).  See coil_scrub_start. */
+	uint64_t scrub_interval; /* seconds between automatic scrub passes,
+	                            counted from the open or the end of the
+	                            last pass (default 604800, a week; 0 = only
+	                            when coil_scrub_start asks) */
 	/* Fields may be added after this point in later versions;
 	 * coil_options_init() always sets every one of them. */
 };
@@ -267,6 +288,87 @@ COIL_API int coil_stats_json(coil_store *s, char *buf, size_t len);
 typedef int (*coil_list_fn)(void *arg, const char *name, size_t name_len,
 			    uint64_t size);
 COIL_API int coil_obj_list(coil_store *s, coil_list_fn fn, void *arg);
+
+/* ---- scrub and check ------------------------------------------------------
+ *
+ * A scrub pass reads back every blob that an object references and checks
+ * it (each checksum; zstd blobs are decompressed and the result checked),
+ * and the store's own metadata: both superblock copies, the current
+ * checkpoint, and the journal chunks recovery would replay.  It runs on a
+ * background thread of the store, at most coil_options.scrub_rate bytes a
+ * second, through the same ring as every other read, and bypasses the
+ * cache (it checks what is on the device).  It changes nothing: damage is
+ * reported, never repaired (coil keeps one copy of each byte); a read of a
+ * damaged range fails with -EIO as it always did. */
+
+/* Progress and findings of the current pass, or of the last one when none
+ * is running (all zero before the first). */
+struct coil_scrub_info {
+	uint64_t passes;          /* passes finished since the open */
+	uint64_t running;         /* 1 while a pass runs */
+	uint64_t bytes_total;     /* stored bytes the pass has to verify */
+	uint64_t bytes_done;      /* of those, read and checked so far */
+	uint64_t blobs_verified;  /* blobs read and checked */
+	uint64_t damaged_ranges;  /* object ranges that do not read back */
+	uint64_t damaged_bytes;   /* their total length */
+	uint64_t metadata_errors; /* superblock, checkpoint or journal damage */
+	uint64_t accounting_errors; /* coil_check only: counts that disagree
+	                               with a walk of the metadata */
+};
+
+/* One finding.  @object (not NUL-terminated, @object_len bytes) names the
+ * object whose bytes [@off, @off + @len) do not read back, or is NULL for
+ * damage to the store's own structures (then @off/@len are the device
+ * range when known, else 0).  @what says what failed, in words.  Pointers
+ * are valid only during the callback. */
+struct coil_damage {
+	const char *object;
+	size_t object_len;
+	uint64_t off;
+	uint64_t len;
+	const char *what;
+};
+/* Called once per finding; a nonzero return stops the listing and is
+ * returned. */
+typedef int (*coil_damage_fn)(void *arg, const struct coil_damage *d);
+
+/* Start a scrub pass in the background now (the pass runs at
+ * coil_options.scrub_rate).  Works on read-only stores too.
+ * @return 0, -EALREADY (a pass is running: it goes on), -EBADF (store
+ *   closed), -EINVAL (NULL). */
+COIL_API int coil_scrub_start(coil_store *s);
+
+/* Wait until no pass runs (returns at once when none does).  Not from a
+ * callback (-EDEADLK).
+ * @return 0 (the last pass found nothing), -EIO (it found damage: see
+ *   coil_scrub_damage), -ESHUTDOWN (it was cut short by coil_close),
+ *   -EBADF, -EINVAL, -EDEADLK. */
+COIL_API int coil_scrub_wait(coil_store *s);
+
+/* Fill *@info with the progress and counts of the current or last pass.
+ * @return 0, -EBADF, -EINVAL. */
+COIL_API int coil_scrub_info(coil_store *s, struct coil_scrub_info *info);
+
+/* Call @fn for each finding of the current or last pass, from the calling
+ * thread with no coil lock held.  A pass keeps its first 1024 findings
+ * (adjacent damaged ranges of one object are merged into one); the counts
+ * in coil_scrub_info cover all of them.
+ * @return 0, @fn's nonzero value, -EBADF, -EINVAL, -ENOMEM. */
+COIL_API int coil_scrub_damage(coil_store *s, coil_damage_fn fn, void *arg);
+
+/* A full check, on the calling thread and without a rate limit: a scrub
+ * pass (every checksum of every referenced blob, the superblocks, the
+ * checkpoint, the journal in use), then the accounting cross-checked
+ * against a walk of every extent map: each segment's live bytes and state,
+ * the free segment count, the extent, byte and stored totals, the object
+ * count, and the blob reference counts.  @fn (may be NULL) hears every
+ * finding (none is dropped); *@info (may be NULL) gets the counts.
+ * Waits for a background pass in progress first.  Not from a callback.
+ * @return 0 when the check ran (it found damage when info's
+ *   damaged_ranges, metadata_errors or accounting_errors are not 0),
+ *   @fn's nonzero value, -EBADF, -EINVAL, -EDEADLK, -ENOMEM, -ESHUTDOWN. */
+COIL_API int coil_check(coil_store *s, coil_damage_fn fn, void *arg,
+			struct coil_scrub_info *info);
 
 /* A static, human-readable name for a coil return code (negative errno).
  * Never NULL. */

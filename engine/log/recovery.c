@@ -280,11 +280,7 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r)
 	}
 }
 
-/* Read the chunk with sequence @seq at journal offset @pos, or at 0 when
- * it did not fit before the end and wrapped.  @return 1 (found: *@h, *@at,
- * its blocks in @chunk, payload verified), 0 (none: the journal ends), or
- * -errno of a read. */
-static int replay_read_chunk(struct coil_store *s, uint8_t *chunk,
+int replay_read_chunk(struct coil_store *s, uint8_t *chunk,
 			     uint64_t pos, uint64_t seq, struct fmt_jchunk *h,
 			     uint64_t *at)
 {

@@ -4,6 +4,8 @@
 #ifndef COIL_ENGINE_RECOVERY_H
 #define COIL_ENGINE_RECOVERY_H
 
+#include <stdint.h>
+
 
 struct coil_store;
 
@@ -13,5 +15,13 @@ int ckpt_load(struct coil_store *s);
 /* Apply the journal's records after the checkpoint's replay point.
  * @return 0, -EIO, -ENOMEM. */
 int replay_journal(struct coil_store *s);
+struct fmt_jchunk;
+/* Read the chunk with sequence @seq at journal offset @pos, or at 0 when
+ * it did not fit before the end and wrapped (also the scrub's walk of the
+ * journal in use).  @chunk: 1 MiB, aligned.  @return 1 (found: *@h, *@at,
+ * its blocks in @chunk, payload verified), 0 (none: the journal ends), or
+ * -errno of a read. */
+int replay_read_chunk(struct coil_store *s, uint8_t *chunk, uint64_t pos,
+		      uint64_t seq, struct fmt_jchunk *h, uint64_t *at);
 
 #endif
