@@ -45,6 +45,7 @@
 #include <time.h>
 
 #include "engine/log/recovery.h"
+#include "engine/log/salvage.h"
 #include "engine/place/blob.h"
 #include "engine/place/dev.h"
 #include "engine/place/object.h"
@@ -240,34 +241,6 @@ static void throttle(struct scrub *sc, struct spass *p, uint64_t n)
 
 /* ---- metadata -------------------------------------------------------------- */
 
-/* The checkpoint the superblock @sb names.  ckpt_mu held.  @return 0, or
- * -EIO when it does not verify, or a read's -errno. */
-static int check_ckpt(struct coil_store *s, const struct fmt_super *sb)
-{
-	uint64_t total = COIL_ALIGN_UP(sb->ckpt_bytes, FMT_BLOCK);
-	struct fmt_ckpt h;
-	uint8_t *buf = NULL;
-	int rc;
-
-	if (sb->ckpt_bytes < FMT_BLOCK || sb->ckpt_bytes > sb->ckpt_len)
-		return -EIO;
-	if (posix_memalign((void **)&buf, 4096, total))
-		return -ENOMEM;
-	rc = store_io_big(s, URING_OP_READ, buf, total,
-			  sb->ckpt_off[sb->ckpt_slot]);
-	if (rc == 0 && (fmt_ckpt_block_csum(buf) != sb->ckpt_csum ||
-			fmt_ckpt_decode(&h, buf, FMT_BLOCK) < 0 ||
-			h.store_id != s->store_id || h.seq != sb->ckpt_seq ||
-			FMT_BLOCK + h.payload_len != sb->ckpt_bytes ||
-			fmt_ckpt_verify_payload(&h, buf + FMT_BLOCK,
-						h.payload_len) < 0 ||
-			fmt_ckpt_payload_check(&h, buf + FMT_BLOCK,
-					       h.payload_len) < 0))
-		rc = -EIO;
-	free(buf);
-	return rc;
-}
-
 /* Walk the journal chunks in use: from the replay point (@pos, @seq) for
  * @want linear bytes.  @return 0, or 1 with *@bad_pos and *@bad_seq when a
  * chunk that should be there does not read back, or -errno (memory). */
@@ -343,7 +316,7 @@ static void scrub_meta(struct scrub *sc, struct spass *p)
 		}
 	}
 	if (sb.ckpt_slot != FMT_CKPT_SLOT_NONE) {
-		rc = check_ckpt(s, &sb);
+		rc = ckpt_verify(s, &sb);
 		if (rc < 0 && rc != -ENOMEM) {
 			snprintf(what, sizeof(what), "checkpoint (sequence %"
 				 PRIu64 ") does not %s", sb.ckpt_seq,

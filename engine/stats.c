@@ -176,6 +176,13 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 			b.err = r;
 		sb_printf(&b, ",");
 	}
+	/* a salvage open's notes: coil's own text, no quotes in it */
+	sb_printf(&b, "\"salvage\":{\"open\":%s,\"unverified_records\":%llu,"
+		  "\"notes\":[", s->salvage ? "true" : "false",
+		  LD(s->salvage_unverified));
+	for (uint32_t i = 0; i < s->nsalvage_notes; i++)
+		sb_printf(&b, "%s\"%s\"", i ? "," : "", s->salvage_notes[i]);
+	sb_printf(&b, "]},");
 	sb_printf(&b, "\"journal\":{\"bytes\":%llu,\"used\":%llu,"
 		  "\"chunks\":%llu,\"chunk_bytes\":%llu,\"records\":%llu,"
 		  "\"full_waits\":%llu,\"replayed_chunks\":%llu,"

@@ -9,6 +9,7 @@
  * clean flag, stop the threads, release. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <linux/fs.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 #include "engine/log/ckpt.h"
 #include "engine/log/journal.h"
 #include "engine/log/recovery.h"
+#include "engine/log/salvage.h"
 #include "engine/lock.h"
 #include "engine/options.h"
 #include "engine/place/bufpool.h"
@@ -87,9 +89,10 @@ static int validate_options(const struct coil_options *o, int *level)
 	if (rc < 0)
 		return rc;
 	if (o->flags & ~(COIL_CREATE | COIL_RDONLY | COIL_NO_DIRECT |
-			 COIL_ZERO_FILL | COIL_INLINE_CB))
+			 COIL_ZERO_FILL | COIL_INLINE_CB | COIL_SALVAGE))
 		return -EINVAL;
-	if ((o->flags & COIL_CREATE) && (o->flags & COIL_RDONLY))
+	if ((o->flags & COIL_CREATE) &&
+	    (o->flags & (COIL_RDONLY | COIL_SALVAGE)))
 		return -EINVAL;
 	/* a century: past it, seconds in nanoseconds would overflow */
 	if (o->scrub_interval > 100ull * 365 * 24 * 3600)
@@ -321,7 +324,8 @@ static struct coil_store *store_new(const char *path,
 	pthread_cond_init(&s->ck_cond, NULL);
 	pthread_cond_init(&s->ck_done_cond, NULL);
 	s->active = UINT32_MAX;
-	s->rdonly = o->flags & COIL_RDONLY;
+	s->salvage = (o->flags & COIL_SALVAGE) != 0;
+	s->rdonly = (o->flags & COIL_RDONLY) || s->salvage;
 	s->direct = !(o->flags & COIL_NO_DIRECT);
 	s->sync_writes = o->sync_writes != 0;
 	s->inline_cb = (o->flags & COIL_INLINE_CB) != 0;
@@ -465,6 +469,9 @@ static int store_format_or_load(struct coil_store *s,
 			return rc;
 	} else {
 		rc = read_supers(s);
+		if ((rc == -EIO || rc == -EMEDIUMTYPE) && s->salvage &&
+		    salvage_super(s, size) == 0)
+			rc = 0;
 		if ((rc == -EIO || rc == -EMEDIUMTYPE) &&
 		    (o->flags & COIL_CREATE) && S_ISBLK(st->st_mode)) {
 			/* A device with no coil store on it: make one. */
@@ -473,8 +480,13 @@ static int store_format_or_load(struct coil_store *s,
 		}
 		if (rc < 0)
 			return rc;
-		if (s->sb.store_size > size)
+		if (s->sb.store_size > size && !s->salvage)
 			return -EIO;
+		if (s->sb.store_size > size)
+			salvage_note(s, "the store is %" PRIu64 " bytes shorter "
+				     "than its superblock says: data past byte %"
+				     PRIu64 " is lost", s->sb.store_size - size,
+				     size);
 	}
 	/* A blob and its segment header must fit one segment. */
 	s->max_blob = COIL_MIN(s->sb.max_blob, s->sb.segment_size / 2);
@@ -505,7 +517,10 @@ static int store_format_or_load(struct coil_store *s,
 /* Phase 5: recovery (log/recovery.c), then the segment table it implies. */
 static int store_recover(struct coil_store *s)
 {
-	int rc = ckpt_load(s);
+	int rc = s->salvage ? salvage_ckpt(s) : 0;
+
+	if (rc == 0)
+		rc = ckpt_load(s);
 
 	if (rc == 0)
 		rc = replay_journal(s);

@@ -44,6 +44,9 @@ struct wreq;
 #define HANDLE_MAGIC 0x4a424f43u     /* "COBJ" */
 #define HANDLE_MAGIC_DEAD 0x4a424f44u
 
+/* Notes a salvage open keeps (coil_stats_json "salvage"). */
+#define STORE_SALVAGE_NOTES 8u
+
 /* Largest object: offsets stay far from u64 overflow in every sum. */
 #define ENGINE_OBJ_SIZE_MAX (1ull << 60)
 struct coil_obj {
@@ -227,6 +230,13 @@ struct coil_store {
 	 * itself, so every translation unit sees one layout. */
 	atomic_bool fault_value_alloc;
 	struct ra_store *ras;
+
+	/* COIL_SALVAGE (log/salvage.c): what the open had to give up on,
+	 * and the replayed records whose data did not verify */
+	bool salvage;
+	uint32_t nsalvage_notes;
+	char salvage_notes[STORE_SALVAGE_NOTES][192];
+	_Atomic uint64_t salvage_unverified;
 };
 
 bool store_valid(struct coil_store *s);

@@ -17,7 +17,11 @@
 #define CLI_OK      0 /* done */
 #define CLI_FAIL    1 /* the operation failed (message on stderr) */
 #define CLI_USAGE   2 /* bad command line */
-#define CLI_DAMAGED 3 /* check: the store or an object is damaged */
+#define CLI_DAMAGED 3 /* check: an object is damaged (data ranges);
+		       * salvage: something could not be saved */
+#define CLI_DAMAGED_META 4 /* check --deep, scrub: the store's own
+			    * metadata or accounting is damaged, or the
+			    * store does not open */
 
 /* One copy buffer: large enough that a put or get is a few calls per
  * megabyte, small enough for any machine. */
@@ -100,5 +104,9 @@ int cmd_put(int argc, char **argv);
 int cmd_get(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
 int cmd_check(int argc, char **argv);
+int cmd_scrub(int argc, char **argv);
+int cmd_salvage(int argc, char **argv);
+/* coil check --deep STORE (cli_scrub.c).  @return the exit status. */
+int cli_check_deep(const char *path);
 
 #endif

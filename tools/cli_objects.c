@@ -203,11 +203,19 @@ int cmd_check(int argc, char **argv)
 	size_t n = 0;
 	int npos, rc, ret;
 
-	rc = cli_parse_args("check", argc, argv, NULL, pos, 1, &npos);
+	bool deep = false;
+	const struct cli_opt opts[] = {
+		{ "--deep", 0, NULL, &deep },
+		{ 0 },
+	};
+
+	rc = cli_parse_args("check", argc, argv, opts, pos, 1, &npos);
 	if (rc)
 		return rc;
 	if (npos != 1)
 		return cli_usage_error("check", "expected STORE");
+	if (deep)
+		return cli_check_deep(pos[0]);
 	rc = cli_open_store("check", pos[0], COIL_RDONLY, &c.s);
 	if (rc < 0)
 		return rc == -EIO ? CLI_DAMAGED : CLI_FAIL;

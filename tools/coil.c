@@ -91,14 +91,53 @@ static const struct cmd cmds[] = {
 	  "Remove each object NAME.  A missing name is reported and the others\n"
 	  "are still removed; the exit status is then 1.\n" },
 	{ "check", cmd_check,
-	  "coil check STORE",
+	  "coil check [--deep] STORE",
 	  "read every object and verify its checksums",
 	  "Read every byte of every object (which verifies every checksum) and\n"
 	  "report each damaged 64 KiB range on stderr, then a summary on stdout.\n"
 	  "The store is opened read-only.\n"
 	  "\n"
-	  "Exit status: 0 no damage, 3 damage found (or the store's own\n"
-	  "metadata does not read back), 1 the check could not run.\n" },
+	  "  --deep   instead: verify every blob the objects reference (to the\n"
+	  "           4 KiB sector for uncompressed data), both superblocks,\n"
+	  "           the checkpoint and the journal in use, and cross-check\n"
+	  "           every live-byte, extent and reference count against a\n"
+	  "           walk of the metadata; each finding is one line on stdout\n"
+	  "           (object and byte range, or the structure)\n"
+	  "\n"
+	  "Exit status: 0 no damage, 3 damage found in object data (or, without\n"
+	  "--deep, the store's own metadata does not read back), 4 (--deep)\n"
+	  "the store's metadata or accounting is damaged or the store does not\n"
+	  "open, 1 the check could not run.\n" },
+	{ "scrub", cmd_scrub,
+	  "coil scrub [--rate SIZE] STORE",
+	  "read back and verify every blob and the metadata",
+	  "Run one scrub pass: read back every blob an object references and\n"
+	  "verify it (checksums; compressed blobs are decompressed), and both\n"
+	  "superblocks, the checkpoint and the journal in use.  Each finding is\n"
+	  "one line on stdout (object and byte range, or the structure), then a\n"
+	  "summary.  The store is opened read-only; nothing is repaired.\n"
+	  "\n"
+	  "  -r, --rate SIZE   read at most SIZE bytes a second (default: no\n"
+	  "                    limit)\n"
+	  "\n"
+	  "Exit status: 0 no damage, 3 object data damaged, 4 the store's\n"
+	  "metadata is damaged or the store does not open, 1 the scrub could\n"
+	  "not run.\n" },
+	{ "salvage", cmd_salvage,
+	  "coil salvage STORE DIR",
+	  "export every readable byte of a damaged store",
+	  "Open STORE read-only with every fallback (the other superblock, a\n"
+	  "layout rebuilt from a checkpoint found by scanning, the older\n"
+	  "checkpoint, the journal alone) and copy each object into a file\n"
+	  "under DIR/objects (names with bytes other than letters, digits, '-',\n"
+	  "'_' and '.' are written with %XX).  Ranges that do not read back are\n"
+	  "left as zeros (holes) and listed; DIR/report.txt (also printed) says\n"
+	  "what metadata was given up on and what bytes were lost.  DIR may exist\n"
+	  "but must not hold 'objects' or 'report.txt'.  Nothing is written to\n"
+	  "STORE.\n"
+	  "\n"
+	  "Exit status: 0 everything read back, 3 something was lost (see the\n"
+	  "report), 1 the salvage could not run.\n" },
 };
 
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
@@ -130,7 +169,8 @@ static void print_usage(FILE *f)
 		   "FILE - is standard input (put) or standard output (get).\n"
 		   "\n"
 		   "Exit status: 0 success, 1 the operation failed (the reason is on\n"
-		   "stderr), 2 bad command line, 3 check found damage.\n"
+		   "stderr), 2 bad command line, 3 damage found in object data,\n"
+		   "4 damage found in the store's metadata (check --deep, scrub).\n"
 		   "'coil COMMAND --help' describes one command; docs/cli.md has it all.\n",
 		size_help);
 }

@@ -9,12 +9,14 @@
  * the extents as they are loaded and replayed, so the accounting after
  * recovery is exact by construction. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/log/journal.h"
 #include "engine/log/meta.h"
 #include "engine/log/recovery.h"
+#include "engine/log/salvage.h"
 #include "engine/place/blob.h"
 #include "engine/place/bufpool.h"
 #include "engine/place/dev.h"
@@ -254,9 +256,19 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r)
 		/* Every blob first, so the write applies whole or not. */
 		w2 = w;
 		while ((rc = fmt_jrec_write_next(&w, &rp->fe)) == 1) {
-			rc = replay_verify_blob(rp, &rp->fe.blob);
-			if (rc != 0)
-				return rc;
+			int v = replay_verify_blob(rp, &rp->fe.blob);
+
+			/* A salvage open applies the record anyway (unless
+			 * the blob lies outside the data area): a read of its
+			 * bytes then fails with -EIO and is reported, where
+			 * stopping would silently drop every later write. */
+			if (v != 0 && s->salvage &&
+			    blob_in_bounds(s, &rp->fe.blob) == 0) {
+				stat_add(&s->salvage_unverified, 1);
+				continue;
+			}
+			if (v != 0)
+				return v;
 		}
 		if (rc < 0)
 			return 1;
@@ -377,6 +389,11 @@ int replay_journal(struct coil_store *s)
 		uint64_t at;
 
 		rc = replay_read_chunk(s, chunk, pos, seq, &h, &at);
+		if (rc < 0 && s->salvage) {
+			salvage_note(s, "journal chunk (sequence %" PRIu64 ") "
+				     "does not read: replay stopped there", seq);
+			rc = 0;
+		}
 		if (rc <= 0)
 			break;
 		/* The chunk is consumed from here on, even if a record in it

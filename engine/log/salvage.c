@@ -1,0 +1,292 @@
+/* engine/log/salvage.c — the fallbacks of a COIL_SALVAGE open, and the
+ * checkpoint verification it shares with the scrub.
+ *
+ * A normal open trusts one chain: the newest valid superblock copy names a
+ * checkpoint whose checksum it holds, the checkpoint names the journal
+ * point replay starts from.  Any broken link fails the open (-EIO), which
+ * is right for a store that is to be written again.  A salvage open only
+ * reads, so it takes the newest metadata that still verifies by itself:
+ *   - both superblock copies damaged: the store is scanned block by block
+ *     for checkpoint headers (magic, version, header checksum); the newest
+ *     whose payload verifies, at an offset where a store of the file's
+ *     size puts a checkpoint area, gives the layout (fmt_super_layout) and
+ *     the replay point;
+ *   - the named checkpoint damaged: the other area's checkpoint, verified
+ *     by its own header and payload checksums (the superblock no longer
+ *     holds its checksum); else none, and replay starts at the oldest
+ *     journal chunk of the store still in the ring.
+ * Every structure is still decoded by format/ and every blob verified on
+ * read, so a guess that does not fit shows up as data that does not read
+ * (reported), never as wrong bytes.  Tests: tests/test_salvage.c. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/log/salvage.h"
+#include "engine/place/dev.h"
+#include "engine/store.h"
+
+/* Bytes read at a time by the scans. */
+#define SALVAGE_SCAN_PIECE (1u << 20)
+
+void salvage_note(struct coil_store *s, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (s->nsalvage_notes >= STORE_SALVAGE_NOTES)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(s->salvage_notes[s->nsalvage_notes++],
+		  sizeof(s->salvage_notes[0]), fmt, ap);
+	va_end(ap);
+}
+
+int ckpt_verify(struct coil_store *s, const struct fmt_super *sb)
+{
+	uint64_t total;
+	struct fmt_ckpt h;
+	uint8_t *buf = NULL;
+	int rc;
+
+	if (sb->ckpt_slot > 1 || sb->ckpt_bytes < FMT_BLOCK ||
+	    sb->ckpt_bytes > sb->ckpt_len)
+		return -EIO;
+	total = COIL_ALIGN_UP(sb->ckpt_bytes, FMT_BLOCK);
+	if (posix_memalign((void **)&buf, 4096, total))
+		return -ENOMEM;
+	rc = store_io_big(s, URING_OP_READ, buf, total,
+			  sb->ckpt_off[sb->ckpt_slot]);
+	if (rc == 0 && (fmt_ckpt_block_csum(buf) != sb->ckpt_csum ||
+			fmt_ckpt_decode(&h, buf, FMT_BLOCK) < 0 ||
+			h.store_id != fmt_super_store_id(sb) ||
+			h.seq != sb->ckpt_seq ||
+			FMT_BLOCK + h.payload_len != sb->ckpt_bytes ||
+			h.segment_count != sb->segment_count ||
+			fmt_ckpt_verify_payload(&h, buf + FMT_BLOCK,
+						h.payload_len) < 0 ||
+			fmt_ckpt_payload_check(&h, buf + FMT_BLOCK,
+					       h.payload_len) < 0))
+		rc = -EIO;
+	free(buf);
+	return rc;
+}
+
+/* @sb pointed at the checkpoint whose header BLOCK is @blk (decoded: @h),
+ * in area @slot. */
+static void point_at(struct fmt_super *sb, uint32_t slot, const uint8_t *blk,
+		     const struct fmt_ckpt *h)
+{
+	sb->ckpt_slot = slot;
+	sb->ckpt_seq = h->seq;
+	sb->ckpt_bytes = FMT_BLOCK + h->payload_len;
+	sb->ckpt_csum = fmt_ckpt_block_csum(blk);
+	sb->replay_off = h->replay_off;
+	sb->replay_seq = h->replay_seq;
+}
+
+/* The store id as a uuid's first 8 bytes (fmt_super_store_id's reading). */
+static void set_store_id(struct fmt_super *sb, uint64_t id)
+{
+	for (int i = 0; i < 8; i++)
+		sb->uuid[i] = (uint8_t)(id >> (8 * i));
+}
+
+struct cand {
+	uint64_t off;
+	struct fmt_ckpt h;
+	uint8_t blk[FMT_BLOCK];
+};
+
+static int cmp_cand(const void *pa, const void *pb)
+{
+	const struct cand *a = pa, *b = pb;
+
+	return a->h.seq > b->h.seq ? -1 : a->h.seq < b->h.seq;
+}
+
+/* A layout of a @size-byte store with a checkpoint area at @off and
+ * @nseg segments: the largest max_blob that gives it (blobs up to it are
+ * then accepted).  @return 0 and *@sb, or -EIO. */
+static int layout_for(uint64_t size, uint64_t off, uint32_t nseg,
+		      struct fmt_super *sb)
+{
+	for (uint32_t mb = FMT_BLOB_MAX; mb >= 4096; mb /= 2) {
+		struct fmt_super t;
+
+		if (fmt_super_layout(size, mb, &t) < 0 ||
+		    t.segment_count != nseg ||
+		    (t.ckpt_off[0] != off && t.ckpt_off[1] != off))
+			continue;
+		*sb = t;
+		return 0;
+	}
+	return -EIO;
+}
+
+int salvage_super(struct coil_store *s, uint64_t size)
+{
+	struct cand *c = NULL;
+	size_t n = 0, cap = 0;
+	uint8_t *buf = NULL;
+	uint64_t end = COIL_ALIGN_DOWN(size, FMT_BLOCK);
+	int rc = -EIO;
+
+	if (posix_memalign((void **)&buf, 4096, SALVAGE_SCAN_PIECE))
+		return -ENOMEM;
+	for (uint64_t off = 2 * FMT_BLOCK; off < end;) {
+		uint32_t len = (uint32_t)COIL_MIN(SALVAGE_SCAN_PIECE, end - off);
+
+		if (store_io_sync(s, URING_OP_READ, buf, len, off) < 0) {
+			off += len; /* a piece that does not read: skipped */
+			continue;
+		}
+		for (uint32_t b = 0; b < len; b += FMT_BLOCK) {
+			struct fmt_ckpt h;
+
+			if (memcmp(buf + b, "CCKP", 4) ||
+			    fmt_ckpt_decode(&h, buf + b, FMT_BLOCK) < 0)
+				continue;
+			if (n == cap) {
+				size_t nc = cap ? cap * 2 : 8;
+				struct cand *m = realloc(c, nc * sizeof(*c));
+
+				if (!m) {
+					rc = -ENOMEM;
+					goto out;
+				}
+				c = m;
+				cap = nc;
+			}
+			c[n].off = off + b;
+			c[n].h = h;
+			memcpy(c[n].blk, buf + b, FMT_BLOCK);
+			n++;
+		}
+		off += len;
+	}
+	if (n > 1)
+		qsort(c, n, sizeof(*c), cmp_cand);
+	for (size_t i = 0; i < n; i++) {
+		struct fmt_super sb;
+
+		if (layout_for(end, c[i].off, c[i].h.segment_count, &sb) < 0)
+			continue;
+		set_store_id(&sb, c[i].h.store_id);
+		point_at(&sb, sb.ckpt_off[0] == c[i].off ? 0 : 1, c[i].blk,
+			 &c[i].h);
+		sb.seq = 1;
+		if (ckpt_verify(s, &sb) < 0)
+			continue;
+		s->sb = sb;
+		s->store_id = c[i].h.store_id;
+		salvage_note(s, "both superblock copies are damaged: layout "
+			     "rebuilt from the checkpoint (sequence %" PRIu64
+			     ") found at byte %" PRIu64, c[i].h.seq, c[i].off);
+		rc = 0;
+		break;
+	}
+	if (rc < 0)
+		salvage_note(s, "both superblock copies are damaged and no "
+			     "checkpoint found fits a layout");
+out:
+	free(c);
+	free(buf);
+	return rc;
+}
+
+/* The checkpoint in area @slot, if it verifies by itself: *@sb is s->sb
+ * pointed at it.  @return 0, -EIO, -ENOMEM. */
+static int other_ckpt(struct coil_store *s, uint32_t slot,
+		      struct fmt_super *sb)
+{
+	uint8_t *blk = NULL;
+	struct fmt_ckpt h;
+	int rc;
+
+	if (posix_memalign((void **)&blk, 4096, FMT_BLOCK))
+		return -ENOMEM;
+	rc = store_io_sync(s, URING_OP_READ, blk, FMT_BLOCK,
+			   s->sb.ckpt_off[slot]);
+	if (rc == 0 && (fmt_ckpt_decode(&h, blk, FMT_BLOCK) < 0 ||
+			h.store_id != s->store_id))
+		rc = -EIO;
+	if (rc == 0) {
+		*sb = s->sb;
+		point_at(sb, slot, blk, &h);
+		rc = ckpt_verify(s, sb);
+	}
+	free(blk);
+	return rc < 0 && rc != -ENOMEM ? -EIO : rc;
+}
+
+/* No checkpoint: replay from the oldest chunk of this store in the ring. */
+static int oldest_chunk(struct coil_store *s)
+{
+	uint64_t jlen = s->sb.journal_len, best_seq = UINT64_MAX, best = 0;
+	uint8_t *buf = NULL;
+
+	if (posix_memalign((void **)&buf, 4096, SALVAGE_SCAN_PIECE))
+		return -ENOMEM;
+	for (uint64_t off = 0; off < jlen;) {
+		uint32_t len = (uint32_t)COIL_MIN(SALVAGE_SCAN_PIECE, jlen - off);
+
+		if (store_io_sync(s, URING_OP_READ, buf, len,
+				  s->sb.journal_off + off) == 0) {
+			for (uint32_t b = 0; b < len; b += FMT_BLOCK) {
+				struct fmt_jchunk h;
+
+				if (fmt_jchunk_decode(&h, buf + b, FMT_BLOCK) < 0 ||
+				    h.store_id != s->store_id ||
+				    h.seq >= best_seq)
+					continue;
+				best_seq = h.seq;
+				best = off + b;
+			}
+		}
+		off += len;
+	}
+	free(buf);
+	if (best_seq == UINT64_MAX) {
+		salvage_note(s, "no journal chunk of this store is left");
+		s->sb.replay_off = 0;
+		s->sb.replay_seq = 0; /* no chunk carries it: nothing replays */
+		return 0;
+	}
+	s->sb.replay_off = best;
+	s->sb.replay_seq = best_seq;
+	salvage_note(s, "journal replayed from its oldest chunk (sequence %"
+		     PRIu64 "); objects created before it are lost", best_seq);
+	return 0;
+}
+
+int salvage_ckpt(struct coil_store *s)
+{
+	struct fmt_super sb;
+	uint32_t other;
+	int rc;
+
+	if (s->sb.ckpt_slot == FMT_CKPT_SLOT_NONE)
+		return 0;
+	rc = ckpt_verify(s, &s->sb);
+	if (rc == 0 || rc == -ENOMEM)
+		return rc;
+	other = s->sb.ckpt_slot ? 0 : 1;
+	rc = other_ckpt(s, other, &sb);
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc == 0) {
+		salvage_note(s, "checkpoint (sequence %" PRIu64 ") is damaged: "
+			     "the older one (sequence %" PRIu64 ") was used; "
+			     "changes after it come only from the journal",
+			     s->sb.ckpt_seq, sb.ckpt_seq);
+		s->sb = sb;
+		return 0;
+	}
+	salvage_note(s, "checkpoint (sequence %" PRIu64 ") is damaged and the "
+		     "other area holds none that verifies", s->sb.ckpt_seq);
+	s->sb.ckpt_slot = FMT_CKPT_SLOT_NONE;
+	return oldest_chunk(s);
+}
