@@ -1,0 +1,270 @@
+/* test_salvage: `coil salvage STORE DIR` exports every readable byte of a
+ * store a normal open refuses — both superblocks damaged, the checkpoint
+ * damaged, the file truncated — and of one with a damaged data block: an
+ * intact object comes back exactly, a lost range is listed in the report
+ * and zero in the file, every other byte is exact; the store is never
+ * written. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coil.h"
+#include "tests/cli_run.h"
+#include "tests/engine_test_util.h"
+
+#define NOBJ 4
+
+static const char *names[NOBJ] = { "tiny", "raw", "zed", "a/b name" };
+static const char *files[NOBJ] = { "tiny", "raw", "zed", "a%2Fb%20name" };
+static const size_t lens[NOBJ] = { 5000, 200u << 10, 300u << 10, 70000 };
+static uint8_t *want[NOBJ];
+static char path[256], out[300];
+static uint64_t raw_block5; /* where block 5 of "raw" is in the file */
+
+static void put(coil_store *s, int i)
+{
+	coil_obj *h;
+
+	cr_assert_eq(coil_obj_open(s, names[i], COIL_CREATE, &h), 0);
+	cr_assert_eq(coil_pwrite(h, want[i], lens[i], 0), (int64_t)lens[i]);
+	cr_assert_eq(coil_obj_close(h), 0);
+}
+
+/* Two sessions, so there is an older checkpoint: tiny, raw and the
+ * slashed name uncompressed in the first, zed compressed in the second. */
+static void build(void)
+{
+	struct coil_options o;
+	coil_store *s;
+	uint8_t *img;
+	size_t len;
+
+	for (int i = 0; i < NOBJ; i++) {
+		want[i] = malloc(lens[i]);
+		et_fill(want[i], lens[i], (uint64_t)i + 21, i == 2);
+	}
+	memcpy(want[1] + 5 * FMT_BLOCK, "SALVAGE-BLOCK-5!", 16);
+	et_path(path, sizeof(path), "salvage");
+	snprintf(out, sizeof(out), "%s.out.d", path);
+	et_opts(&o, path);
+	o.size = 16ull << 20;
+	o.compression = "none";
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	put(s, 0);
+	put(s, 1);
+	put(s, 3);
+	cr_assert_eq(coil_close(s), 0);
+	o.flags &= ~COIL_CREATE;
+	o.compression = "zstd";
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	put(s, 2);
+	cr_assert_eq(coil_close(s), 0);
+	img = (uint8_t *)cr_slurp(path, &len);
+	raw_block5 = 0;
+	for (size_t off = 0; off + FMT_BLOCK <= len; off += FMT_BLOCK)
+		if (!memcmp(img + off, "SALVAGE-BLOCK-5!", 16))
+			raw_block5 = off;
+	cr_assert_neq(raw_block5, 0);
+	free(img);
+}
+
+static void rm_out(void)
+{
+	char p[700];
+
+	for (int i = 0; i < NOBJ; i++) {
+		snprintf(p, sizeof(p), "%s/objects/%s", out, files[i]);
+		unlink(p);
+	}
+	snprintf(p, sizeof(p), "%s/objects", out);
+	rmdir(p);
+	snprintf(p, sizeof(p), "%s/report.txt", out);
+	unlink(p);
+	rmdir(out);
+}
+
+static void finish(void)
+{
+	rm_out();
+	unlink(path);
+	for (int i = 0; i < NOBJ; i++)
+		free(want[i]);
+}
+
+TestSuite(salvage, .init = build, .fini = finish);
+
+/* Run the salvage; check the store was not written; check each object's
+ * file: its bytes are the written ones except in the ranges the report
+ * lists as lost, which are zeros.  @return the exit status; *@lost: bytes
+ * listed as lost per object. */
+static int salvage(char **report, uint64_t lost[NOBJ])
+{
+	size_t before_len, after_len;
+	char *before = cr_slurp(path, &before_len), *after, p[700];
+	struct cli_run r;
+	int status;
+
+	rm_out();
+	r = cli_run(path, "salvage", path, out, NULL);
+	status = r.status;
+	after = cr_slurp(path, &after_len);
+	cr_assert_eq(before_len, after_len);
+	cr_assert(!memcmp(before, after, before_len), "salvage wrote the store");
+	free(before);
+	free(after);
+	if (status != 0 && status != 3) {
+		*report = strdup(r.err);
+		cli_run_free(&r);
+		return status;
+	}
+	snprintf(p, sizeof(p), "%s/report.txt", out);
+	*report = cr_slurp(p, NULL);
+	/* stdout is the report without its object -> file lines */
+	cr_assert(strstr(*report, strrchr(r.out, '\n') ? "salvaged " : "?"));
+	cr_assert(strstr(r.out, "salvaged "), "%s", r.out);
+	cli_run_free(&r);
+	for (int i = 0; i < NOBJ; i++) {
+		uint8_t *mask = calloc(lens[i], 1);
+		char *got, pat[300], *q = *report;
+		size_t got_len;
+
+		lost[i] = 0;
+		snprintf(pat, sizeof(pat), "lost: object '%s' bytes [", names[i]);
+		while ((q = strstr(q, pat))) {
+			unsigned long long a, z;
+
+			cr_assert_eq(sscanf(q + strlen(pat), "%llu, %llu)", &a,
+					    &z), 2);
+			cr_assert(a < z && z <= lens[i]);
+			memset(mask + a, 1, z - a);
+			lost[i] += z - a;
+			q += strlen(pat);
+		}
+		snprintf(p, sizeof(p), "%s/objects/%s", out, files[i]);
+		got = cr_slurp(p, &got_len);
+		cr_assert_eq(got_len, lens[i], "%s: %zu bytes", names[i], got_len);
+		for (size_t k = 0; k < lens[i]; k++)
+			cr_assert_eq((uint8_t)got[k], mask[k] ? 0 : want[i][k],
+				     "%s byte %zu", names[i], k);
+		free(got);
+		free(mask);
+	}
+	return status;
+}
+
+Test(salvage, intact_store_comes_back_whole)
+{
+	uint64_t lost[NOBJ];
+	char *rep;
+
+	cr_assert_eq(salvage(&rep, lost), 0, "%s", rep);
+	for (int i = 0; i < NOBJ; i++)
+		cr_assert_eq(lost[i], 0);
+	cr_assert(strstr(rep, "4 intact, 0 damaged"), "%s", rep);
+	free(rep);
+}
+
+Test(salvage, both_superblocks_damaged)
+{
+	uint64_t lost[NOBJ];
+	char *rep;
+	coil_store *s;
+
+	flip_byte(path, 100);
+	flip_byte(path, FMT_BLOCK + 100);
+	cr_assert_eq(coil_open(path, NULL, &s), -EIO);
+	cr_assert_eq(salvage(&rep, lost), 3, "%s", rep);
+	for (int i = 0; i < NOBJ; i++)
+		cr_assert_eq(lost[i], 0, "%s lost %lu", names[i],
+			     (unsigned long)lost[i]);
+	cr_assert(strstr(rep, "metadata: both superblock copies are damaged: "
+			      "layout rebuilt from the checkpoint"), "%s", rep);
+	free(rep);
+}
+
+Test(salvage, checkpoint_damaged)
+{
+	struct fmt_super sb;
+	uint64_t lost[NOBJ];
+	char *rep;
+	coil_store *s;
+
+	read_super(path, &sb);
+	cr_assert_neq(sb.ckpt_slot, FMT_CKPT_SLOT_NONE);
+	flip_byte(path, sb.ckpt_off[sb.ckpt_slot] + FMT_BLOCK + 20);
+	cr_assert_eq(coil_open(path, NULL, &s), -EIO);
+	cr_assert_eq(salvage(&rep, lost), 3, "%s", rep);
+	for (int i = 0; i < NOBJ; i++)
+		cr_assert_eq(lost[i], 0, "%s lost %lu", names[i],
+			     (unsigned long)lost[i]);
+	cr_assert(strstr(rep, "metadata: checkpoint (sequence"), "%s", rep);
+	free(rep);
+}
+
+/* Cut in the middle of the data: what lies before the cut comes back,
+ * what lies after is listed, nothing is wrong. */
+Test(salvage, truncated_file)
+{
+	struct fmt_super sb;
+	uint64_t lost[NOBJ], total = 0;
+	char *rep;
+
+	read_super(path, &sb);
+	cr_assert_eq(truncate(path, (off_t)(raw_block5 + 1000)), 0);
+	cr_assert_eq(salvage(&rep, lost), 3, "%s", rep);
+	cr_assert_eq(lost[0], 0, "tiny lies before the cut");
+	cr_assert_geq(lost[1], lens[1] - 5 * FMT_BLOCK,
+		      "raw past its block 5 lies after the cut");
+	cr_assert_leq(lost[1], lens[1] - 4 * FMT_BLOCK);
+	for (int i = 0; i < NOBJ; i++)
+		total += lost[i];
+	cr_assert(strstr(rep, "bytes shorter than its superblock says"), "%s",
+		  rep);
+	cr_assert(strstr(rep, "damaged,"), "%s", rep);
+	cr_assert_gt(total, 0);
+	free(rep);
+}
+
+Test(salvage, damaged_block_is_listed_and_zero)
+{
+	uint64_t lost[NOBJ];
+	char *rep;
+
+	flip_byte(path, raw_block5 + 2000);
+	cr_assert_eq(salvage(&rep, lost), 3, "%s", rep);
+	cr_assert(strstr(rep, "lost: object 'raw' bytes [20480, 24576): "
+			      "unreadable"), "%s", rep);
+	cr_assert_eq(lost[1], FMT_BLOCK);
+	cr_assert_eq(lost[0] + lost[2] + lost[3], 0);
+	cr_assert(strstr(rep, "3 intact, 1 damaged"), "%s", rep);
+	free(rep);
+}
+
+Test(salvage, not_a_store_and_bad_target)
+{
+	struct cli_run r;
+	char junk[300];
+	int fd;
+
+	snprintf(junk, sizeof(junk), "%s.junk", path);
+	fd = open(junk, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(ftruncate(fd, 8 << 20), 0);
+	close(fd);
+	rm_out();
+	r = cli_run(path, "salvage", junk, out, NULL);
+	cr_expect_eq(r.status, 1, "%s%s", r.out, r.err);
+	cli_run_free(&r);
+	unlink(junk);
+	/* a directory that already holds a salvage is not overwritten */
+	r = cli_run(path, "salvage", path, out, NULL);
+	cr_expect_eq(r.status, 1, "%s%s", r.out, r.err);
+	cr_expect(strstr(r.err, "salvage into a new directory"), "%s", r.err);
+	cli_run_free(&r);
+	r = cli_run(path, "salvage", path, NULL);
+	cr_expect_eq(r.status, 2);
+	cli_run_free(&r);
+}
