@@ -14,6 +14,7 @@
 #include "engine/log/meta.h"
 #include "engine/handle.h"
 #include "engine/place/object.h"
+#include "engine/scrub.h"
 #include "engine/stats.h"
 #include "engine/store.h"
 
@@ -521,4 +522,52 @@ COIL_API int coil_obj_list(coil_store *s, coil_list_fn fn, void *arg)
 		rc = fn(arg, items[i].name, items[i].len, items[i].size);
 	free(items);
 	return rc;
+}
+
+/* ---- scrub and check (engine/scrub.c) ------------------------------------ */
+
+COIL_API int coil_scrub_start(coil_store *s)
+{
+	if (!s)
+		return -EINVAL;
+	if (!store_valid(s))
+		return -EBADF;
+	return scrub_request(s);
+}
+
+COIL_API int coil_scrub_wait(coil_store *s)
+{
+	if (!s)
+		return -EINVAL;
+	if (!store_valid(s))
+		return -EBADF;
+	return scrub_wait(s);
+}
+
+COIL_API int coil_scrub_info(coil_store *s, struct coil_scrub_info *info)
+{
+	if (!s || !info)
+		return -EINVAL;
+	if (!store_valid(s))
+		return -EBADF;
+	return scrub_info(s, info);
+}
+
+COIL_API int coil_scrub_damage(coil_store *s, coil_damage_fn fn, void *arg)
+{
+	if (!s || !fn)
+		return -EINVAL;
+	if (!store_valid(s))
+		return -EBADF;
+	return scrub_damage(s, fn, arg);
+}
+
+COIL_API int coil_check(coil_store *s, coil_damage_fn fn, void *arg,
+			struct coil_scrub_info *info)
+{
+	if (!s)
+		return -EINVAL;
+	if (!store_valid(s))
+		return -EBADF;
+	return scrub_check(s, fn, arg, info);
 }

@@ -93,6 +93,7 @@ COIL_API const char *coil_strerror(int err)
 	case -ENOTTY: return "not supported by this device";
 	case -ENOBUFS: return "no buffer space";
 	case -EFAULT: return "bad address";
+	case -EALREADY: return "already in progress";
 	default: {
 		/* a system call's errno coil passes on: the C library's
 		 * static description (never NULL for a known code) */

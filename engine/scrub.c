@@ -910,21 +910,18 @@ static int check_accounting(struct scrub *sc, struct spass *p)
 	return rc;
 }
 
-/* ---- the public calls ------------------------------------------------------ */
+/* ---- what the public calls do (api.c checks the store first) -------------- */
 
-static int scrub_of(coil_store *s, struct scrub **out)
+/* The store was checked valid by api.c. */
+static int scrub_of(struct coil_store *s, struct scrub **out)
 {
-	if (!s)
-		return -EINVAL;
-	if (!store_valid(s))
-		return -EBADF;
 	if (!s->scrub)
 		return -EBADF;
 	*out = s->scrub;
 	return 0;
 }
 
-COIL_API int coil_scrub_start(coil_store *s)
+int scrub_request(struct coil_store *s)
 {
 	struct scrub *sc;
 	int rc = scrub_of(s, &sc);
@@ -945,7 +942,7 @@ COIL_API int coil_scrub_start(coil_store *s)
 	return rc;
 }
 
-COIL_API int coil_scrub_wait(coil_store *s)
+int scrub_wait(struct coil_store *s)
 {
 	struct scrub *sc;
 	int rc = scrub_of(s, &sc);
@@ -977,7 +974,7 @@ static void info_fill(struct scrub *sc, struct coil_scrub_info *info)
 	};
 }
 
-COIL_API int coil_scrub_info(coil_store *s, struct coil_scrub_info *info)
+int scrub_info(struct coil_store *s, struct coil_scrub_info *info)
 {
 	struct scrub *sc;
 	int rc = info ? scrub_of(s, &sc) : -EINVAL;
@@ -988,7 +985,7 @@ COIL_API int coil_scrub_info(coil_store *s, struct coil_scrub_info *info)
 	return 0;
 }
 
-COIL_API int coil_scrub_damage(coil_store *s, coil_damage_fn fn, void *arg)
+int scrub_damage(struct coil_store *s, coil_damage_fn fn, void *arg)
 {
 	struct scrub *sc;
 	struct sfind *copy;
@@ -1029,8 +1026,8 @@ COIL_API int coil_scrub_damage(coil_store *s, coil_damage_fn fn, void *arg)
 	return rc;
 }
 
-COIL_API int coil_check(coil_store *s, coil_damage_fn fn, void *arg,
-			struct coil_scrub_info *info)
+int scrub_check(struct coil_store *s, coil_damage_fn fn, void *arg,
+		struct coil_scrub_info *info)
 {
 	struct spass p = { .rate = 0, .fn = fn, .arg = arg };
 	struct scrub *sc;
