@@ -260,6 +260,14 @@ static void render(const struct jdoc *d, const char *store)
 	    ju(d, "prefetch.blobs_fetched"),
 	    ju(d, "prefetch.report.ready_before_demand"),
 	    ju(d, "prefetch.report.evicted_before_use"));
+	row("scrub", "%s (%llu passes in this open; %llu damaged ranges, %llu "
+	    "metadata errors); %s a second, every %llu s",
+	    jstr(d, "scrub.last_result", b1, sizeof(b1)),
+	    ju(d, "scrub.passes"), ju(d, "scrub.damaged_ranges"),
+	    ju(d, "scrub.metadata_errors"),
+	    ju(d, "scrub.rate_bytes_per_s") ? jsize(d, "scrub.rate_bytes_per_s") :
+					      "no limit",
+	    ju(d, "scrub.interval_s"));
 	printf("\n'coil stats --json --pretty' shows every counter.\n");
 }
 
