@@ -111,6 +111,7 @@ struct scrub {
 	_Atomic bool stopping;
 	uint64_t rate;
 	uint64_t interval_ns;
+	uint64_t due_ns;         /* next automatic pass (under mu; 0: none) */
 	int last_rc;             /* of the last pass: 0, -EIO, -ESHUTDOWN */
 
 	/* findings of the current or last pass (under mu) */
@@ -658,19 +659,23 @@ static int scrub_pass(struct scrub *sc, struct spass *p)
 
 /* ---- the thread ------------------------------------------------------------ */
 
+/* A pass ended (the thread's or coil_check's, which counts as one: the
+ * next automatic pass is an interval after it). */
 static void pass_end(struct scrub *sc, int rc)
 {
 	pthread_mutex_lock(&sc->mu);
 	sc->last_rc = rc;
 	sc->busy = false;
+	if (sc->interval_ns)
+		sc->due_ns = coil_now_ns() + sc->interval_ns;
 	pthread_cond_broadcast(&sc->done_cv);
+	pthread_cond_broadcast(&sc->cv);
 	pthread_mutex_unlock(&sc->mu);
 }
 
 static void *scrub_main(void *arg)
 {
 	struct scrub *sc = arg;
-	uint64_t due = sc->interval_ns ? coil_now_ns() + sc->interval_ns : 0;
 
 	coil_thread_name("scrub", -1);
 	pthread_mutex_lock(&sc->mu);
@@ -678,15 +683,20 @@ static void *scrub_main(void *arg)
 		struct spass p = { .rate = sc->rate };
 		int rc;
 
-		if (!sc->want && (!due || coil_now_ns() < due || sc->busy)) {
+		/* coil_scrub_start sets want (and busy, so its caller's
+		 * coil_scrub_wait waits); a due pass waits for coil_check */
+		bool run = sc->want || (!sc->busy && sc->due_ns &&
+					coil_now_ns() >= sc->due_ns);
+
+		if (!run) {
 			struct timespec ts;
 
-			if (!due || sc->busy) {
+			if (sc->busy || !sc->due_ns) {
 				pthread_cond_wait(&sc->cv, &sc->mu);
 				continue;
 			}
-			ts.tv_sec = (time_t)(due / 1000000000ull);
-			ts.tv_nsec = (long)(due % 1000000000ull);
+			ts.tv_sec = (time_t)(sc->due_ns / 1000000000ull);
+			ts.tv_nsec = (long)(sc->due_ns % 1000000000ull);
 			pthread_cond_timedwait(&sc->cv, &sc->mu, &ts);
 			continue;
 		}
@@ -695,8 +705,6 @@ static void *scrub_main(void *arg)
 		pthread_mutex_unlock(&sc->mu);
 		rc = scrub_pass(sc, &p);
 		pass_end(sc, rc);
-		if (sc->interval_ns)
-			due = coil_now_ns() + sc->interval_ns;
 		pthread_mutex_lock(&sc->mu);
 	}
 	pthread_mutex_unlock(&sc->mu);
@@ -732,6 +740,7 @@ int scrub_start(struct coil_store *s, const struct coil_options *o)
 	sc->s = s;
 	sc->rate = o->scrub_rate;
 	sc->interval_ns = o->scrub_interval * 1000000000ull;
+	sc->due_ns = sc->interval_ns ? coil_now_ns() + sc->interval_ns : 0;
 	pthread_mutex_init(&sc->mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

@@ -380,3 +380,40 @@ Test(scrub, interval_runs_a_pass_and_bad_calls)
 	cr_assert_eq(coil_open(path, &o, &s), -EINVAL);
 	unlink(path);
 }
+
+/* The rate limit holds a pass back (64 KiB/s over 1 MiB would take 16 s:
+ * far from half done after a moment), and close cuts it short. */
+Test(scrub, rate_limit_holds_a_pass_and_close_cuts_it)
+{
+	struct coil_options o;
+	struct coil_scrub_info in;
+	uint8_t *data = malloc(1u << 20);
+	char path[256];
+	coil_store *s;
+
+	et_path(path, sizeof(path), "scrub-rate");
+	et_opts(&o, path);
+	o.size = 16ull << 20;
+	o.compression = "none";
+	et_fill(data, 1u << 20, 4, 0);
+	et_write_closed(path, &o, "big", data, 1u << 20);
+	o.scrub_rate = 65536;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(coil_scrub_start(s), 0);
+	cr_assert_eq(coil_scrub_start(s), -EALREADY);
+	for (int i = 0; i < 3000; i++) {
+		cr_assert_eq(coil_scrub_info(s, &in), 0);
+		if (in.bytes_total)
+			break;
+		usleep(10000);
+	}
+	cr_assert_eq(in.bytes_total, 1u << 20);
+	usleep(300000);
+	cr_assert_eq(coil_scrub_info(s, &in), 0);
+	cr_assert_eq(in.running, 1);
+	cr_assert_lt(in.bytes_done, in.bytes_total / 2, "done %lu",
+		     (unsigned long)in.bytes_done);
+	cr_assert_eq(coil_close(s), 0);
+	free(data);
+	unlink(path);
+}
