@@ -280,9 +280,27 @@ static int walk_journal(struct scrub *sc, struct spass *p, uint64_t pos,
 	return rc;
 }
 
+/* Findings made under ckpt_mu, reported after it is released (a
+ * coil_check callback may call coil). */
+struct meta_pending {
+	unsigned n;
+	struct { uint64_t off, len; char what[96]; } f[3];
+};
+
+static void pend(struct meta_pending *m, uint64_t off, uint64_t len,
+		 const char *what)
+{
+	COIL_ASSERT(m->n < 3);
+	m->f[m->n].off = off;
+	m->f[m->n].len = len;
+	snprintf(m->f[m->n].what, sizeof(m->f[m->n].what), "%s", what);
+	m->n++;
+}
+
 static void scrub_meta(struct scrub *sc, struct spass *p)
 {
 	struct coil_store *s = sc->s;
+	struct meta_pending m = { .n = 0 };
 	struct fmt_super sb, copy;
 	uint64_t tail, end, bad_pos = 0, bad_seq = 0;
 	uint8_t *buf = NULL;
@@ -301,20 +319,15 @@ static void scrub_meta(struct scrub *sc, struct spass *p)
 	end = s->applied_end_lin;
 	pthread_mutex_unlock(&s->mlock);
 	rc = store_io_sync(s, URING_OP_READ, buf, 2 * FMT_BLOCK, 0);
-	if (rc < 0) {
-		meta_finding(sc, p, 0, 2 * FMT_BLOCK,
-			     "superblocks: device read error");
-	} else {
-		for (int i = 0; i < 2; i++) {
-			if (fmt_super_decode(&copy, buf + i * FMT_BLOCK,
-					     FMT_BLOCK) == 0 &&
-			    fmt_super_store_id(&copy) == s->store_id)
-				continue;
-			snprintf(what, sizeof(what), "superblock copy %c does "
-				 "not verify", i ? 'B' : 'A');
-			meta_finding(sc, p, (uint64_t)i * FMT_BLOCK, FMT_BLOCK,
-				     what);
-		}
+	for (int i = 0; i < 2; i++) {
+		if (rc == 0 && fmt_super_decode(&copy, buf + i * FMT_BLOCK,
+						FMT_BLOCK) == 0 &&
+		    fmt_super_store_id(&copy) == s->store_id)
+			continue;
+		snprintf(what, sizeof(what), "superblock copy %c %s",
+			 i ? 'B' : 'A', rc < 0 ? "does not read" :
+						 "does not verify");
+		pend(&m, (uint64_t)i * FMT_BLOCK, FMT_BLOCK, what);
 	}
 	if (sb.ckpt_slot != FMT_CKPT_SLOT_NONE) {
 		rc = ckpt_verify(s, &sb);
@@ -322,13 +335,14 @@ static void scrub_meta(struct scrub *sc, struct spass *p)
 			snprintf(what, sizeof(what), "checkpoint (sequence %"
 				 PRIu64 ") does not %s", sb.ckpt_seq,
 				 rc == -EIO ? "verify" : "read");
-			meta_finding(sc, p, sb.ckpt_off[sb.ckpt_slot],
-				     COIL_ALIGN_UP(sb.ckpt_bytes, FMT_BLOCK),
-				     what);
+			pend(&m, sb.ckpt_off[sb.ckpt_slot],
+			     COIL_ALIGN_UP(sb.ckpt_bytes, FMT_BLOCK), what);
 		}
 	}
 	pthread_mutex_unlock(&s->ckpt_mu);
 	free(buf);
+	for (unsigned i = 0; i < m.n; i++)
+		meta_finding(sc, p, m.f[i].off, m.f[i].len, m.f[i].what);
 	throttle(sc, p, 2 * FMT_BLOCK + COIL_ALIGN_UP(sb.ckpt_bytes, FMT_BLOCK));
 
 	/* The journal recovery would replay.  The tail is the replay point's

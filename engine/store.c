@@ -232,6 +232,9 @@ static int read_supers(struct coil_store *s)
 	pick = fmt_super_pick(&a, ra, &b, rb);
 	if (pick < 0)
 		return foreign ? -EMEDIUMTYPE : -EIO;
+	if (s->salvage && (ra < 0 || rb < 0))
+		salvage_note(s, "superblock copy %c is damaged; copy %c was used",
+			     ra < 0 ? 'A' : 'B', ra < 0 ? 'B' : 'A');
 	s->sb = pick == 0 ? a : b;
 	s->store_id = fmt_super_store_id(&s->sb);
 	return 0;
