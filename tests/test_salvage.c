@@ -268,3 +268,39 @@ Test(salvage, not_a_store_and_bad_target)
 	cr_expect_eq(r.status, 2);
 	cli_run_free(&r);
 }
+
+/* Both checkpoint areas damaged: no checkpoint verifies, the journal is
+ * replayed from its oldest chunk; what it holds comes back exact (the
+ * first session's objects: their creates and writes are still in the
+ * ring), and the report says what was given up. */
+Test(salvage, both_checkpoints_damaged_journal_alone)
+{
+	struct fmt_super sb;
+	struct cli_run r;
+	char p[700], *rep, *got;
+	size_t len;
+
+	read_super(path, &sb);
+	flip_byte(path, sb.ckpt_off[0] + FMT_BLOCK + 20);
+	flip_byte(path, sb.ckpt_off[1] + FMT_BLOCK + 20);
+	rm_out();
+	r = cli_run(path, "salvage", path, out, NULL);
+	cr_assert_eq(r.status, 3, "%s%s", r.out, r.err);
+	snprintf(p, sizeof(p), "%s/report.txt", out);
+	rep = cr_slurp(p, NULL);
+	cr_assert(strstr(rep, "the other area holds none that verifies"), "%s",
+		  rep);
+	cr_assert(strstr(rep, "journal replayed from its oldest chunk"), "%s",
+		  rep);
+	for (int i = 0; i < NOBJ; i++) {
+		if (i == 2)
+			continue; /* the second session's: after a sequence gap */
+		snprintf(p, sizeof(p), "%s/objects/%s", out, files[i]);
+		got = cr_slurp(p, &len);
+		cr_assert_eq(len, lens[i], "%s", names[i]);
+		cr_assert(!memcmp(got, want[i], len), "%s differs", names[i]);
+		free(got);
+	}
+	free(rep);
+	cli_run_free(&r);
+}
