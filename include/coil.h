@@ -341,8 +341,8 @@ COIL_API int coil_scrub_start(coil_store *s);
 /* Wait until no pass runs (returns at once when none does).  Not from a
  * callback (-EDEADLK).
  * @return 0 (the last pass found nothing), -EIO (it found damage: see
- *   coil_scrub_damage), -ESHUTDOWN (it was cut short by coil_close),
- *   -EBADF, -EINVAL, -EDEADLK. */
+ *   coil_scrub_damage), -ENOMEM (the pass could not get memory and
+ *   stopped), -EBADF, -EINVAL, -EDEADLK. */
 COIL_API int coil_scrub_wait(coil_store *s);
 
 /* Fill *@info with the progress and counts of the current or last pass.
