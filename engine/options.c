@@ -1,6 +1,7 @@
 /* engine/options.c — option defaults, the compression spec, coil_strerror. */
 #include <errno.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 
 #include "engine/options.h"
@@ -97,8 +98,11 @@ COIL_API const char *coil_strerror(int err)
 	default: {
 		/* a system call's errno coil passes on: the C library's
 		 * static description (never NULL for a known code) */
-		const char *d = strerrordesc_np(-err);
+		const char *d = NULL;
 
+		/* INT_MIN has no positive counterpart: not a code either way */
+		if (err < 0 && err > INT_MIN)
+			d = strerrordesc_np(-err);
 		return d ? d : "unknown error";
 	}
 	}
