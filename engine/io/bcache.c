@@ -46,6 +46,11 @@ int bcache_init(struct coil_store *s)
 	/* a blob is at most max_blob logical bytes (raw blobs read by
 	 * readahead are rounded up to the 4 KiB sector) */
 	co.value_len_max = COIL_MAX(s->max_blob, 4096u);
+	/* Entry headers for values of 2 KiB on average: a 4 KiB page
+	 * compressed 2:1, kept in its stored form (bcache_keep_small).  The
+	 * cache's own default (one per 4 KiB) ran out of headers with half
+	 * the budget unused on a page store. */
+	co.entries_max = (uint32_t)COIL_MIN(s->cache_bytes / 2048, 1u << 24);
 	return cache_create(&co, &s->cache);
 }
 
@@ -60,18 +65,55 @@ static struct cache_key rb_key(const struct rblob *rb)
 	return (struct cache_key){ .dev_off = rb->b->dev_off, .gen = rb->gen };
 }
 
+/* A blob's stored (compressed) bytes are cached under its key with this
+ * bit set in the generation (segment generations are 32 bits), so both
+ * forms of one blob can never be mistaken for each other. */
+#define BCACHE_GEN_STORED (1ull << 32)
+
+static struct cache_key rb_key_stored(const struct rblob *rb)
+{
+	return (struct cache_key){ .dev_off = rb->b->dev_off,
+				   .gen = rb->gen | BCACHE_GEN_STORED };
+}
+
+/* A small blob a read wants whole: kept after its device read. */
+static bool small_whole(const struct rblob *rb)
+{
+	return rb->b->logical_len <= BCACHE_SMALL_MAX && read_blob_whole(rb);
+}
+
+/* The stored form of a small compressed blob: decode instead of read. */
+static int bcache_lookup_stored(struct coil_store *s, struct rblob *rb)
+{
+	struct cache_key k;
+
+	if (rb->b->codec == FMT_CODEC_RAW ||
+	    rb->b->logical_len > BCACHE_SMALL_MAX)
+		return 0;
+	k = rb_key_stored(rb);
+	/* A miss here is counted by the cache as a second miss of the same
+	 * read; the hit ratio it reports is per lookup, not per read. */
+	if (cache_get(s->cache, &k, &rb->sce) < 0) {
+		rb->sce = NULL;
+		return 0;
+	}
+	COIL_ASSERT(rb->sce->len == rb->b->stored_len);
+	blobd_to_fmt(rb->b, &rb->fb); /* the decoder's descriptor */
+	return 1;
+}
+
 int bcache_lookup(struct coil_store *s, struct rblob *rb)
 {
 	struct cache_key k;
 	int rc;
 
-	if (!s->cache || rb->ce)
-		return rb->ce ? 1 : 0;
+	if (!s->cache || read_blob_cached(rb))
+		return read_blob_cached(rb) ? 1 : 0;
 	k = rb_key(rb);
 	rc = cache_get(s->cache, &k, &rb->ce);
 	if (rc < 0) {
 		rb->ce = NULL;
-		return 0;
+		return bcache_lookup_stored(s, rb);
 	}
 	COIL_ASSERT(rb->ce->len == rb->b->logical_len);
 	/* Use-once: the first demand of a blob readahead brought, taking it
@@ -123,6 +165,45 @@ void bcache_release(struct coil_store *s, struct rblob *rb)
 	rb->use_once = false;
 }
 
+void bcache_put_stored(struct coil_store *s, struct rblob *rb)
+{
+	if (rb->sce)
+		cache_put(s->cache, rb->sce);
+	rb->sce = NULL;
+}
+
+void bcache_keep_small(struct coil_store *s, struct rblob *rb)
+{
+	struct cache_key k;
+	uint32_t len;
+	uint8_t *v;
+	const uint8_t *src;
+
+	/* Only what this read brought from the device itself, whole, and
+	 * verified (the caller checked rb->res): not a blob the cache or a
+	 * prefetch served. */
+	if (!s->cache || rb->res != 0 || !rb->iobuf || read_blob_cached(rb) ||
+	    rb->dec || !small_whole(rb))
+		return;
+	src = rb->iobuf + (rb->b->dev_off - rb->rd_off);
+	if (rb->b->codec == FMT_CODEC_RAW) {
+		k = rb_key(rb);
+		len = rb->b->logical_len;
+	} else {
+		k = rb_key_stored(rb);
+		len = rb->b->stored_len;
+	}
+	v = cache_alloc_value(len);
+	if (!v)
+		return;
+	memcpy(v, src, len);
+	if (cache_insert(s->cache, &k, v, len, 0, NULL) < 0) {
+		cache_free_value(v);
+		return;
+	}
+	stat_add(&s->st.rd_small_kept, 1);
+}
+
 void bcache_drop_blob(struct coil_store *s, const struct blobd *b,
 		      uint32_t len, uint32_t gen)
 {
@@ -135,6 +216,8 @@ void bcache_drop_blob(struct coil_store *s, const struct blobd *b,
 	if (!s->cache || len != b->logical_len ||
 	    atomic_load_explicit(&b->refs, memory_order_relaxed) != 1)
 		return;
+	cache_invalidate(s->cache, &k);
+	k.gen |= BCACHE_GEN_STORED;
 	cache_invalidate(s->cache, &k);
 }
 

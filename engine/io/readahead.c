@@ -775,12 +775,12 @@ int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb)
 	bool recheck = false;
 
 	if (!st)
-		return rb->ce ? 2 : 0;
+		return read_blob_cached(rb) ? 2 : 0;
 	u.obj_id = st->obj_id;
 	u.blob = unit_of(s, r->off + r->pc[rb->piece].dst);
 	pthread_mutex_lock(&st->mu);
 	obs = pf_observe_demand(&st->m, u);
-	if (rb->ce) {
+	if (read_blob_cached(rb)) {
 		/* served by the cache; consume a published prefetch of the
 		 * unit so the report counts it ready before demand */
 		if (obs == PF_OBS_READY &&
