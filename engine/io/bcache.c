@@ -121,8 +121,11 @@ int bcache_lookup(struct coil_store *s, struct rblob *rb)
 	 * the value's memory goes back to the allocator for the next
 	 * prefetch instead of the scan filling the budget with fresh pages
 	 * (each first touch a page fault) and evicting what other readers
-	 * reuse.  A blob read in part stays: its other bytes are next. */
-	rb->use_once = rc == CACHE_HIT_PREFETCHED && read_blob_whole(rb);
+	 * reuse.  A blob read in part stays: its other bytes are next; so
+	 * does a small one, kept like any small blob read whole (a page a
+	 * database reads again; the policy sees a scan of them through). */
+	rb->use_once = rc == CACHE_HIT_PREFETCHED && read_blob_whole(rb) &&
+		       rb->b->logical_len > BCACHE_SMALL_MAX;
 	return 1;
 }
 
@@ -163,6 +166,16 @@ void bcache_release(struct coil_store *s, struct rblob *rb)
 		cache_put(s->cache, rb->ce);
 	rb->ce = NULL;
 	rb->use_once = false;
+}
+
+bool bcache_contains(struct coil_store *s, const struct blobd *b, uint32_t gen)
+{
+	struct cache_key k = { .dev_off = b->dev_off, .gen = gen };
+
+	if (cache_contains(s->cache, &k) == 1)
+		return true;
+	k.gen |= BCACHE_GEN_STORED;
+	return cache_contains(s->cache, &k) == 1;
 }
 
 void bcache_put_stored(struct coil_store *s, struct rblob *rb)

@@ -26,6 +26,9 @@ void *bcache_value_alloc(struct coil_store *s, uint32_t len);
  * owns it (rb->dec = NULL) and rb->ce serves the read. */
 void bcache_publish(struct coil_store *s, struct rblob *rb);
 void bcache_release(struct coil_store *s, struct rblob *rb);
+/* Residency probe for readahead (no stats, no policy effect): blob @b of
+ * segment generation @gen is cached, decoded or stored. */
+bool bcache_contains(struct coil_store *s, const struct blobd *b, uint32_t gen);
 /* Release rb->sce (the stored bytes a lookup found), if any. */
 void bcache_put_stored(struct coil_store *s, struct rblob *rb);
 /* After a successful read: a small blob the read brought from the device

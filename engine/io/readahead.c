@@ -239,10 +239,8 @@ static bool unit_resident(void *arg, struct pf_unit id)
 
 	pthread_mutex_lock(&s->mlock);
 	n = unit_map(s, st->obj, id.blob, bv, gv, RA_JOB_BLOBS);
-	for (uint32_t i = 0; i < n && all; i++) {
-		struct cache_key k = { bv[i]->dev_off, gv[i] };
-		all = cache_contains(s->cache, &k) == 1;
-	}
+	for (uint32_t i = 0; i < n && all; i++)
+		all = bcache_contains(s, bv[i], gv[i]);
 	pthread_mutex_unlock(&s->mlock);
 	return n > 0 && all;
 }
@@ -289,10 +287,9 @@ static uint32_t job_prepare(struct ra_stream *st, struct ra_job *j)
 	pthread_mutex_lock(&s->mlock);
 	n = unit_map(s, st->obj, j->w.id.blob, bv, gv, RA_JOB_BLOBS);
 	for (uint32_t i = 0; i < n; i++) {
-		struct cache_key k = { bv[i]->dev_off, gv[i] };
 		struct ra_jblob *jb;
 
-		if (cache_contains(s->cache, &k) == 1)
+		if (bcache_contains(s, bv[i], gv[i]))
 			continue;
 		jb = &j->bl[j->nb++];
 		jb->b = bv[i];
