@@ -82,17 +82,21 @@ static bool small_whole(const struct rblob *rb)
 	return rb->b->logical_len <= BCACHE_SMALL_MAX && read_blob_whole(rb);
 }
 
+/* A blob that may be cached in its stored form. */
+static bool small_compressed(const struct rblob *rb)
+{
+	return rb->b->codec != FMT_CODEC_RAW &&
+	       rb->b->logical_len <= BCACHE_SMALL_MAX;
+}
+
 /* The stored form of a small compressed blob: decode instead of read. */
 static int bcache_lookup_stored(struct coil_store *s, struct rblob *rb)
 {
 	struct cache_key k;
 
-	if (rb->b->codec == FMT_CODEC_RAW ||
-	    rb->b->logical_len > BCACHE_SMALL_MAX)
+	if (!small_compressed(rb))
 		return 0;
 	k = rb_key_stored(rb);
-	/* A miss here is counted by the cache as a second miss of the same
-	 * read; the hit ratio it reports is per lookup, not per read. */
 	if (cache_get(s->cache, &k, &rb->sce) < 0) {
 		rb->sce = NULL;
 		return 0;
@@ -110,6 +114,11 @@ int bcache_lookup(struct coil_store *s, struct rblob *rb)
 	if (!s->cache || read_blob_cached(rb))
 		return read_blob_cached(rb) ? 1 : 0;
 	k = rb_key(rb);
+	/* A small compressed blob is nearly always kept stored; its decoded
+	 * form (a partial read's, a prefetch's) is probed without counting,
+	 * so the cache counts one hit or one miss per blob looked up. */
+	if (small_compressed(rb) && cache_contains(s->cache, &k) != 1)
+		return bcache_lookup_stored(s, rb);
 	rc = cache_get(s->cache, &k, &rb->ce);
 	if (rc < 0) {
 		rb->ce = NULL;
