@@ -6,7 +6,10 @@
  * or segment reuse, alone or with writers, readers and the cleaner running
  * together. */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -201,6 +204,47 @@ Test(read_cache, compressed_pages_reread_from_memory, .timeout = 60)
 Test(read_cache, raw_pages_reread_from_memory, .timeout = 60)
 {
 	reread_from_memory("rc-raw", "none");
+}
+
+/* A page whose stored bytes are damaged fails with -EIO every time and is
+ * never kept: the cache holds only what verified.  Raw pages, so the test
+ * can find the page's bytes in the store file. */
+Test(read_cache, damaged_page_fails_every_time_and_is_not_kept, .timeout = 60)
+{
+	char path[256];
+	coil_store *s;
+	coil_obj *h;
+	uint8_t want[PG], b[PG];
+	int fd;
+	off_t at = -1, size;
+
+	make_pages("rc-bad", path, sizeof(path), 8, "none");
+	page_fill(want, 5, 1);
+	fd = open(path, O_RDWR);
+	cr_assert_geq(fd, 0);
+	size = lseek(fd, 0, SEEK_END);
+	for (off_t o = 0; o + PG <= size && at < 0; o += PG) {
+		cr_assert_eq(pread(fd, b, PG, o), PG);
+		if (memcmp(b, want, PG) == 0)
+			at = o;
+	}
+	cr_assert_geq(at, 0, "page 5 not found in the store file");
+	b[100] ^= 0x5a;
+	cr_assert_eq(pwrite(fd, b, PG, at), PG);
+	cr_assert_eq(fsync(fd), 0);
+	close(fd);
+
+	s = reopen(path, 64u << 20, 1);
+	cr_assert_eq(coil_obj_open(s, "pages", 0, &h), 0);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(coil_pread(h, b, PG, 5 * PG), -EIO);
+		read_pages(h, 0, 5, 1);
+		read_pages(h, 6, 2, 1);
+	}
+	cr_assert_eq(stat_of(s, "\"io\"", "small_blobs_kept"), 7);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
 }
 
 Test(read_cache, off_keeps_nothing_and_reads_exact, .timeout = 60)
