@@ -1,5 +1,6 @@
 /* engine/options.c — option defaults, the compression spec, coil_strerror. */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,8 +91,9 @@ COIL_API const char *coil_strerror(int err)
 	case -EFAULT: return "bad address";
 	default: {
 		/* a system call's errno coil passes on: the C library's
-		 * static description (never NULL for a known code) */
-		const char *d = strerrordesc_np(-err);
+		 * static description (never NULL for a known code); INT_MIN
+		 * is no errno, and negating it overflows */
+		const char *d = err == INT_MIN ? NULL : strerrordesc_np(-err);
 
 		return d ? d : "unknown error";
 	}

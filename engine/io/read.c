@@ -6,23 +6,33 @@
  *                          zero the holes; one ring read per run of blobs
  *                          lying together on the device (read_group_add)
  *   read_io_done (ring)    raw blobs: verify just the 4 KiB sectors read
- *   read_all_done (ring)   compressed blobs: one pool request of DECODE
- *                          tasks, never blocking (POOL_NONBLOCK; when the
- *                          pool is saturated the ring thread decodes itself,
- *                          counted in stats, rather than stall or requeue)
- *   read_finish            copy the pieces, release, call back
+ *   read_all_done          compressed blobs: decoded on this thread when
+ *                          the read is small and alone or a coil_pread
+ *                          caller finishes it (read_decode_here), else one
+ *                          pool request of DECODE tasks, never blocking
+ *                          (POOL_NONBLOCK; when the pool is saturated the
+ *                          ring thread decodes itself, counted in stats,
+ *                          rather than stall or requeue)
+ *   read_finish            keep small blobs, copy the pieces, release,
+ *                          call back
+ *
+ * coil_pread (engine_pread) waits on its own thread; the thread that brings
+ * a small read's last blob wakes it, and it decodes and copies there: a
+ * cache hit involves no other thread, a miss one hand-off.
  *
  * A raw blob read touches only the sectors asked for.  Any checksum or
  * device failure makes the whole read -EIO; no byte of a failed blob is ever
- * copied out.
+ * copied out, and nothing of a failed read is kept in the cache.
  *
  * The decoded-blob cache and readahead (io/bcache.c, io/readahead.c):
  * each blob is looked up in the cache (key: dev_off + its segment's gen)
- * before any I/O; a miss whose unit a prefetch has queued or in flight
+ * before any I/O, decoded or, for a small page, stored (then decoded from
+ * the cache's bytes); a miss whose unit a prefetch has queued or in flight
  * waits for that job (no thread blocks: read_blob_resume continues it) or
- * takes its retained failure; otherwise it is read here, and a compressed
- * blob is decoded straight into the caller's buffer when the read wants it
- * whole (not cached), else into a cache value that is inserted. */
+ * takes its retained failure; otherwise it is read here.  A compressed blob
+ * the read wants whole is decoded straight into the caller's buffer (a
+ * small one's stored bytes are then kept, bcache_keep_small), a blob wanted
+ * in part into a cache value that is inserted. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
