@@ -355,10 +355,8 @@ COIL_API int coil_write(coil_obj *ho, const void *buf, size_t len, uint64_t off,
 	return rc;
 }
 
-/* @inline_cb: engine_read_inline (a read that sends nothing to the device
- * completes in this call), for the synchronous wrapper's own waiter. */
 static int read_submit(struct coil_obj *h, void *buf, size_t len,
-		       uint64_t off, coil_cb cb, void *arg, bool inline_cb)
+		       uint64_t off, coil_cb cb, void *arg)
 {
 	int rc = io_args(buf, len, off);
 
@@ -367,8 +365,6 @@ static int read_submit(struct coil_obj *h, void *buf, size_t len,
 	/* Reads of any length are fine: they are clipped to the object. */
 	if (len > (size_t)ENGINE_OBJ_SIZE_MAX)
 		len = (size_t)ENGINE_OBJ_SIZE_MAX;
-	if (inline_cb)
-		return engine_read_inline(h, buf, len, off, cb, arg);
 	return engine_read(h, buf, len, off, cb, arg);
 }
 
@@ -380,7 +376,7 @@ COIL_API int coil_read(coil_obj *ho, void *buf, size_t len, uint64_t off,
 
 	if (rc < 0)
 		return rc;
-	rc = read_submit(h, buf, len, off, cb, arg, false);
+	rc = read_submit(h, buf, len, off, cb, arg);
 	handle_leave(h);
 	return rc;
 }
@@ -445,7 +441,6 @@ COIL_API int64_t coil_pwrite(coil_obj *ho, const void *buf, size_t len,
 
 COIL_API int64_t coil_pread(coil_obj *ho, void *buf, size_t len, uint64_t off)
 {
-	struct store_waiter w;
 	int64_t ret;
 	struct coil_obj *h = NULL;
 	int rc = handle_enter(ho, &h);
@@ -456,11 +451,16 @@ COIL_API int64_t coil_pread(coil_obj *ho, void *buf, size_t len, uint64_t off)
 		handle_leave(h);
 		return -EDEADLK;
 	}
-	store_waiter_init(&w);
-	/* as coil_read, but a read served wholly by the cache (or holes)
-	 * completes in this call: no ring round trip for our own waiter */
-	rc = read_submit(h, buf, len, off, store_waiter_cb, &w, true);
-	ret = store_waiter_wait(&w, rc);
+	rc = io_args(buf, len, off);
+	if (rc < 0) {
+		handle_leave(h);
+		return rc;
+	}
+	/* as coil_read, but finished on this thread: a read the cache serves
+	 * involves no other thread, a miss one hand-off (engine_pread) */
+	if (len > (size_t)ENGINE_OBJ_SIZE_MAX)
+		len = (size_t)ENGINE_OBJ_SIZE_MAX;
+	ret = engine_pread(h, buf, len, off);
 	handle_leave(h);
 	return ret;
 }

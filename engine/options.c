@@ -1,7 +1,7 @@
 /* engine/options.c — option defaults, the compression spec, coil_strerror. */
 #include <errno.h>
-#include <stdlib.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/options.h"

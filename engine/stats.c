@@ -138,6 +138,8 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  "\"flush_slots\":%u,\"flushes_in_flight_max\":%llu,"
 		  "\"flush_fsyncs_in_flight_max\":%llu,\"inline_encodes\":%llu,"
 		  "\"inline_decodes\":%llu,\"read_splits\":%llu,"
+		  "\"small_blobs_kept\":%llu,\"reads_finished_by_caller\":%llu,"
+		  "\"local_decodes\":%llu,"
 		  "\"buffer_pool_misses\":%llu,"
 		  "\"ring_ops\":{\"read\":%llu,\"write\":%llu,\"fsync\":%llu,"
 		  "\"nop\":%llu},\"ring_errors\":%llu,"
@@ -150,7 +152,9 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  ENGINE_FLUSH_MAX, LD(s->st.flush_waiters_max),
 		  LD(s->st.flush_fsyncs_inflight_max),
 		  LD(s->st.inline_encodes), LD(s->st.inline_decodes),
-		  LD(s->st.read_splits), LD(s->bp.misses),
+		  LD(s->st.read_splits), LD(s->st.rd_small_kept),
+		  LD(s->st.rd_caller_finished), LD(s->st.rd_local_decodes),
+		  LD(s->bp.misses),
 		  (unsigned long long)us.ops[URING_OP_READ],
 		  (unsigned long long)us.ops[URING_OP_WRITE],
 		  (unsigned long long)us.ops[URING_OP_FSYNC],

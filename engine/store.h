@@ -97,6 +97,11 @@ struct engine_stats {
 					* blob by blob (read.c) */
 	_Atomic uint64_t prefetch_hints;
 	_Atomic uint64_t ra_use_once;  /* prefetched entries dropped after a whole read */
+	/* small blobs read whole and kept in the cache (bcache_keep_small);
+	 * reads a coil_pread caller finished on its own thread after a
+	 * device read; blobs decoded by the thread that found them ready
+	 * (caller or ring) instead of handed to the pool */
+	_Atomic uint64_t rd_small_kept, rd_caller_finished, rd_local_decodes;
 };
 
 struct coil_store {

@@ -8,15 +8,32 @@ reads and flushes).  Values on both sides are made the same way
 (db_bench's compression_ratio=0.5 scheme: half random printable bytes,
 half repeats), so zstd sees the same redundancy.
 
-Knobs: BENCH_PAGES (N, default 20000 x BENCH_SCALE), BENCH_PAGES_RATIO (0.5).
+Then 5b, a database's path: default options on both sides.  N unique
+pages written in random order by one thread at QD 1 (db_bench
+filluniquerandom with zstd, sync=false; coil_write), a cold reopen (the
+page cache dropped for RocksDB; coil reads O_DIRECT), then 3N uniformly
+random page reads at QD 1 (db_bench readrandom; coil_pread).  Beside them,
+the QD 1 latency of a 4 KiB read that the cache holds and of one it does
+not (coil: a page's rereads vs its first read), next to fio's io_uring
+engine at QD 1 on a plain file of the same size (O_DIRECT: the device;
+buffered, after one pass over the file: the page cache).
+
+  perf/bench_pages.py        both parts
+  perf/bench_pages.py qd1    only 5b
+
+Knobs: BENCH_PAGES (N, default 20000 x BENCH_SCALE), BENCH_PAGES_RATIO (0.5),
+BENCH_PAGES_READS (reads per page in 5b, default 3).
 """
 import os
 import re
 import subprocess
+import sys
 
 import bench_common as bc
 
 N = int(os.environ.get('BENCH_PAGES', str(max(1000, int(20000 * bc.SCALE)))))
+READS = int(os.environ.get('BENCH_PAGES_READS', '3'))
+PLAIN = os.path.join(bc.VAR, 'plain.dat')
 RATIO = float(os.environ.get('BENCH_PAGES_RATIO', '0.5'))
 DB = os.path.join(bc.VAR, 'rocksdb')
 STORE = os.path.join(bc.VAR, 'pages.coil')
@@ -80,6 +97,119 @@ def run_coil(qd):
             'stored_bytes': space.get('stored') or space.get('stored_bytes') or 0}
 
 
+def db_bench(args):
+    p = subprocess.run(['db_bench'] + args, capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError('db_bench: ' + p.stderr[-2000:])
+    out, cur = {}, None
+    for line in p.stdout.splitlines():
+        m = LINE.match(line)
+        if m:
+            cur = m.group(1)
+            out[cur] = {'ops_s': float(m.group(3))}
+            continue
+        m = PCT.search(line)
+        if m and cur:
+            out[cur]['p50_us'] = float(m.group(1))
+            out[cur]['p99_us'] = float(m.group(2))
+    return out
+
+
+def run_rocksdb_qd1():
+    """db_bench's defaults but zstd: buffered reads, 8 MiB block cache,
+    sync=false; one thread.  The fill and the reads are two runs, so the
+    reads start from a reopened database with the page cache dropped."""
+    bc.fresh(DB)
+    common = ['--num=%d' % N, '--value_size=4096', '--key_size=16',
+              '--compression_type=zstd', '--compression_ratio=%g' % RATIO,
+              '--db=' + DB, '--threads=1', '--histogram=1']
+    w = db_bench(common + ['--benchmarks=filluniquerandom'])['filluniquerandom']
+    bc.drop_caches()
+    r = db_bench(common + ['--benchmarks=readrandom', '--use_existing_db=1',
+                           '--reads=%d' % (N * READS)])['readrandom']
+    return {'write_ops_s': w['ops_s'], 'read_ops_s': r['ops_s'],
+            'read_p50_us': r.get('p50_us', 0), 'read_p99_us': r.get('p99_us', 0),
+            'disk_bytes': du(DB)}
+
+
+def run_coil_qd1():
+    bc.fresh(STORE)
+    bc.drop_caches()
+    p = subprocess.run([TOOL, 'pages', STORE, str(N), '1', str(RATIO),
+                        'zstd:1', '12345', str(READS)], capture_output=True,
+                       text=True)
+    if p.returncode:
+        raise RuntimeError('coil_bench pages: ' + p.stderr[-2000:])
+    d = bc.json.loads(p.stdout)
+    rd, space = d['read'], d.get('stats', {}).get('space', {})
+    return {'write_ops_s': d['write']['ops_s'], 'read_ops_s': rd['ops_s'],
+            'read_p50_us': rd['latency']['p50_us'], 'read_p99_us': rd['latency']['p99_us'],
+            'uncached_p50_us': rd['latency_first']['p50_us'],
+            'uncached_p99_us': rd['latency_first']['p99_us'],
+            'cached_p50_us': rd['latency_again']['p50_us'],
+            'cached_p99_us': rd['latency_again']['p99_us'],
+            'cache_hit_ratio': d['stats']['cache'].get('hit_ratio', 0),
+            'disk_bytes': space.get('allocated', 0)}
+
+
+def run_fio_qd1():
+    """fio io_uring QD 1 4 KiB random reads of a plain file of the pages'
+    size: O_DIRECT (the device), then buffered with the file already in the
+    page cache (the kernel's cache hit)."""
+    size = N * 4096
+    base = ['--name=qd1', '--filename=' + PLAIN, '--size=%d' % size,
+            '--ioengine=io_uring', '--iodepth=1', '--rw=randread', '--bs=4k',
+            '--time_based', '--runtime=%d' % max(2, int(3 * bc.SCALE)),
+            '--randrepeat=0']
+    if not os.path.exists(PLAIN) or os.path.getsize(PLAIN) != size:
+        bc.fio(['--name=mk', '--filename=' + PLAIN, '--size=%d' % size,
+                '--rw=write', '--bs=1M', '--ioengine=psync'])
+    dev = bc.fio_summary(bc.fio(base + ['--direct=1']), 'read')
+    bc.fio(['--name=warm', '--filename=' + PLAIN, '--size=%d' % size,
+            '--rw=read', '--bs=1M', '--ioengine=psync', '--invalidate=0'])
+    hot = bc.fio_summary(bc.fio(base + ['--direct=0', '--invalidate=0']), 'read')
+    return {'uncached_p50_us': dev['p50_us'], 'uncached_p99_us': dev['p99_us'],
+            'read_ops_s': dev['iops'],
+            'cached_p50_us': hot['p50_us'], 'cached_p99_us': hot['p99_us'],
+            'cached_ops_s': hot['iops']}
+
+
+def main_qd1():
+    bc.log('== 5b. pages at QD 1, defaults: %d x 4 KiB pages written, cold reopen, '
+           '%d random reads; coil vs RocksDB db_bench (zstd, sync=false), '
+           'fio io_uring QD 1 beside (%d repeats)' % (N, N * READS, bc.REPEATS))
+    sides = {'rocksdb': run_rocksdb_qd1, 'coil': run_coil_qd1, 'fio': run_fio_qd1}
+    runs = {k: [] for k in sides}
+    for r, side, fn in bc.alternate(bc.REPEATS, sides):
+        s = fn()
+        runs[side].append(s)
+        bc.log('   rep %d %-7s %s' % (r + 1, side, ' '.join(
+            '%s=%.4g' % (k, v) for k, v in sorted(s.items()))))
+    keys = ['write_ops_s', 'read_ops_s', 'read_p50_us', 'read_p99_us',
+            'uncached_p50_us', 'uncached_p99_us', 'cached_p50_us',
+            'cached_p99_us', 'cached_ops_s', 'cache_hit_ratio', 'disk_bytes']
+    med = bc.summarize(runs, keys)
+    c, k, f = med['coil'], med['rocksdb'], med['fio']
+    doc = {'comparison': 'pages_qd1_vs_rocksdb', 'pages': N, 'reads': N * READS,
+           'ratio': RATIO, 'runs': runs, 'median': med, 'ratios': {
+               'write_ops': bc.ratio(c['write_ops_s'], k['write_ops_s']),
+               'read_ops': bc.ratio(c['read_ops_s'], k['read_ops_s']),
+               'disk_bytes': bc.ratio(c['disk_bytes'], k['disk_bytes']),
+               'uncached_p50_vs_fio': bc.ratio(c['uncached_p50_us'], f['uncached_p50_us']),
+               'cached_p50_vs_fio': bc.ratio(c['cached_p50_us'], f['cached_p50_us'])}}
+    x = doc['ratios']
+    bc.log('   median coil/rocksdb: reads/s %.0f / %.0f = %.2fx, writes/s %.0f / %.0f = %.2fx, '
+           'bytes on disk %.2fx' % (c['read_ops_s'], k['read_ops_s'], x['read_ops'],
+                                     c['write_ops_s'], k['write_ops_s'], x['write_ops'],
+                                     x['disk_bytes']))
+    bc.log('   median QD1 4 KiB read latency p50/p99 us: coil uncached %.1f/%.1f, cached %.1f/%.1f; '
+           'fio io_uring O_DIRECT %.1f/%.1f, page cache %.1f/%.1f; rocksdb (all reads) %.1f/%.1f'
+           % (c['uncached_p50_us'], c['uncached_p99_us'], c['cached_p50_us'], c['cached_p99_us'],
+              f['uncached_p50_us'], f['uncached_p99_us'], f['cached_p50_us'], f['cached_p99_us'],
+              k['read_p50_us'], k['read_p99_us']))
+    bc.save('pages_qd1_vs_rocksdb', doc)
+
+
 def main():
     if not os.path.exists(TOOL):
         raise SystemExit('bench: %s missing; build first' % TOOL)
@@ -109,7 +239,14 @@ def main():
         bc.log('   median %s/rocksdb: writes %.2fx, reads %.2fx, bytes on disk %.2fx'
                % (side, x['write_ops'], x['read_ops'], x['disk_bytes']))
     bc.save('pages_vs_rocksdb', doc)
+    main_qd1()
 
 
 if __name__ == '__main__':
-    main()
+    if len(sys.argv) > 1 and sys.argv[1] == 'qd1':
+        if not os.path.exists(TOOL):
+            raise SystemExit('bench: %s missing; build first' % TOOL)
+        os.makedirs(bc.VAR, exist_ok=True)
+        main_qd1()
+    else:
+        main()

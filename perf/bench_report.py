@@ -220,6 +220,45 @@ def pages_section(d, L):
         'page store bytes on disk')
 
 
+def bc_verdict(r):
+    return 'meets' if r >= 1.0 else 'misses'
+
+
+def pages_qd1_section(d, L):
+    L.append('### 5b. a database\'s path at QD 1: coil vs RocksDB `db_bench`, defaults on both sides\n')
+    L.append('%d unique 4 KiB pages (50 %% compressible the db_bench way) written in random order by '
+             'one thread at QD 1, a cold reopen (page cache dropped for RocksDB; coil reads O_DIRECT), '
+             'then %d uniformly random page reads at QD 1. RocksDB: db_bench filluniquerandom, then '
+             'readrandom with --use_existing_db, zstd, sync=false, every other option its default '
+             '(buffered reads, 8 MiB block cache). coil: coil_write, then coil_pread, default options '
+             '(64 MiB cache). Latency of a 4 KiB QD 1 read: coil\'s first read of a page (uncached) and '
+             'its rereads (cached), beside fio\'s io_uring engine at QD 1 on a plain file of the same '
+             'size (O_DIRECT: the device; buffered, the file in the page cache).\n'
+             % (d['pages'], d['reads']))
+    m, x = d['median'], d['ratios']
+    c, k, f = m['coil'], m['rocksdb'], m['fio']
+    L.append('| | coil | RocksDB | coil / RocksDB |')
+    L.append('|---|---|---|---|')
+    L.append('| random reads / s (cold reopen, QD 1) | %.0f | %.0f | **%.2f×** |'
+             % (c['read_ops_s'], k['read_ops_s'], x['read_ops']))
+    L.append('| read p50 / p99 µs, all reads | %.1f / %.1f | %.1f / %.1f | |'
+             % (c['read_p50_us'], c['read_p99_us'], k['read_p50_us'], k['read_p99_us']))
+    L.append('| random writes / s (QD 1) | %.0f | %.0f | %.2f× |'
+             % (c['write_ops_s'], k['write_ops_s'], x['write_ops']))
+    L.append('| bytes on disk (MiB) | %.1f | %.1f | %.2f× |'
+             % (c['disk_bytes'] / 1048576.0, k['disk_bytes'] / 1048576.0, x['disk_bytes']))
+    L.append('')
+    L.append('| 4 KiB read at QD 1, p50 / p99 µs | coil | fio io_uring, plain file | coil / fio (p50) |')
+    L.append('|---|---|---|---|')
+    L.append('| uncached (device) | %.1f / %.1f | %.1f / %.1f (O_DIRECT) | %.2f× |'
+             % (c['uncached_p50_us'], c['uncached_p99_us'], f['uncached_p50_us'],
+                f['uncached_p99_us'], x['uncached_p50_vs_fio']))
+    L.append('| cached (memory) | %.1f / %.1f | %.1f / %.1f (page cache) | %.2f× |'
+             % (c['cached_p50_us'], c['cached_p99_us'], f['cached_p50_us'],
+                f['cached_p99_us'], x['cached_p50_vs_fio']))
+    L.append('')
+
+
 def main():
     cmd = sys.argv[1] if len(sys.argv) > 1 else 'tools/dev.sh bench'
     L = ['# coil benchmarks\n',
@@ -305,12 +344,18 @@ def main():
             x = d['ratios'][side]
             summary.append('| 5 | pages, %s / RocksDB: writes, reads, bytes on disk | %.2f×, %.2f×, %.2f× | (no target) | |'
                            % (side, x['write_ops'], x['read_ops'], x['disk_bytes']))
+    d = load('pages_qd1_vs_rocksdb')
+    if d:
+        x = d['ratios']
+        summary.append('| 5b | pages at QD 1, defaults, coil / RocksDB: reads after a cold reopen, writes | %.2f×, %.2f× | ≥ 1.0×, ≥ 1.0× | %s, %s |'
+                       % (x['read_ops'], x['write_ops'], bc_verdict(x['read_ops']), bc_verdict(x['write_ops'])))
     if summary:
         L += ['| # | measure | median | target | |', '|---|---|---|---|---|'] + summary + ['']
     first = None
     for name, fn in (('fio_vs_io_uring', fio_section), ('codec_vs_zstd', codec_section),
                      ('pool_fair_vs_semaphore', pool_section),
-                     ('prefetch_on_vs_off', prefetch_section), ('pages_vs_rocksdb', pages_section)):
+                     ('prefetch_on_vs_off', prefetch_section), ('pages_vs_rocksdb', pages_section),
+                     ('pages_qd1_vs_rocksdb', pages_qd1_section)):
         d = load(name)
         if d is None:
             L.append('### %s\n\nNot run in this invocation (no perf/results/%s.json).\n' % (name, name))

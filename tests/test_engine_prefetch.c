@@ -305,7 +305,8 @@ Test(engine_prefetch, deep_scan_reads_each_blob_once, .timeout = 120)
 	cr_assert_eq(coil_obj_close(h), 0);
 	cr_assert(coil_stats_json(s, js, sizeof(js)) > 0);
 	decodes = json_u64(js, "\"pool\"", "tasks_run") +
-		  json_u64(js, "\"io\"", "inline_decodes");
+		  json_u64(js, "\"io\"", "inline_decodes") +
+		  json_u64(js, "\"io\"", "local_decodes");
 	/* et_fill's blobs are half text: every one of the 256 compresses */
 	zstd_blobs = n / 65536;
 	/* Exactly one decode per blob, but for a value evicted between the

@@ -4,8 +4,13 @@
 #ifndef COIL_ENGINE_BCACHE_H
 #define COIL_ENGINE_BCACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* Blobs of at most this many logical bytes that a read wants whole are
+ * kept in the cache after their device read: a database's pages. */
+#define BCACHE_SMALL_MAX (16u << 10)
 
 struct coil_store;
 struct rblob;
@@ -21,6 +26,14 @@ void *bcache_value_alloc(struct coil_store *s, uint32_t len);
  * owns it (rb->dec = NULL) and rb->ce serves the read. */
 void bcache_publish(struct coil_store *s, struct rblob *rb);
 void bcache_release(struct coil_store *s, struct rblob *rb);
+/* Residency probe for readahead (no stats, no policy effect): blob @b of
+ * segment generation @gen is cached, decoded or stored. */
+bool bcache_contains(struct coil_store *s, const struct blobd *b, uint32_t gen);
+/* Release rb->sce (the stored bytes a lookup found), if any. */
+void bcache_put_stored(struct coil_store *s, struct rblob *rb);
+/* After a successful read: a small blob the read brought from the device
+ * whole is put in the cache (its stored bytes; a raw one's bytes). */
+void bcache_keep_small(struct coil_store *s, struct rblob *rb);
 /* An extent of @b (of @len bytes, in a segment of generation @gen) is
  * dropped: if it was the blob's last reference, drop its entry early. */
 void bcache_drop_blob(struct coil_store *s, const struct blobd *b,

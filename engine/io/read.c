@@ -6,26 +6,38 @@
  *                          zero the holes; one ring read per run of blobs
  *                          lying together on the device (read_group_add)
  *   read_io_done (ring)    raw blobs: verify just the 4 KiB sectors read
- *   read_all_done (ring)   compressed blobs: one pool request of DECODE
- *                          tasks, never blocking (POOL_NONBLOCK; when the
- *                          pool is saturated the ring thread decodes itself,
- *                          counted in stats, rather than stall or requeue)
- *   read_finish            copy the pieces, release, call back
+ *   read_all_done          compressed blobs: decoded on this thread when
+ *                          the read is small and alone or a coil_pread
+ *                          caller finishes it (read_decode_here), else one
+ *                          pool request of DECODE tasks, never blocking
+ *                          (POOL_NONBLOCK; when the pool is saturated the
+ *                          ring thread decodes itself, counted in stats,
+ *                          rather than stall or requeue)
+ *   read_finish            keep small blobs, copy the pieces, release,
+ *                          call back
+ *
+ * coil_pread (engine_pread) waits on its own thread; the thread that brings
+ * a small read's last blob wakes it, and it decodes and copies there: a
+ * cache hit involves no other thread, a miss one hand-off.
  *
  * A raw blob read touches only the sectors asked for.  Any checksum or
  * device failure makes the whole read -EIO; no byte of a failed blob is ever
- * copied out.
+ * copied out, and nothing of a failed read is kept in the cache.
  *
  * The decoded-blob cache and readahead (io/bcache.c, io/readahead.c):
  * each blob is looked up in the cache (key: dev_off + its segment's gen)
- * before any I/O; a miss whose unit a prefetch has queued or in flight
+ * before any I/O, decoded or, for a small page, stored (then decoded from
+ * the cache's bytes); a miss whose unit a prefetch has queued or in flight
  * waits for that job (no thread blocks: read_blob_resume continues it) or
- * takes its retained failure; otherwise it is read here, and a compressed
- * blob is decoded straight into the caller's buffer when the read wants it
- * whole (not cached), else into a cache value that is inserted. */
+ * takes its retained failure; otherwise it is read here.  A compressed blob
+ * the read wants whole is decoded straight into the caller's buffer (a
+ * small one's stored bytes are then kept, bcache_keep_small), a blob wanted
+ * in part into a cache value that is inserted. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zstd.h>
 
 #include "cache/cache.h"
 #include "engine/io/bcache.h"
@@ -111,6 +123,7 @@ static void read_release(struct coil_store *s, struct rreq *r)
 		rb->iobuf = rb->dec = NULL;
 		rb->io_owner = false;
 		bcache_release(s, rb);
+		bcache_put_stored(s, rb);
 		COUNT_SUB(&s->segs[seg_of(s, rb->b->dev_off)].readers, 1);
 		blobd_unref(rb->b);
 		rb->b = NULL;
@@ -134,6 +147,10 @@ static void read_finish(struct rreq *r)
 		if (r->rb[i].res < 0)
 			status = r->rb[i].res;
 	if (status == 0) {
+		/* every blob verified and decoded: the small ones just read
+		 * from the device are kept for the next reader */
+		for (uint32_t i = 0; i < r->nrb; i++)
+			bcache_keep_small(s, &r->rb[i]);
 		for (uint32_t i = 0; i < r->npc; i++) {
 			struct rpiece *pc = &r->pc[i];
 			struct rblob *rb = &r->rb[pc->blob];
@@ -242,6 +259,108 @@ int read_io_result(struct coil_store *s, int res, const struct fmt_blob *fb,
 	return 0;
 }
 
+/* Decoded by the thread that finds the blobs ready rather than handed to
+ * the pool, up to this many logical bytes per read: one default blob.  A
+ * hand-off costs two thread wake-ups (tens of microseconds on a virtual
+ * machine), more than decoding a 4-16 KiB page (a few), and the pool gains
+ * nothing from splitting one blob.  A read of several large blobs still
+ * spreads them over the workers. */
+#define READ_LOCAL_DECODE_MAX (64u << 10)
+
+/* The blob still has to be decoded: compressed, read without error, not
+ * served decoded by the cache, not already decoded into the caller's
+ * buffer by the prefetch it waited for. */
+static bool read_blob_to_decode(const struct rblob *rb)
+{
+	return rb->res == 0 && rb->b->codec != FMT_CODEC_RAW && !rb->ce &&
+	       !rb->direct;
+}
+
+/* @return blobs of @r to decode; *@bytes (if not NULL) their logical bytes. */
+static uint32_t read_decode_need(const struct rreq *r, uint64_t *bytes)
+{
+	uint32_t n = 0;
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i < r->nrb; i++) {
+		if (!read_blob_to_decode(&r->rb[i]))
+			continue;
+		n++;
+		sum += r->rb[i].b->logical_len;
+	}
+	if (bytes)
+		*bytes = sum;
+	return n;
+}
+
+/* Decode on this thread: a coil_pread caller finishing its own read, or a
+ * read alone in the store (queue depth 1), with little to decode. */
+static bool read_decode_here(const struct rreq *r)
+{
+	uint64_t bytes;
+
+	read_decode_need(r, &bytes);
+	if (bytes > READ_LOCAL_DECODE_MAX)
+		return false;
+	return r->waiter || atomic_load(&r->s->ops_inflight) <= 1;
+}
+
+/* One zstd decompression context per thread that decodes locally (callers
+ * of coil_pread, the ring thread), freed when the thread exits: no lock
+ * shared between callers, unlike the store's fallback context. */
+static pthread_once_t dctx_once = PTHREAD_ONCE_INIT;
+static pthread_key_t dctx_key;
+static bool dctx_key_ok;
+
+static void dctx_free(void *p)
+{
+	ZSTD_freeDCtx(p);
+}
+
+static void dctx_key_make(void)
+{
+	dctx_key_ok = pthread_key_create(&dctx_key, dctx_free) == 0;
+}
+
+static ZSTD_DCtx *thread_dctx(void)
+{
+	ZSTD_DCtx *d;
+
+	pthread_once(&dctx_once, dctx_key_make);
+	if (!dctx_key_ok)
+		return NULL;
+	d = pthread_getspecific(dctx_key);
+	if (d)
+		return d;
+	d = ZSTD_createDCtx();
+	if (d && pthread_setspecific(dctx_key, d) != 0) {
+		ZSTD_freeDCtx(d);
+		d = NULL;
+	}
+	return d;
+}
+
+static void read_decode_local(struct coil_store *s, struct pool_task *tasks,
+			      uint32_t n)
+{
+	ZSTD_DCtx *d = thread_dctx();
+
+	if (!d) { /* no context of our own: the store's, under its lock */
+		read_decode_inline(s, tasks, n);
+		return;
+	}
+	stat_add(&s->st.rd_local_decodes, n);
+	for (uint32_t i = 0; i < n; i++) {
+		struct pool_task *t = &tasks[i];
+
+		t->result = fmt_blob_decode(d, NULL, t->u.decode.blob,
+					    t->u.decode.stored,
+					    t->u.decode.stored_len,
+					    t->u.decode.dst,
+					    t->u.decode.dst_cap);
+	}
+}
+
 static void read_all_done(struct rreq *r)
 {
 	struct coil_store *s = r->s;
@@ -250,12 +369,7 @@ static void read_all_done(struct rreq *r)
 
 	/* rb->direct already set here: the prefetch job this read waited
 	 * for decoded the blob straight into the caller's buffer. */
-	for (uint32_t i = 0; i < r->nrb; i++) {
-		struct rblob *rb = &r->rb[i];
-		if (rb->res == 0 && rb->b->codec != FMT_CODEC_RAW && !rb->ce &&
-		    !rb->direct)
-			n++;
-	}
+	n = read_decode_need(r, NULL);
 	if (n == 0 || r->status) {
 		read_finish(r);
 		return;
@@ -281,8 +395,7 @@ static void read_all_done(struct rreq *r)
 		struct rblob *rb = &r->rb[i];
 		struct pool_task *t;
 
-		if (rb->res != 0 || rb->b->codec == FMT_CODEC_RAW || rb->ce ||
-		    rb->direct)
+		if (!read_blob_to_decode(rb))
 			continue;
 		/* A blob the caller wants whole is decoded straight into its
 		 * buffer, cache or not: no value to allocate (and fault in),
@@ -304,13 +417,23 @@ static void read_all_done(struct rreq *r)
 		/* Direct: the caller wants this whole blob: decode straight
 		 * into its buffer (the decoder never returns wrong bytes,
 		 * only -EIO, which fails the whole read). */
-		read_decode_task(t, &rb->fb, rb->b, rb->iobuf, rb->rd_off,
-				 rb->direct ? r->dst + r->pc[rb->piece].dst :
-					      rb->dec);
+		if (rb->sce) /* the stored bytes, from the cache */
+			read_decode_task(t, &rb->fb, rb->b, rb->sce->data,
+					 rb->b->dev_off, rb->direct ?
+					 r->dst + r->pc[rb->piece].dst : rb->dec);
+		else
+			read_decode_task(t, &rb->fb, rb->b, rb->iobuf,
+					 rb->rd_off, rb->direct ?
+					 r->dst + r->pc[rb->piece].dst : rb->dec);
 		r->task_blob[r->ntasks++] = i;
 	}
 	if (r->ntasks == 0) {
 		read_finish(r);
+		return;
+	}
+	if (read_decode_here(r)) {
+		read_decode_local(s, r->tasks, r->ntasks);
+		read_decoded(&r->preq, r);
 		return;
 	}
 	rc = pool_submit(s->pool, &r->preq, r->tasks, r->ntasks, read_decoded,
@@ -320,6 +443,43 @@ static void read_all_done(struct rreq *r)
 	/* Saturated (or shutting down): decode here. */
 	read_decode_inline(s, r->tasks, r->ntasks);
 	read_decoded(&r->preq, r);
+}
+
+/* A coil_pread caller waiting for its read (engine_pread). */
+struct read_waiter {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct rreq *r;
+	int64_t res;
+	bool ready;     /* every blob is in: the caller finishes the read */
+	bool done;      /* the read finished: res is its result */
+};
+
+static void read_waiter_wake(struct read_waiter *w, bool done, int64_t res)
+{
+	pthread_mutex_lock(&w->mu);
+	if (done) {
+		w->done = true;
+		w->res = res;
+	} else {
+		w->ready = true;
+	}
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* @n blobs of @r are in.  The last one finishes the read here, or, when a
+ * coil_pread caller waits and the rest is small, wakes that caller to
+ * decode and copy on its own thread: the only hand-off of a miss. */
+static void read_pending_put(struct rreq *r, uint32_t n)
+{
+	if (atomic_fetch_sub(&r->pending, n) != n)
+		return;
+	if (r->waiter && read_decode_here(r)) {
+		read_waiter_wake(r->waiter, false, 0);
+		return;
+	}
+	read_all_done(r);
 }
 
 static void read_group_split(struct coil_store *s, struct rblob *lead);
@@ -340,8 +500,7 @@ static void read_group_done(struct rblob *lead, int res)
 		if (rr < 0)
 			rb->res = rr;
 	}
-	if (atomic_fetch_sub(&r->pending, n) == n)
-		read_all_done(r);
+	read_pending_put(r, n);
 }
 
 static void read_io_done(struct uring_io *io, int res)
@@ -424,8 +583,7 @@ void read_blob_resume(struct rblob *rb)
 		read_group_submit(r->s, rb, rb->rd_off + rb->rd_len);
 		return;
 	}
-	if (atomic_fetch_sub(&r->pending, 1) == 1)
-		read_all_done(r);
+	read_pending_put(r, 1);
 }
 
 /* Blobs of one read that lie together on the device are fetched by one
@@ -509,6 +667,7 @@ static int add_piece(struct coil_store *s, struct rreq *r, struct blobd *b,
 		rb->io_next = NULL;
 		rb->gen = s->segs[seg_of(s, b->dev_off)].gen;
 		rb->ce = NULL;
+		rb->sce = NULL;
 		rb->pf_next = NULL;
 	} else {
 		struct rblob *rb = &r->rb[bi];
@@ -580,7 +739,8 @@ static void read_ranges(struct coil_store *s, struct rreq *r)
 }
 
 static int read_begin(struct coil_obj *h, void *buf, size_t len,
-		      uint64_t off, coil_cb cb, void *arg, bool inline_cb)
+		      uint64_t off, coil_cb cb, void *arg, bool inline_cb,
+		      struct read_waiter *waiter)
 {
 	struct coil_store *s = h->s;
 	struct rreq *r;
@@ -600,6 +760,11 @@ static int read_begin(struct coil_obj *h, void *buf, size_t len,
 	r->arg = arg;
 	r->nrb = r->npc = r->ntasks = 0;
 	r->status = 0;
+	r->waiter = waiter;
+	if (waiter) {
+		waiter->r = r;
+		inline_cb = true;
+	}
 
 	pthread_mutex_lock(&s->mlock);
 	if (h->obj->removed) {
@@ -679,11 +844,40 @@ fail:
 int engine_read(struct coil_obj *h, void *buf, size_t len, uint64_t off,
 		coil_cb cb, void *arg)
 {
-	return read_begin(h, buf, len, off, cb, arg, false);
+	return read_begin(h, buf, len, off, cb, arg, false, NULL);
 }
 
-int engine_read_inline(struct coil_obj *h, void *buf, size_t len,
-		       uint64_t off, coil_cb cb, void *arg)
+static void pread_done(void *arg, int64_t res)
 {
-	return read_begin(h, buf, len, off, cb, arg, true);
+	read_waiter_wake(arg, true, res);
+}
+
+int64_t engine_pread(struct coil_obj *h, void *buf, size_t len,
+		     uint64_t off)
+{
+	struct read_waiter w = { .res = 0 };
+	int rc;
+
+	pthread_mutex_init(&w.mu, NULL);
+	pthread_cond_init(&w.cv, NULL);
+	rc = read_begin(h, buf, len, off, pread_done, &w, true, &w);
+	if (rc < 0) {
+		w.res = rc;
+		goto out;
+	}
+	pthread_mutex_lock(&w.mu);
+	while (!w.done && !w.ready)
+		pthread_cond_wait(&w.cv, &w.mu);
+	pthread_mutex_unlock(&w.mu);
+	if (!w.done) {
+		/* Every blob is in; nobody else touches the read now.
+		 * read_finish calls pread_done on this thread. */
+		stat_add(&h->s->st.rd_caller_finished, 1);
+		read_all_done(w.r);
+		COIL_ASSERT(w.done);
+	}
+out:
+	pthread_mutex_destroy(&w.mu);
+	pthread_cond_destroy(&w.cv);
+	return w.res;
 }

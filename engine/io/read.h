@@ -55,6 +55,9 @@ struct rblob {
 	 * demand waiting for the prefetch job fetching this blob */
 	uint32_t gen;
 	const struct cache_entry *ce;
+	/* sce: the cache holds this blob's stored (compressed) bytes: it is
+	 * decoded from them instead of read from the device (bcache.c) */
+	const struct cache_entry *sce;
 	struct rblob *pf_next;
 	uint64_t pf_wait_ns;
 };
@@ -85,8 +88,18 @@ struct rreq {
 	_Atomic uint32_t pending;
 	int status;
 	struct uring_io nop;
+	/* coil_pread's waiting caller: when the last blob is in, the thread
+	 * that brought it wakes the caller, who decodes and copies on its
+	 * own thread (one hand-off per miss) */
+	struct read_waiter *waiter;
 	struct rreq *next_free;
 };
+
+/* The blob needs no device read: the cache holds it, decoded or stored. */
+static inline bool read_blob_cached(const struct rblob *rb)
+{
+	return rb->ce || rb->sce;
+}
 
 /* The read wants all of @rb's blob, in one piece: it can be decoded
  * straight into the caller's buffer. */
@@ -100,10 +113,12 @@ static inline bool read_blob_whole(const struct rblob *rb)
 
 int engine_read(struct coil_obj *h, void *buf, size_t len, uint64_t off,
 		coil_cb cb, void *arg);
-/* engine_read for the synchronous wrapper: a read with nothing
- * left to wait for (cache hits, holes) completes inside the call. */
-int engine_read_inline(struct coil_obj *h, void *buf, size_t len,
-		       uint64_t off, coil_cb cb, void *arg);
+/* coil_pread: the read completes on the calling thread.  A read the cache
+ * serves is decoded and copied here with no other thread involved; a miss
+ * costs one hand-off (the ring thread's completion wakes this thread,
+ * which then decodes and copies).  @return bytes read or -errno. */
+int64_t engine_pread(struct coil_obj *h, void *buf, size_t len,
+		     uint64_t off);
 /* a blob that waited for a prefetch continues (rb->ce or rb->res
  * set, or neither: its own ring read is issued now). */
 void read_blob_resume(struct rblob *rb);

@@ -239,10 +239,8 @@ static bool unit_resident(void *arg, struct pf_unit id)
 
 	pthread_mutex_lock(&s->mlock);
 	n = unit_map(s, st->obj, id.blob, bv, gv, RA_JOB_BLOBS);
-	for (uint32_t i = 0; i < n && all; i++) {
-		struct cache_key k = { bv[i]->dev_off, gv[i] };
-		all = cache_contains(s->cache, &k) == 1;
-	}
+	for (uint32_t i = 0; i < n && all; i++)
+		all = bcache_contains(s, bv[i], gv[i]);
 	pthread_mutex_unlock(&s->mlock);
 	return n > 0 && all;
 }
@@ -289,10 +287,9 @@ static uint32_t job_prepare(struct ra_stream *st, struct ra_job *j)
 	pthread_mutex_lock(&s->mlock);
 	n = unit_map(s, st->obj, j->w.id.blob, bv, gv, RA_JOB_BLOBS);
 	for (uint32_t i = 0; i < n; i++) {
-		struct cache_key k = { bv[i]->dev_off, gv[i] };
 		struct ra_jblob *jb;
 
-		if (cache_contains(s->cache, &k) == 1)
+		if (bcache_contains(s, bv[i], gv[i]))
 			continue;
 		jb = &j->bl[j->nb++];
 		jb->b = bv[i];
@@ -775,12 +772,12 @@ int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb)
 	bool recheck = false;
 
 	if (!st)
-		return rb->ce ? 2 : 0;
+		return read_blob_cached(rb) ? 2 : 0;
 	u.obj_id = st->obj_id;
 	u.blob = unit_of(s, r->off + r->pc[rb->piece].dst);
 	pthread_mutex_lock(&st->mu);
 	obs = pf_observe_demand(&st->m, u);
-	if (rb->ce) {
+	if (read_blob_cached(rb)) {
 		/* served by the cache; consume a published prefetch of the
 		 * unit so the report counts it ready before demand */
 		if (obs == PF_OBS_READY &&
