@@ -4,6 +4,9 @@
  * and a failed prefetch read reaches the demand read as its error. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <unistd.h>
+#include <sys/stat.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -571,6 +574,73 @@ Test(engine_prefetch, failed_prefetch_reaches_demand, .timeout = 60)
 	get_report(s, &r);
 	check_report_adds_up(&r);
 	cr_assert_eq(r.failed, 2);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+	free(src);
+	free(dst);
+}
+
+/* One damaged 4 KiB sector inside a raw blob: the prefetch of the whole
+ * blob fails, yet a sequential reader of 4 KiB pieces reads every other
+ * sector of that blob (each raw sector has its own checksum) and gets
+ * -EIO only for the damaged one. */
+Test(engine_prefetch, damaged_sector_fails_only_itself, .timeout = 60)
+{
+	char path[256];
+	struct coil_options o;
+	coil_store *s;
+	coil_obj *h;
+	size_t n = 1u << 20, bad = 5 * 65536 + 3 * 4096;
+	uint8_t *src = malloc(n), *dst = malloc(4096), *img;
+	struct stat st;
+	int fd, hits = 0;
+	uint64_t ra_failed = 0;
+
+	et_path(path, sizeof(path), "pf-sector");
+	et_opts(&o, path);
+	o.compression = "none";
+	et_fill(src, n, 7, 0); /* random: raw even if compression were on */
+	et_write_closed(path, &o, "r", src, n);
+	/* find the sector in the store file and flip one byte of it */
+	fd = open(path, O_RDWR);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(fstat(fd, &st), 0);
+	img = malloc(4096);
+	for (off_t off = 0; off + 4096 <= st.st_size; off += 4096) {
+		cr_assert_eq(pread(fd, img, 4096, off), 4096);
+		if (memcmp(img, src + bad, 4096) == 0) {
+			img[100] ^= 0x40;
+			cr_assert_eq(pwrite(fd, img, 4096, off), 4096);
+			hits++;
+		}
+	}
+	close(fd);
+	free(img);
+	cr_assert_eq(hits, 1, "the sector is stored once, verbatim");
+
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(coil_obj_open(s, "r", 0, &h), 0);
+	for (size_t off = 0; off < n; off += 4096) {
+		int64_t got = coil_pread(h, dst, 4096, off);
+
+		if (off == bad) {
+			cr_assert_eq(got, -EIO, "damaged sector read %lld",
+				     (long long)got);
+			continue;
+		}
+		cr_assert_eq(got, 4096, "sector at %zu: %lld", off,
+			     (long long)got);
+		cr_assert(memcmp(dst, src + off, 4096) == 0, "bytes at %zu", off);
+	}
+	cr_assert_eq(coil_obj_close(h), 0);
+	{
+		struct pf_report r;
+
+		get_report(s, &r);
+		ra_failed = r.failed;
+	}
+	/* the readahead did fetch the damaged blob whole (and failed) */
+	cr_assert_geq(ra_failed, 1);
 	cr_assert_eq(coil_close(s), 0);
 	unlink(path);
 	free(src);

@@ -10,6 +10,8 @@
  *                 blob in flight gets the read's rblob hooked on the job
  *                 (no thread waits: the job's completion resumes it); a
  *                 retained failure of that very blob is the read's error
+ *                 when the read needs the whole blob (fail_covers); a
+ *                 read of some sectors of a raw blob reads them itself
  *   after it      readahead_on_read: ra_on_read -> pf_apply (admit, cancel
  *                 on a pattern change) -> start queued work in free slots
  *   job           map the unit to its stored blobs (mlock), ring read each
@@ -472,6 +474,16 @@ static bool fail_matches(struct ra_stream *st, struct pf_unit u,
 	return false;
 }
 
+/* A job's failure to fetch a whole blob is @rb's failure too only when
+ * @rb needs what the job needed: all of a compressed blob (one checksum,
+ * one decode), or all of a raw one.  A raw blob is checked per 4 KiB
+ * sector, so a read of some of its sectors reads them itself: one bad
+ * sector must not fail a read of the good ones next to it. */
+static bool fail_covers(const struct rblob *rb)
+{
+	return rb->b->codec != FMT_CODEC_RAW || read_blob_whole(rb);
+}
+
 /* Start queued work in free slots (st->mu held); prepared jobs are pushed
  * on *@list for jobs_submit after the unlock. */
 static void dispatch(struct ra_stream *st, struct ra_job **list)
@@ -573,7 +585,7 @@ static void job_finish(struct ra_job *j)
 		 * error; success leaves the blob in the cache */
 		for (uint32_t i = 0; i < j->nb; i++) {
 			if (j->bl[i].b == rb->b && j->bl[i].gen == rb->gen &&
-			    j->bl[i].res < 0)
+			    j->bl[i].res < 0 && fail_covers(rb))
 				rb->res = j->bl[i].res;
 		}
 	}
@@ -805,7 +817,7 @@ int readahead_demand(struct coil_obj *h, struct rreq *r, struct rblob *rb)
 		int res = pf_resolve_demand(&st->m, u, PF_NOT_WAITED, &e);
 
 		if (res == PF_RES_FAILED) {
-			if (fail_matches(st, u, rb)) {
+			if (fail_matches(st, u, rb) && fail_covers(rb)) {
 				rb->res = e;
 				ret = 2;
 			} else {
