@@ -22,6 +22,7 @@ static const struct { const char *name; int code; } known[] = {
 	E(EOVERFLOW), E(ENOTSUP), E(EDEADLK), E(EMFILE), E(ENFILE), E(ENOLCK),
 	E(ENXIO), E(ELOOP), E(ETXTBSY), E(EINTR), E(ETIMEDOUT), E(EUCLEAN),
 	E(ESTALE), E(ENOTTY), E(ENOBUFS), E(EFAULT), E(EMEDIUMTYPE),
+	E(EPROTONOSUPPORT),
 };
 
 static int code_of(const char *name)
