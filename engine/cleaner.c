@@ -219,7 +219,7 @@ static void thresholds(struct cleaner *cl, uint32_t nseg, uint64_t seg_size,
 		       bool grows)
 {
 	uint32_t r = COIL_MAX(2u, COIL_MIN(16u, nseg / 64));
-	uint32_t band = COIL_MAX(2u, nseg / (grows ? 64 : 32));
+	uint32_t band = grows ? COIL_MAX(1u, nseg / 128) : COIL_MAX(2u, nseg / 32);
 
 	/* Clean late: the less free space is kept, the more dead bytes the
 	 * sealed segments hold and the emptier the victims (cheaper to read
@@ -229,10 +229,12 @@ static void thresholds(struct cleaner *cl, uint32_t nseg, uint64_t seg_size,
 	 * whole-segment victim reads the cleaner could not keep up this late
 	 * (writers were throttled); reading the live ranges it can. */
 	cl->reserve = r;
-	/* A growing store keeps less free: what it keeps is disk it holds
-	 * beyond its data, and it grows (grow.c) before it cleans while
-	 * its segments are mostly live. */
-	cl->clean_lo = r + COIL_MAX(nseg / (grows ? 64 : 16), 2u) + band;
+	/* A growing store below its maximum keeps less free: what it keeps
+	 * is disk it holds beyond its data, and it grows (grow.c) before it
+	 * cleans while its segments are mostly live.  At its maximum it is
+	 * a fixed store. */
+	cl->clean_lo = r + (grows ? COIL_MAX(nseg / 128, 1u) :
+				    COIL_MAX(nseg / 16, 2u)) + band;
 	cl->clean_hi = cl->clean_lo + band;
 	cl->throttle = r + COIL_MAX(2u, (cl->clean_lo - r) / 3);
 	/* a pass holds its victims' space until its checkpoint: in a small
@@ -1196,7 +1198,7 @@ static void cleaner_resize(struct coil_store *s)
 	n = s->nseg;
 	pthread_mutex_unlock(&s->mlock);
 	pthread_mutex_lock(&cl->mu);
-	thresholds(cl, n, s->sb.segment_size, s->grows);
+	thresholds(cl, n, s->sb.segment_size, s->grows && n < s->seg_cap);
 	pthread_mutex_unlock(&cl->mu);
 }
 
@@ -1205,8 +1207,8 @@ static void cleaner_resize(struct coil_store *s)
  * the segments in use or more are dead: then the cleaner gets the room back
  * cheaper than the file system would give more (live bytes are logical:
  * with compression they overstate, and the store grows sooner).  @force:
- * a write failed for room (grow if it can at all).  @return segments
- * added, 0, -ENOSPC, -EIO. */
+ * a write failed for room (grow if it can at all; 1 when the room is
+ * there already).  @return segments added, 0, -ENOSPC, -EIO. */
 static int grow_policy(struct coil_store *s, uint64_t need, bool force)
 {
 	uint32_t nseg, f, lo, used, want;
@@ -1215,32 +1217,41 @@ static int grow_policy(struct coil_store *s, uint64_t need, bool force)
 
 	if (!s->grows || !s->cl)
 		return 0;
+	/* One decision at a time: a writer and the cleaner's round that
+	 * both find free space short must not both grow for it. */
+	pthread_mutex_lock(&s->grow_mu);
 	pthread_mutex_lock(&s->mlock);
 	nseg = s->nseg;
 	f = s->free_segs;
 	cap = fg_cap_locked(s);
 	lo = s->cl->clean_lo;
-	if (nseg >= s->seg_cap || (!force && f >= lo && cap >= need)) {
+	if (nseg >= s->seg_cap || (f >= lo && cap >= need)) {
 		pthread_mutex_unlock(&s->mlock);
-		return 0;
+		pthread_mutex_unlock(&s->grow_mu);
+		/* a failed write finds room another step made: try again */
+		return force && cap >= need ? 1 : 0;
 	}
 	for (uint32_t i = 0; i < nseg; i++)
 		live += s->segs[i].live;
 	pthread_mutex_unlock(&s->mlock);
 	used = nseg - f;
 	if (!force && cap >= need && used &&
-	    live * 2 < (uint64_t)used * s->sb.segment_size)
+	    live * 2 < (uint64_t)used * s->sb.segment_size) {
+		pthread_mutex_unlock(&s->grow_mu);
 		return 0;
-	/* A step: a thirty-second of the store, at least what the low mark
-	 * and the write need, at least 4 (a step costs two superblock writes
+	}
+	/* A step: a sixty-fourth of the store, at least what the low mark
+	 * and the write need, at least 2 (a step costs two superblock writes
 	 * and three fdatasyncs; the free space it leaves is disk the store
 	 * holds beyond its data). */
-	want = COIL_MAX(4u, nseg / 32);
-	want = COIL_MAX(want, lo > f ? lo - f + 2 : 0);
-	want = COIL_MAX(want, (uint32_t)COIL_MIN(
-		(need + per - 1) / per + s->cl->reserve + 2,
-		(uint64_t)UINT32_MAX / 2));
-	rc = grow_step(s, want);
+	want = COIL_MAX(2u, nseg / 64);
+	want = COIL_MAX(want, lo > f ? lo - f + 1 : 0);
+	if (cap < need)
+		want = COIL_MAX(want, (uint32_t)COIL_MIN(
+			(need - cap + per - 1) / per + 1,
+			(uint64_t)UINT32_MAX / 2));
+	rc = grow_step_locked(s, want);
+	pthread_mutex_unlock(&s->grow_mu);
 	if (rc > 0)
 		cleaner_resize(s);
 	return rc;
@@ -1302,7 +1313,8 @@ int cleaner_start(struct coil_store *s)
 	pthread_cond_init(&cl->space_cv, &ca);
 	pthread_cond_init(&cl->reloc_cv, &ca);
 	pthread_condattr_destroy(&ca);
-	thresholds(cl, s->nseg, s->sb.segment_size, s->grows);
+	thresholds(cl, s->nseg, s->sb.segment_size,
+		   s->grows && s->nseg < s->seg_cap);
 	/* A file keeps its freed segments' blocks: punching one would only
 	 * make the next write into it allocate and convert unwritten extents
 	 * again (docs/space.md).  Space goes back to the file system on

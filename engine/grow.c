@@ -65,21 +65,28 @@ int grow_journal(struct coil_store *s, uint64_t target)
 
 int grow_step(struct coil_store *s, uint32_t want)
 {
+	int rc;
+
+	pthread_mutex_lock(&s->grow_mu);
+	rc = grow_step_locked(s, want);
+	pthread_mutex_unlock(&s->grow_mu);
+	return rc;
+}
+
+int grow_step_locked(struct coil_store *s, uint32_t want)
+{
 	uint32_t old, n;
 	uint64_t off, len;
 	int rc;
 
 	if (!s->grows)
 		return 0;
-	pthread_mutex_lock(&s->grow_mu);
 	pthread_mutex_lock(&s->mlock);
 	old = s->nseg;
 	pthread_mutex_unlock(&s->mlock);
 	n = COIL_MIN(want, s->seg_cap - old);
-	if (n == 0) {
-		pthread_mutex_unlock(&s->grow_mu);
+	if (n == 0)
 		return 0;
-	}
 	/* The journal's share first: best effort, the ring wraps early
 	 * without it. */
 	(void)grow_journal(s, grow_journal_target(s, old + n));
@@ -98,8 +105,7 @@ int grow_step(struct coil_store *s, uint32_t want)
 	}
 	if (rc < 0) {
 		stat_add(&s->st.grow_fails, 1);
-		pthread_mutex_unlock(&s->grow_mu);
-		return rc == -ENOSPC ? -ENOSPC : rc;
+		return rc;
 	}
 	pthread_mutex_lock(&s->mlock);
 	for (uint32_t i = old; i < old + n; i++) {
@@ -116,6 +122,5 @@ int grow_step(struct coil_store *s, uint32_t want)
 	pthread_mutex_unlock(&s->mlock);
 	stat_add(&s->st.grows, 1);
 	stat_add(&s->st.grow_segs, n);
-	pthread_mutex_unlock(&s->grow_mu);
 	return (int)n;
 }

@@ -27,5 +27,7 @@ int grow_journal(struct coil_store *s, uint64_t target);
  * from the ring thread.  @return segments added, 0 at the
  * maximum, -ENOSPC, -EIO. */
 int grow_step(struct coil_store *s, uint32_t want);
+/* The same with s->grow_mu held (a policy that decided under it). */
+int grow_step_locked(struct coil_store *s, uint32_t want);
 
 #endif

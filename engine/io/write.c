@@ -187,7 +187,7 @@ static void write_ticketed(struct coil_store *s, struct jent *e)
 	 * step cleaner_throttle took for each). */
 	for (int tries = 0; rc == -ENOSPC && s->grows && tries < 4 &&
 	     !uring_on_ring_thread(s->ring) &&
-	     cleaner_grow(s, w->batch_len + keep) > 0; tries++)
+	     cleaner_grow(s, w->batch_len) > 0; tries++)
 		rc = wreq_place(s, w, keep, &rep);
 	/* The cleaner's own policy: a segment opened may bring free space
 	 * under its low mark (its passes take the checkpoints then). */
