@@ -33,6 +33,15 @@
 #include "engine/place/segment.h"
 #include "engine/store.h"
 
+int grow_truncate(struct coil_store *s, uint32_t keep)
+{
+	if (!s->grows)
+		return 0;
+	if (ftruncate(s->fd, (off_t)seg_base(s, keep)) < 0)
+		return -errno;
+	return 0;
+}
+
 uint64_t grow_journal_target(const struct coil_store *s, uint32_t nseg)
 {
 	uint64_t jlen = s->sb.journal_len;

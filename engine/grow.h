@@ -11,6 +11,8 @@ struct coil_store;
 /* Segments a new growing store starts with (the data area's share of its
  * first 64 MiB on disk). */
 #define GROW_INITIAL_BYTES (32ull << 20)
+/* The smallest growth step (cleaner.c decides the steps). */
+#define GROW_STEP_BYTES (64ull << 20)
 /* Journal bytes allocated at least (when the ring is that long). */
 #define GROW_JOURNAL_MIN (4ull << 20)
 
@@ -27,6 +29,11 @@ int grow_journal(struct coil_store *s, uint64_t target);
  * from the ring thread.  @return segments added, 0 at the
  * maximum, -ENOSPC, -EIO. */
 int grow_step(struct coil_store *s, uint32_t want);
+/* Shrink a growing store to @keep segments (the caller made sure every
+ * segment from @keep on is FREE, took them out of the table and wrote a
+ * checkpoint and superblock with the smaller count): cut the file after
+ * them.  s->grow_mu held.  @return 0 or -errno. */
+int grow_truncate(struct coil_store *s, uint32_t keep);
 /* The same with s->grow_mu held (a policy that decided under it). */
 int grow_step_locked(struct coil_store *s, uint32_t want);
 

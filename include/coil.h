@@ -279,6 +279,18 @@ typedef int (*coil_list_fn)(void *arg, const char *name, size_t name_len,
 			    uint64_t size);
 COIL_API int coil_obj_list(coil_store *s, coil_list_fn fn, void *arg);
 
+/* Give space back to the file system: the free segments at the end of a
+ * growing store's file (what removes and the cleaner emptied) are cut off,
+ * down to the size a new store starts with.  Waits for the checkpoints
+ * that free emptied segments.  Live data is not moved (yet): free space
+ * before the last segment in use stays with the store, allocated, where
+ * the next writes reuse it at full speed.  Safe against crashes at any
+ * point (the file is cut only after a checkpoint and the superblock name
+ * the smaller size).  A fixed-size store (COIL_ZERO_FILL, a block device)
+ * returns 0 bytes.  *@returned (may be NULL): bytes the file gave back.
+ * @return 0, -EBADF, -EROFS (read-only), -EDEADLK (from a callback), -EIO. */
+COIL_API int coil_compact(coil_store *s, uint64_t *returned);
+
 /* A static, human-readable name for a coil return code (negative errno).
  * Never NULL. */
 COIL_API const char *coil_strerror(int err);

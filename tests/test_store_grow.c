@@ -21,6 +21,11 @@
  *           after the refusal ends grows it
  *   kill9_while_growing  a child grows a store with synced writes and is
  *           killed at random moments: every synced write comes back
+ *   compact_gives_back_the_tail  removing the last-written object and
+ *           compacting cuts the file; content exact, the store grows again
+ *   powercut_during_compact  the fault seam cuts power at each I/O of a
+ *           compaction: the store opens at the old or the new count with
+ *           everything, and compacts and grows again
  * COIL_REL_SCALE scales the loops. */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -171,8 +176,9 @@ Test(store_grow, starts_small_grows_and_reopens, .timeout = 120)
 	cr_assert_eq(cleaner_check_live(s), 0);
 	cr_assert_eq(coil_close(s), 0);
 	d1 = disk_bytes(path);
-	/* data, one step of free segments, the journal's share, checkpoints */
-	cr_assert_leq(d1, 96 * MiB + 96 * MiB / 4 + 8 * MiB,
+	/* data, at most a step and the low mark of free segments, the
+	 * journal's share, checkpoints */
+	cr_assert_leq(d1, 96 * MiB + GROW_STEP_BYTES + 16 * MiB,
 		      "96 MiB of data take %llu bytes", (unsigned long long)d1);
 	cr_assert_geq(file_size(path), (uint64_t)n1 * (1u << 20));
 	read_supers(path, &a, &b, raw);
@@ -546,5 +552,116 @@ Test(store_grow, kill9_while_growing, .timeout = 300)
 	cr_assert_gt(pr->synced, tu_scale() < 0.5 ? 0 : 64 * MiB,
 		     "the store grew past its start");
 	munmap(pr, sizeof(*pr));
+	unlink(path);
+}
+
+/* ---- compaction ---- */
+
+/* "b" first, then "a" at the end of the file: removing "a" frees the
+ * tail. */
+static void compact_setup(const char *path, struct coil_options *o)
+{
+	coil_store *s;
+
+	cr_assert_eq(coil_open(path, o, &s), 0);
+	cr_assert_eq(put(s, "b", 8 * MiB, 21, NULL), 0);
+	cr_assert_eq(put(s, "a", 96 * MiB, 22, NULL), 0);
+	cr_assert_eq(coil_obj_remove(s, "a"), 0);
+	cr_assert_eq(coil_close(s), 0);
+	o->flags &= ~COIL_CREATE;
+}
+
+Test(store_grow, compact_gives_back_the_tail, .timeout = 120)
+{
+	char path[256];
+	struct coil_options o;
+	coil_store *s;
+	uint64_t got = 0, d0, d1;
+	uint32_t n0;
+
+	et_path(path, sizeof(path), "grow-compact");
+	opts(&o, 0);
+	o.size = 512 * MiB;
+	compact_setup(path, &o);
+	d0 = disk_bytes(path);
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	n0 = s->nseg;
+	cr_assert_eq(coil_compact(s, &got), 0);
+	cr_assert_lt(s->nseg, n0);
+	cr_assert_eq(s->sb.segment_count, s->nseg);
+	cr_assert_eq(file_size(path), s->sb.data_off +
+		     (uint64_t)s->nseg * s->sb.segment_size);
+	cr_assert_gt(got, 64 * MiB, "gave back %llu", (unsigned long long)got);
+	check(s, "b", 8 * MiB, 21);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_close(s), 0);
+	d1 = disk_bytes(path);
+	cr_assert_leq(d1, 64 * MiB, "after compaction: %llu bytes",
+		      (unsigned long long)d1);
+	cr_assert_lt(d1, d0);
+	/* reopens exact, grows again */
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	check(s, "b", 8 * MiB, 21);
+	cr_assert_eq(put(s, "c", 64 * MiB, 23, NULL), 0);
+	cr_assert_eq(coil_compact(s, &got), 0); /* nothing at the end is free */
+	cr_assert_eq(coil_close(s), 0);
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	check(s, "b", 8 * MiB, 21);
+	check(s, "c", 64 * MiB, 23);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+}
+
+Test(store_grow, powercut_during_compact, .timeout = 300)
+{
+	char path[256];
+	struct coil_options o;
+	uint64_t seed = 0xc0de ^ (uint64_t)time(NULL);
+	/* compaction: a sync, up to three checkpoints (each a write, a
+	 * flush, two superblock writes with a flush each), the last one's,
+	 * then the cut */
+	uint64_t kmax = tu_scale() < 0.5 ? 8 : 24;
+
+	et_path(path, sizeof(path), "grow-compact-cut");
+	for (uint64_t k = 1; k <= kmax; k++) {
+		struct uring_fault_spec spec;
+		int mode = URING_CUT_DROP_ALL + (int)(k % 3);
+		coil_store *s;
+		uint64_t got;
+		uint32_t n0;
+
+		unlink(path);
+		opts(&o, 0);
+		o.size = 512 * MiB;
+		compact_setup(path, &o);
+		memset(&spec, 0, sizeof(spec));
+		spec.record = true;
+		uring_fault_set_next(&spec);
+		cr_assert_eq(coil_open(path, &o, &s), 0);
+		n0 = s->nseg;
+		spec.cut_kind = URING_FAULT_ANY;
+		spec.cut_nth = k;
+		spec.cut_mode = mode;
+		spec.cut_seed = tu_xorshift(&seed);
+		cr_assert_eq(uring_fault_arm(uring_fault_last(), &spec), 0);
+		(void)coil_compact(s, &got);
+		coil_close(s);
+		uring_fault_set_next(NULL);
+
+		cr_assert_eq(coil_open(path, &o, &s), 0, "k %llu",
+			     (unsigned long long)k);
+		cr_assert_leq(s->nseg, n0);
+		cr_assert_geq(file_size(path), s->sb.data_off +
+			      (uint64_t)s->nseg * s->sb.segment_size);
+		check(s, "b", 8 * MiB, 21);
+		cr_assert_eq(cleaner_check_live(s), 0);
+		cr_assert_eq(coil_compact(s, &got), 0);
+		cr_assert_eq(put(s, "c", 32 * MiB, 24, NULL), 0);
+		cr_assert_eq(coil_close(s), 0);
+		cr_assert_eq(coil_open(path, &o, &s), 0);
+		check(s, "b", 8 * MiB, 21);
+		check(s, "c", 32 * MiB, 24);
+		cr_assert_eq(coil_close(s), 0);
+	}
 	unlink(path);
 }

@@ -92,6 +92,14 @@ static const struct cmd cmds[] = {
 	  "remove objects",
 	  "Remove each object NAME.  A missing name is reported and the others\n"
 	  "are still removed; the exit status is then 1.\n" },
+	{ "compact", cmd_compact,
+	  "coil compact STORE",
+	  "give free space at the store's end back to the file system",
+	  "Cut the free segments at the end of a growing store's file off (what\n"
+	  "removed objects and the cleaner emptied), down to the size a new\n"
+	  "store starts with, and print the bytes given back.  Live data is not\n"
+	  "moved: free space before the last segment in use stays with the\n"
+	  "store.  Safe to interrupt at any point.\n" },
 	{ "check", cmd_check,
 	  "coil check STORE",
 	  "read every object and verify its checksums",
