@@ -489,7 +489,11 @@ COIL_API int coil_compact(coil_store *s, uint64_t *returned)
 		return -EBADF;
 	if (s->rdonly)
 		return -EROFS;
-	rc = cleaner_compact(s, &r);
+	if (engine_on_coil_thread(s))
+		return -EDEADLK;
+	rc = coil_sync_internal(s);
+	if (rc == 0)
+		rc = cleaner_compact(s, &r);
 	if (returned)
 		*returned = r;
 	return rc;

@@ -1294,9 +1294,9 @@ int cleaner_compact(struct coil_store *s, uint64_t *returned)
 		return 0;
 	if (fstat(s->fd, &st) == 0)
 		before = (uint64_t)st.st_blocks * 512;
-	/* Emptied segments become FREE through checkpoints: one may not
-	 * free them all (ckpt.c), so up to three. */
-	rc = coil_sync_internal(s);
+	/* Emptied segments become FREE through checkpoints (the caller
+	 * flushed what was in flight): one may not free them all (ckpt.c),
+	 * so up to three. */
 	for (int i = 0; i < 3 && rc == 0; i++)
 		rc = ckpt_wait(s);
 	if (rc < 0)
