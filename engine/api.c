@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/cleaner.h"
 #include "engine/io/read.h"
 #include "engine/io/readahead.h"
 #include "engine/io/wreq.h"
@@ -476,6 +477,27 @@ COIL_API int coil_sync(coil_store *s)
 	if (engine_on_coil_thread(s))
 		return -EDEADLK;
 	return coil_sync_internal(s);
+}
+
+COIL_API int coil_compact(coil_store *s, uint64_t *returned)
+{
+	uint64_t r = 0;
+	int rc;
+
+	if (!s)
+		return -EINVAL;
+	if (!store_valid(s))
+		return -EBADF;
+	if (s->rdonly)
+		return -EROFS;
+	if (engine_on_coil_thread(s))
+		return -EDEADLK;
+	rc = coil_sync_internal(s);
+	if (rc == 0)
+		rc = cleaner_compact(s, &r);
+	if (returned)
+		*returned = r;
+	return rc;
 }
 
 COIL_API int coil_stats_json(coil_store *s, char *buf, size_t len)

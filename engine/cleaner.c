@@ -39,6 +39,7 @@
  * relocation's record is applied in ticket order, so a writer that waited
  * for space while holding a ticket would wait for itself. */
 #include <errno.h>
+#include <sys/stat.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,7 @@
 #include <time.h>
 
 #include "engine/cleaner.h"
+#include "engine/grow.h"
 #include "engine/io/wreq.h"
 #include "engine/log/ckpt.h"
 #include "engine/log/journal.h"
@@ -136,15 +138,15 @@ struct cleaner {
 	int reloc_res;
 
 	/* thresholds (free segments, reserve included) */
-	uint32_t reserve;
-	uint32_t clean_lo;       /* start cleaning below */
-	uint32_t clean_hi;       /* stop cleaning at */
-	uint32_t throttle;       /* delay writers below */
+	_Atomic uint32_t reserve; /* the marks change when the store grows */
+	_Atomic uint32_t clean_lo;      /* start cleaning below */
+	_Atomic uint32_t clean_hi;      /* stop cleaning at */
+	_Atomic uint32_t throttle;      /* delay writers below */
 	uint32_t need_free;      /* free segments a waiting writer needs
 				  * (under mu; 0 = none): a round cleans
 				  * until there are this many, even above
 				  * the high mark */
-	uint32_t victims_max;    /* per pass (normal policy) */
+	_Atomic uint32_t victims_max;   /* per pass (normal policy) */
 
 	/* per segment, for age: the gen last seen and when */
 	uint32_t *gen_seen;
@@ -176,6 +178,8 @@ struct cleaner {
 	_Atomic uint64_t pick_lock_ns_last, pick_lock_ns_max; /* mlock held */
 	_Atomic bool stopping;   /* close: finish the batch in flight only */
 };
+
+static int grow_policy(struct coil_store *s, uint64_t need, bool force);
 
 /* ---- thresholds, capacity ----------------------------------------------- */
 
@@ -212,10 +216,11 @@ static uint64_t fg_cap_locked(const struct coil_store *s)
 	return cap;
 }
 
-static void thresholds(struct cleaner *cl, uint32_t nseg, uint64_t seg_size)
+static void thresholds(struct cleaner *cl, uint32_t nseg, uint64_t seg_size,
+		       bool grows)
 {
 	uint32_t r = COIL_MAX(2u, COIL_MIN(16u, nseg / 64));
-	uint32_t band = COIL_MAX(2u, nseg / 32);
+	uint32_t band = grows ? COIL_MAX(1u, nseg / 128) : COIL_MAX(2u, nseg / 32);
 
 	/* Clean late: the less free space is kept, the more dead bytes the
 	 * sealed segments hold and the emptier the victims (cheaper to read
@@ -225,7 +230,12 @@ static void thresholds(struct cleaner *cl, uint32_t nseg, uint64_t seg_size)
 	 * whole-segment victim reads the cleaner could not keep up this late
 	 * (writers were throttled); reading the live ranges it can. */
 	cl->reserve = r;
-	cl->clean_lo = r + COIL_MAX(nseg / 16, 2u) + band;
+	/* A growing store below its maximum keeps less free: what it keeps
+	 * is disk it holds beyond its data, and it grows (grow.c) before it
+	 * cleans while its segments are mostly live.  At its maximum it is
+	 * a fixed store. */
+	cl->clean_lo = r + (grows ? COIL_MAX(nseg / 128, 1u) :
+				    COIL_MAX(nseg / 16, 2u)) + band;
 	cl->clean_hi = cl->clean_lo + band;
 	cl->throttle = r + COIL_MAX(2u, (cl->clean_lo - r) / 3);
 	/* a pass holds its victims' space until its checkpoint: in a small
@@ -313,7 +323,7 @@ static int check_map_totals(struct coil_store *s)
 
 int cleaner_check_live(struct coil_store *s)
 {
-	uint64_t *live = calloc(s->nseg, sizeof(*live));
+	uint64_t *live = calloc(s->seg_cap, sizeof(*live));
 	uint32_t nfree = 0;
 	int rc = 0;
 
@@ -884,7 +894,7 @@ static void release_items(struct cleaner *cl, size_t a, size_t z, uint32_t seg)
 static int clean_pass(struct cleaner *cl, uint32_t max_v)
 {
 	struct coil_store *s = cl->s;
-	struct cand *cand = malloc(s->nseg * sizeof(*cand));
+	struct cand *cand = malloc((size_t)s->seg_cap * sizeof(*cand));
 	uint32_t nv, free0, free1, npending = 0;
 	uint64_t t0, held;
 	int rc = 0;
@@ -992,6 +1002,10 @@ static void *cleaner_main(void *arg)
 		cl->need_free = 0;  /* a writer still short sets it again */
 		pthread_mutex_unlock(&cl->mu);
 
+		/* A growing store grows first when its segments are mostly
+		 * live (writers on coil threads cannot grow it themselves). */
+		if (s->grows && !force)
+			(void)grow_policy(s, 0, false);
 		/* A round: passes until free space is back above the high
 		 * mark (hysteresis), or nothing more can be gained. */
 		for (int pass = 0; pass < 64; pass++) {
@@ -1100,6 +1114,18 @@ void cleaner_throttle(struct coil_store *s, uint64_t need)
 	pthread_mutex_unlock(&s->mlock);
 	if (f >= cl->clean_lo && cap >= need)
 		return;
+	/* A growing store takes more disk before it cleans while its
+	 * segments are mostly live (grow.c decides); a coil thread never
+	 * waits for the file system, the cleaner's round grows for it. */
+	if (s->grows && !engine_on_coil_thread(s) &&
+	    grow_policy(s, need, false) > 0) {
+		pthread_mutex_lock(&s->mlock);
+		f = s->free_segs;
+		cap = fg_cap_locked(s);
+		pthread_mutex_unlock(&s->mlock);
+		if (f >= cl->clean_lo && cap >= need)
+			return;
+	}
 	pthread_mutex_lock(&cl->mu);
 	if (cap < need)
 		want_room_locked(cl, s, need);
@@ -1161,6 +1187,157 @@ void cleaner_throttle(struct coil_store *s, uint64_t need)
 	stat_max(&cl->throttle_ns_max, waited);
 }
 
+/* The data area grew (grow.c): the marks follow the segment count. */
+static void cleaner_resize(struct coil_store *s)
+{
+	struct cleaner *cl = s->cl;
+	uint32_t n;
+
+	if (!cl)
+		return;
+	pthread_mutex_lock(&s->mlock);
+	n = s->nseg;
+	pthread_mutex_unlock(&s->mlock);
+	pthread_mutex_lock(&cl->mu);
+	thresholds(cl, n, s->sb.segment_size, s->grows && n < s->seg_cap);
+	pthread_mutex_unlock(&cl->mu);
+}
+
+/* Growth policy (the mechanism is grow.c).  Grow when free segments are
+ * under the low mark or a write of @need bytes does not fit, unless half
+ * the segments in use or more are dead: then the cleaner gets the room back
+ * cheaper than the file system would give more (live bytes are logical:
+ * with compression they overstate, and the store grows sooner).  @force:
+ * a write failed for room (grow if it can at all; 1 when the room is
+ * there already).  @return segments added, 0, -ENOSPC, -EIO. */
+static int grow_policy(struct coil_store *s, uint64_t need, bool force)
+{
+	uint32_t nseg, f, lo, used, want;
+	uint64_t live = 0, per = per_seg(s), cap;
+	int rc;
+
+	if (!s->grows || !s->cl)
+		return 0;
+	/* One decision at a time: a writer and the cleaner's round that
+	 * both find free space short must not both grow for it. */
+	pthread_mutex_lock(&s->grow_mu);
+	pthread_mutex_lock(&s->mlock);
+	nseg = s->nseg;
+	f = s->free_segs;
+	cap = fg_cap_locked(s);
+	lo = s->cl->clean_lo;
+	if (nseg >= s->seg_cap || (f >= lo && cap >= need)) {
+		pthread_mutex_unlock(&s->mlock);
+		pthread_mutex_unlock(&s->grow_mu);
+		/* a failed write finds room another step made: try again */
+		return force && cap >= need ? 1 : 0;
+	}
+	for (uint32_t i = 0; i < nseg; i++)
+		live += s->segs[i].live;
+	pthread_mutex_unlock(&s->mlock);
+	used = nseg - f;
+	if (!force && cap >= need && used &&
+	    live * 2 < (uint64_t)used * s->sb.segment_size) {
+		pthread_mutex_unlock(&s->grow_mu);
+		return 0;
+	}
+	/* A step: a thirty-second of the store, at least GROW_STEP_BYTES
+	 * and what the low mark and the write need (a step costs two
+	 * superblock writes and three fdatasyncs, in a writer's path: 2 MiB
+	 * steps halved fio's sequential writes; the free space it leaves is
+	 * disk the store holds beyond its data). */
+	want = (uint32_t)COIL_MAX(COIL_MAX(2ull, nseg / 32),
+				 GROW_STEP_BYTES / s->sb.segment_size);
+	want = COIL_MAX(want, lo > f ? lo - f + 1 : 0);
+	if (cap < need)
+		want = COIL_MAX(want, (uint32_t)COIL_MIN(
+			(need - cap + per - 1) / per + 1,
+			(uint64_t)UINT32_MAX / 2));
+	rc = grow_step_locked(s, want);
+	pthread_mutex_unlock(&s->grow_mu);
+	if (rc > 0)
+		cleaner_resize(s);
+	return rc;
+}
+
+int cleaner_grow(struct coil_store *s, uint64_t need)
+{
+	if (engine_on_coil_thread(s) && uring_on_ring_thread(s->ring))
+		return 0;
+	return grow_policy(s, need, true);
+}
+
+/* ---- compaction ---------------------------------------------------------------- */
+
+/* Give back the tail of a growing store: every FREE segment after the last
+ * one in use, down to the size a new store starts with (a few free
+ * segments stay, so the next writes need no growth step at once).  Order,
+ * for crashes: the segments leave the table under mlock (no write can be
+ * placed in them after that), then a checkpoint and the superblock name
+ * the smaller count, then the file is cut.  A crash before the superblock
+ * leaves the old count (those segments were free: nothing refers to them);
+ * after it, a longer file whose tail is ignored.  Live data is not moved:
+ * a store whose last segment is in use keeps its length. */
+int cleaner_compact(struct coil_store *s, uint64_t *returned)
+{
+	struct stat st;
+	uint64_t before = 0, after = 0;
+	uint32_t n, t, keep, floor_n;
+	int rc = 0;
+
+	*returned = 0;
+	if (!s->cl)
+		return -EROFS;
+	if (engine_on_coil_thread(s))
+		return -EDEADLK;
+	if (!s->grows)
+		return 0;
+	if (fstat(s->fd, &st) == 0)
+		before = (uint64_t)st.st_blocks * 512;
+	/* Emptied segments become FREE through checkpoints (the caller
+	 * flushed what was in flight): one may not free them all (ckpt.c),
+	 * so up to three. */
+	for (int i = 0; i < 3 && rc == 0; i++)
+		rc = ckpt_wait(s);
+	if (rc < 0)
+		return rc;
+	floor_n = (uint32_t)COIL_MIN((uint64_t)s->seg_cap,
+				     COIL_MAX(2ull, GROW_INITIAL_BYTES /
+						    s->sb.segment_size));
+	pthread_mutex_lock(&s->grow_mu);
+	pthread_mutex_lock(&s->mlock);
+	n = s->nseg;
+	for (t = n; t > 0 && s->segs[t - 1].state == SEG_FREE &&
+		    s->segs[t - 1].inflight == 0 &&
+		    atomic_load(&s->segs[t - 1].readers) == 0; t--)
+		;
+	keep = COIL_MAX(t + s->cl->reserve + 2, floor_n);
+	keep = COIL_MIN(keep, n);
+	if (keep < n) {
+		COIL_ASSERT(s->free_segs >= n - keep);
+		s->free_segs -= n - keep;
+		s->nseg = keep;
+		if (s->alloc_cursor >= keep)
+			s->alloc_cursor = 0;
+	}
+	pthread_mutex_unlock(&s->mlock);
+	if (keep < n) {
+		pthread_mutex_lock(&s->ckpt_mu);
+		s->sb.segment_count = keep;
+		pthread_mutex_unlock(&s->ckpt_mu);
+		rc = ckpt_write(s, false);
+		if (rc == 0)
+			rc = grow_truncate(s, keep);
+	}
+	pthread_mutex_unlock(&s->grow_mu);
+	cleaner_resize(s);
+	if (fstat(s->fd, &st) == 0)
+		after = (uint64_t)st.st_blocks * 512;
+	if (before > after)
+		*returned = before - after;
+	return rc;
+}
+
 /* ---- start / stop ---------------------------------------------------------- */
 
 static void cleaner_free(struct cleaner *cl)
@@ -1210,10 +1387,13 @@ int cleaner_start(struct coil_store *s)
 	pthread_cond_init(&cl->space_cv, &ca);
 	pthread_cond_init(&cl->reloc_cv, &ca);
 	pthread_condattr_destroy(&ca);
-	thresholds(cl, s->nseg, s->sb.segment_size);
-	/* A zero-filled file keeps its blocks: punching a freed segment would
-	 * only make the next write into it convert unwritten extents. */
-	rc = seg_discard_init(s, (s->sb.flags & FMT_SUPER_FILLED) && !s->is_blk);
+	thresholds(cl, s->nseg, s->sb.segment_size,
+		   s->grows && s->nseg < s->seg_cap);
+	/* A file keeps its freed segments' blocks: punching one would only
+	 * make the next write into it allocate and convert unwritten extents
+	 * again (docs/space.md).  Space goes back to the file system on
+	 * request (compaction).  Block devices are told (TRIM). */
+	rc = seg_discard_init(s, !s->is_blk);
 	/* A record must fit a chunk with room for others. */
 	cl->rec_max = COIL_MIN(256u << 10, s->chunk_cap / 2);
 	w = &cl->w;
@@ -1221,9 +1401,9 @@ int cleaner_start(struct coil_store *s)
 		    FMT_BLOCK;
 	w->rec_cap = cl->rec_max + FMT_EXTENT_MAX + FMT_JREC_HDR +
 		     FMT_JREC_WRITE_FIXED;
-	cl->gen_seen = calloc(s->nseg, sizeof(*cl->gen_seen));
-	cl->born_ns = calloc(s->nseg, sizeof(*cl->born_ns));
-	cl->victim = calloc(s->nseg, 1);
+	cl->gen_seen = calloc(s->seg_cap, sizeof(*cl->gen_seen));
+	cl->born_ns = calloc(s->seg_cap, sizeof(*cl->born_ns));
+	cl->victim = calloc(s->seg_cap, 1);
 	cl->vlist = calloc(CLEAN_VICTIMS_MAX + 1, sizeof(*cl->vlist));
 	cl->scratch = malloc(FMT_BLOB_MAX);
 	cl->dctx = ZSTD_createDCtx();
@@ -1245,7 +1425,7 @@ int cleaner_start(struct coil_store *s)
 	}
 	{
 		uint64_t now = coil_now_ns();
-		for (uint32_t i = 0; i < s->nseg; i++) {
+		for (uint32_t i = 0; i < s->seg_cap; i++) {
 			cl->gen_seen[i] = s->segs[i].gen;
 			cl->born_ns[i] = now;
 		}

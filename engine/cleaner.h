@@ -34,6 +34,15 @@ void cleaner_kick(struct coil_store *s);
 
 /* Free segments kept for the cleaner (foreground writes may not use them). */
 uint32_t cleaner_reserve_segs(const struct coil_store *s);
+/* A write of @need bytes found no room (write_ticketed, a pool worker
+ * holding its ticket): grow a growing store by a step if it can (grow.c).
+ * Never from the ring thread.  @return segments added, 0, -ENOSPC, -EIO. */
+int cleaner_grow(struct coil_store *s, uint64_t need);
+/* coil_compact: give the free segments at the end of a growing store's
+ * file back to the file system (the emptied segments first become free
+ * through checkpoints); *@returned: the disk bytes the file gave back.
+ * @return 0, -EROFS, -EDEADLK (a coil thread), or a checkpoint's error. */
+int cleaner_compact(struct coil_store *s, uint64_t *returned);
 
 /* The free bytes a write may not take: the cleaner's reserve for a
  * foreground write, nothing for a relocation (w->use_reserve) or without a

@@ -12,7 +12,7 @@ COIL_API void coil_options_init(struct coil_options *o)
 	if (!o)
 		return;
 	memset(o, 0, sizeof(*o));
-	o->size = 1ull << 30;
+	o->size = 0; /* no maximum but the file system's (docs/space.md) */
 	o->compression = "zstd:1";
 	o->max_blob = 65536;
 	o->cache_bytes = 64ull << 20;
@@ -80,6 +80,7 @@ COIL_API const char *coil_strerror(int err)
 	case -EOVERFLOW: return "value too large";
 	case -ENOTSUP: return "not supported";
 	case -EMEDIUMTYPE: return "not a coil store (no valid superblock)";
+	case -COIL_EFEATURE: return "store needs a newer coil (unknown format version or feature)";
 	case -EDEADLK: return "not allowed from a coil callback (it would wait for itself)";
 	case -EMFILE: return "too many open handles or files";
 	case -ENFILE: return "too many open files in the system";

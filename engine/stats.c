@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 
 #include "engine/cleaner.h"
@@ -64,7 +65,7 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 	struct sbuf b = { .p = malloc(4096), .cap = 4096 };
 	uint64_t logical = 0, stored = 0, allocated = 0, free_b = 0, nobj, next, meta;
 	uint64_t nsealed = 0, nfree = 0, npending = 0, nactive = 0, next_total = 0;
-	uint64_t jused, jlen;
+	uint64_t jused, jlen, disk = 0;
 	struct pool_stats ps;
 	struct uring_stats us;
 	int rc;
@@ -97,6 +98,14 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 	meta = ckpt_payload_now(s);
 	pthread_mutex_unlock(&s->mlock);
 	journal_usage(s, &jused, &jlen);
+	/* What the store takes from its file system (du); a device's size */
+	{
+		struct stat st;
+
+		if (fstat(s->fd, &st) == 0)
+			disk = s->is_blk ? s->sb.store_size :
+					   (uint64_t)st.st_blocks * 512;
+	}
 	pool_stats(s->pool, &ps);
 	uring_stats(s->ring, &us);
 
@@ -114,12 +123,17 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 	sb_printf(&b, "\"space\":{\"logical\":%llu,\"stored\":%llu,"
 		  "\"allocated\":%llu,\"free\":%llu,\"segments_free\":%llu,"
 		  "\"segments_sealed\":%llu,\"segments_pending\":%llu,"
-		  "\"segments_active\":%llu,\"reserve_failures\":%llu},",
+		  "\"segments_active\":%llu,\"reserve_failures\":%llu,"
+		  "\"grows\":%s,\"segments_max\":%u,\"grow_steps\":%llu,"
+		  "\"grow_segments\":%llu,\"grow_failures\":%llu,"
+		  "\"disk_bytes\":%llu},",
 		  (unsigned long long)logical, (unsigned long long)stored,
 		  (unsigned long long)allocated, (unsigned long long)free_b,
 		  (unsigned long long)nfree, (unsigned long long)nsealed,
 		  (unsigned long long)npending, (unsigned long long)nactive,
-		  LD(s->st.reserve_fails));
+		  LD(s->st.reserve_fails), s->grows ? "true" : "false",
+		  s->seg_cap, LD(s->st.grows), LD(s->st.grow_segs),
+		  LD(s->st.grow_fails), (unsigned long long)disk);
 	{
 		uint64_t el = atomic_load(&s->st.enc_logical);
 		uint64_t es = atomic_load(&s->st.enc_stored);

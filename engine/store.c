@@ -17,9 +17,11 @@
 #include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "engine/cleaner.h"
+#include "engine/grow.h"
 #include "engine/io/bcache.h"
 #include "engine/io/readahead.h"
 #include "engine/io/wreq.h"
@@ -144,6 +146,7 @@ static void store_free(struct coil_store *s)
 	pthread_mutex_destroy(&s->zmu);
 	pthread_mutex_destroy(&s->ckpt_mu);
 	pthread_mutex_destroy(&s->ck_mu);
+	pthread_mutex_destroy(&s->grow_mu);
 	pthread_cond_destroy(&s->mcond);
 	pthread_cond_destroy(&s->jcond);
 	pthread_cond_destroy(&s->rq_cond);
@@ -181,8 +184,19 @@ static int zero_fill(int fd, uint64_t size)
 	return rc;
 }
 
+/* The segments a new growing store starts with: its first 64 MiB on disk
+ * hold these, the superblocks, the journal's first part and the
+ * checkpoints. */
+static uint32_t grow_initial_segs(const struct fmt_super *sb)
+{
+	uint64_t n = COIL_MAX(2ull, GROW_INITIAL_BYTES / sb->segment_size);
+
+	return (uint32_t)COIL_MIN(n, (uint64_t)fmt_super_seg_capacity(sb));
+}
+
+/* @grows: a file store whose data area starts small and grows. */
 static int store_format(struct coil_store *s, uint64_t size, uint32_t max_blob,
-			bool filled)
+			bool filled, bool grows)
 {
 	int rc = fmt_super_layout(size, max_blob, &s->sb);
 
@@ -190,6 +204,10 @@ static int store_format(struct coil_store *s, uint64_t size, uint32_t max_blob,
 		return rc;
 	if (filled)
 		s->sb.flags = FMT_SUPER_FILLED;
+	if (grows) {
+		s->sb.incompat |= FMT_INCOMPAT_GROW;
+		s->sb.segment_count = grow_initial_segs(&s->sb);
+	}
 	if (getrandom(s->sb.uuid, sizeof(s->sb.uuid), 0) !=
 	    (ssize_t)sizeof(s->sb.uuid)) {
 		struct timespec ts;
@@ -229,6 +247,11 @@ static int read_supers(struct coil_store *s)
 	foreign = !fmt_super_has_magic(buf, FMT_BLOCK) &&
 		  !fmt_super_has_magic(buf + FMT_BLOCK, FMT_BLOCK);
 	bufpool_put(&s->bp, buf);
+	/* An intact copy from a later format: refuse the store before
+	 * anything else of it is read, whatever the other copy says (it is
+	 * older, and replaying under it would lose what the newer wrote). */
+	if (ra == -FMT_EFEATURE || rb == -FMT_EFEATURE)
+		return -COIL_EFEATURE;
 	pick = fmt_super_pick(&a, ra, &b, rb);
 	if (pick < 0)
 		return foreign ? -EMEDIUMTYPE : -EIO;
@@ -321,6 +344,7 @@ static struct coil_store *store_new(const char *path,
 	pthread_mutex_init(&s->zmu, NULL);
 	pthread_mutex_init(&s->ckpt_mu, NULL);
 	pthread_mutex_init(&s->ck_mu, NULL);
+	pthread_mutex_init(&s->grow_mu, NULL);
 	pthread_cond_init(&s->mcond, NULL);
 	pthread_cond_init(&s->jcond, NULL);
 	pthread_cond_init(&s->rq_cond, NULL);
@@ -403,20 +427,76 @@ out:
 	return rc;
 }
 
+/* The largest store coil_options.size 0 asks for: the file system's
+ * size, at most this (the segment table is sized for the maximum). */
+#define STORE_UNLIMITED_MAX (1ull << 40)
+
+/* A new growing store file: the layout for the maximum @max, a file that
+ * ends after the first segments, and blocks allocated only for the first
+ * part of the journal and those segments (the rest of the journal and the
+ * checkpoint areas are holes until needed).  A failure leaves it empty. */
+static int grow_file_create(struct coil_store *s, uint64_t max,
+			    uint32_t max_blob)
+{
+	struct fmt_super sb;
+	struct statvfs sv;
+	uint64_t jlen, end, need;
+	int rc = fmt_super_layout(max, max_blob, &sb);
+
+	if (rc < 0)
+		return rc;
+	jlen = COIL_MIN(sb.journal_len, GROW_JOURNAL_MIN);
+	end = sb.data_off + (uint64_t)grow_initial_segs(&sb) * sb.segment_size;
+	need = jlen + (end - sb.data_off) + 2 * FMT_BLOCK;
+	if (fstatvfs(s->fd, &sv) == 0 &&
+	    need > (uint64_t)sv.f_bavail * sv.f_frsize)
+		return -ENOSPC;
+	if (ftruncate(s->fd, (off_t)end) < 0)
+		return -errno;
+	rc = reserve_range(s, sb.journal_off, jlen);
+	if (rc == 0)
+		rc = reserve_range(s, sb.data_off, end - sb.data_off);
+	if (rc < 0 && ftruncate(s->fd, 0) < 0)
+		rc = -errno;
+	return rc;
+}
+
+static uint64_t seg_base_of(const struct fmt_super *sb, uint32_t idx)
+{
+	return sb->data_off + (uint64_t)idx * sb->segment_size;
+}
+
 /* Phase 4a: size a new file (COIL_CREATE on an empty regular file).
- * *@fresh: it is to be formatted; *@filled: it was zero-filled. */
+ * *@fresh: it is to be formatted; *@filled: it was zero-filled; *@grows:
+ * it starts small and grows (the default; COIL_ZERO_FILL keeps the fixed
+ * layout, written whole). */
 static int store_size_new(struct coil_store *s, const struct coil_options *o,
 			  const struct stat *st, uint64_t *size, bool *fresh,
-			  bool *filled)
+			  bool *filled, bool *grows)
 {
 	int rc;
 
 	/* A new file (or an empty one) with COIL_CREATE is sized and
 	 * formatted; anything else must already be a store. */
 	if ((o->flags & COIL_CREATE) && S_ISREG(st->st_mode) && *size == 0) {
-		if (o->size < 16 * FMT_BLOCK)
+		uint64_t max = o->size;
+
+		if (max == 0) {
+			struct statvfs sv;
+
+			if (fstatvfs(s->fd, &sv) < 0)
+				return -errno;
+			max = COIL_MIN((uint64_t)sv.f_blocks * sv.f_frsize,
+				       STORE_UNLIMITED_MAX);
+		}
+		if (max < 16 * FMT_BLOCK)
 			return -ENOSPC;
-		*size = COIL_ALIGN_DOWN(o->size, FMT_BLOCK);
+		*size = COIL_ALIGN_DOWN(max, FMT_BLOCK);
+		*fresh = true;
+		if (!(o->flags & COIL_ZERO_FILL)) {
+			*grows = true;
+			return grow_file_create(s, *size, o->max_blob);
+		}
 		rc = reserve_file_create(s->fd, s->path, *size);
 		if (rc < 0)
 			return rc;
@@ -426,7 +506,6 @@ static int store_size_new(struct coil_store *s, const struct coil_options *o,
 				return rc;
 			*filled = true;
 		}
-		*fresh = true;
 	} else if (*size < 2 * FMT_BLOCK) {
 		return -EMEDIUMTYPE; /* too short to hold the superblocks */
 	}
@@ -462,12 +541,12 @@ static int store_ring(struct coil_store *s)
 static int store_format_or_load(struct coil_store *s,
 				const struct coil_options *o,
 				const struct stat *st, uint64_t size,
-				bool fresh, bool filled)
+				bool fresh, bool filled, bool grows)
 {
 	int rc;
 
 	if (fresh) {
-		rc = store_format(s, size, o->max_blob, filled);
+		rc = store_format(s, size, o->max_blob, filled, grows);
 		if (rc < 0)
 			return rc;
 	} else {
@@ -479,18 +558,32 @@ static int store_format_or_load(struct coil_store *s,
 		    (o->flags & COIL_CREATE) && S_ISBLK(st->st_mode)) {
 			/* A device with no coil store on it: make one. */
 			rc = store_format(s, COIL_ALIGN_DOWN(size, FMT_BLOCK),
-					  o->max_blob, false);
+					  o->max_blob, false, false);
 		}
 		if (rc < 0)
 			return rc;
-		if (s->sb.store_size > size && !s->salvage)
+		/* A growing file store needs its segments in use; a longer
+		 * file is a growth step a crash interrupted (its tail is
+		 * allocated again by the next step); so does a loop device
+		 * over it.  A fixed store needs the whole layout.  A salvage
+		 * open reads what there is and says what is missing. */
+		uint64_t need = (s->sb.incompat & FMT_INCOMPAT_GROW) ?
+					seg_base_of(&s->sb, s->sb.segment_count) :
+					s->sb.store_size;
+
+		if (need > size && !s->salvage)
 			return -EIO;
-		if (s->sb.store_size > size)
+		if (need > size)
 			salvage_note(s, "the store is %" PRIu64 " bytes shorter "
 				     "than its superblock says: data past byte %"
-				     PRIu64 " is lost", s->sb.store_size - size,
-				     size);
+				     PRIu64 " is lost", need - size, size);
 	}
+	/* A growing store seen through a block device (a loop device over
+	 * its file) is as long as the device: it does not grow there. */
+	s->grows = (s->sb.incompat & FMT_INCOMPAT_GROW) && !s->is_blk;
+	s->seg_cap = s->grows ? fmt_super_seg_capacity(&s->sb) :
+				s->sb.segment_count;
+	s->j_alloc = s->sb.journal_len;
 	/* A blob and its segment header must fit one segment. */
 	s->max_blob = COIL_MIN(s->sb.max_blob, s->sb.segment_size / 2);
 	/* About 16 MiB of whole-blob buffers (reads, decodes, small
@@ -504,7 +597,7 @@ static int store_format_or_load(struct coil_store *s,
 	s->bp.large = &s->bp_mid;
 	s->bp_mid.large = &s->bp_large;
 	s->nseg = s->sb.segment_count;
-	s->segs = calloc(s->nseg, sizeof(*s->segs));
+	s->segs = calloc(s->seg_cap, sizeof(*s->segs));
 	s->zc = ZSTD_createCCtx();
 	s->zd = ZSTD_createDCtx();
 	if (!s->segs || !s->zc || !s->zd)
@@ -567,6 +660,13 @@ static int store_start(struct coil_store *s, const struct coil_options *o)
 		rc = scrub_start(s, o);
 	if (rc < 0 || s->rdonly)
 		return rc;
+	if (s->grows) {
+		/* The journal's allocated part: what create allocated at
+		 * least, and this size's share if the file system has it
+		 * (allocating allocated blocks is free). */
+		s->j_alloc = COIL_MIN(s->sb.journal_len, GROW_JOURNAL_MIN);
+		(void)grow_journal(s, grow_journal_target(s, s->nseg));
+	}
 	/* The recovered state becomes the new base: nothing written before
 	 * this point is needed from the journal again. */
 	rc = ckpt_write(s, false);
@@ -589,6 +689,7 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	struct stat st;
 	uint64_t size = 0;
 	bool fresh = false, created = false, filled = false, locked = false;
+	bool grows = false;
 	int level, rc;
 
 	if (out)
@@ -614,11 +715,12 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 		rc = store_lock(s, &st);
 	locked = rc == 0;
 	if (rc == 0)
-		rc = store_size_new(s, o, &st, &size, &fresh, &filled);
+		rc = store_size_new(s, o, &st, &size, &fresh, &filled, &grows);
 	if (rc == 0)
 		rc = store_ring(s);
 	if (rc == 0)
-		rc = store_format_or_load(s, o, &st, size, fresh, filled);
+		rc = store_format_or_load(s, o, &st, size, fresh, filled,
+					  grows);
 	if (rc == 0)
 		rc = store_recover(s);
 	if (rc == 0)

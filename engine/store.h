@@ -77,6 +77,9 @@ struct engine_stats {
 	_Atomic uint64_t dev_bytes_written, dev_bytes_read;
 	_Atomic uint64_t flushes, fsyncs;
 	_Atomic uint64_t reserve_fails; /* segments the file system refused */
+	/* growth of the data area (engine/grow.c): steps taken, segments
+	 * added, steps the file system refused (-ENOSPC) */
+	_Atomic uint64_t grows, grow_segs, grow_fails;
 	/* high-water marks of coil_flush calls waiting or in flight (bound:
 	 * ENGINE_FLUSH_MAX) and of their fdatasyncs in flight (bound: 1) */
 	_Atomic uint64_t flush_waiters_max, flush_fsyncs_inflight_max;
@@ -142,8 +145,12 @@ struct coil_store {
 	struct extmap_acct ext_acct;
 	uint64_t name_bytes;
 	uint64_t ckpt_reserved;
-	struct seg *segs;
-	uint32_t nseg;
+	struct seg *segs;       /* seg_cap entries; the first nseg in use */
+	uint32_t nseg;          /* segments in use: changes only under mlock,
+				 * and only upward while open (grow.c) */
+	uint32_t seg_cap;       /* segments the layout has room for */
+	bool grows;             /* a file store whose data area grows
+				 * (FMT_INCOMPAT_GROW) */
 	uint32_t active;        /* UINT32_MAX: none */
 	uint64_t active_head;   /* next free byte, relative to the segment */
 	uint32_t alloc_cursor;
@@ -221,6 +228,17 @@ struct coil_store {
 
 	struct engine_stats st;
 	struct coil_store *reg_next; /* process-wide registry */
+
+	/* ---- growth (engine/grow.c) ---- */
+	pthread_mutex_t grow_mu; /* one growth step at a time; taken before
+				  * every other lock */
+	/* Journal bytes from the start of the ring whose blocks are
+	 * allocated (journal_len when all are): the ring wraps early at it,
+	 * so a journal write never needs space from the file system.  jlock. */
+	uint64_t j_alloc;
+	/* tests: the next growth steps fail with this errno (0: off); only
+	 * the COIL_FAULT_SEAM build looks at it */
+	_Atomic int fault_grow_errno;
 
 	/* ---- space management (engine/cleaner.c) ---- */
 	struct cleaner *cl;     /* NULL: read-only, or not started */

@@ -174,10 +174,28 @@ static inline void fmt_cursor_get_bytes(struct fmt_cursor *c, void *dst, size_t 
                                           creation; freed segments of a
                                           regular file are not punched */
 #define FMT_CKPT_SLOT_NONE 0xFFFFFFFFu /* ckpt_slot: no checkpoint yet */
+/* Superblock versions: 1 (fixed layout, no feature words) and 2 (feature
+ * words at bytes 160 and 168).  Structures other than the superblock stay
+ * at FMT_VERSION; a format change after this one sets a feature bit
+ * (docs/format.md, "Format changes"), it does not bump a version. */
+#define FMT_SUPER_VERSION_V1 1u
+#define FMT_SUPER_VERSION 2u
+/* incompat bit 0: the data area grows.  segment_count is the number of
+ * segments in use (the file ends at or after data_off +
+ * segment_count * segment_size) and store_size is the largest the store
+ * may become.  A reader that ignored it would read a shorter file as
+ * damaged, or write segments past the file's end that no one allocated. */
+#define FMT_INCOMPAT_GROW 0x1ull
+#define FMT_INCOMPAT_KNOWN FMT_INCOMPAT_GROW
+#define FMT_COMPAT_KNOWN 0x0ull
+/* fmt_super_decode: a superblock that is intact (checksum) but needs a
+ * feature or version this code does not know.  The same value as the
+ * public COIL_EFEATURE. */
+#define FMT_EFEATURE EPROTONOSUPPORT
 #define FMT_JOURNAL_OFF (2u * FMT_BLOCK)
 
 struct fmt_super {
-	uint32_t version;     /* FMT_VERSION; set by layout, checked by decode */
+	uint32_t version;     /* FMT_SUPER_VERSION (or _V1 for an old store) */
 	uint32_t block_size;  /* FMT_BLOCK */
 	uint8_t uuid[16];     /* first 8 bytes (LE) are the store_id */
 	uint64_t seq;         /* written to copy seq % 2 */
@@ -197,6 +215,11 @@ struct fmt_super {
 	uint64_t ckpt_csum;   /* fmt_ckpt_block_csum() of the header block */
 	uint64_t replay_off;  /* relative to journal_off, BLOCK aligned */
 	uint64_t replay_seq;
+	/* version 2 only (zero in version 1): feature words.  Decode keeps
+	 * compat bits it does not know (encode(decode(x)) == x); the engine
+	 * clears them when it rewrites the superblock. */
+	uint64_t compat;
+	uint64_t incompat;
 };
 
 static inline uint64_t fmt_super_store_id(const struct fmt_super *sb)
@@ -207,16 +230,19 @@ static inline uint64_t fmt_super_store_id(const struct fmt_super *sb)
 /* Writes one whole BLOCK (zero padded).  @return FMT_BLOCK, or -EINVAL when
  * len < FMT_BLOCK or @sb would not decode (geometry, version, slot...). */
 int fmt_super_encode(const struct fmt_super *sb, uint8_t *buf, size_t len);
-/* @return 0; -EINVAL if len < FMT_BLOCK; -EIO for bad magic, version,
- * checksum or geometry. */
+/* @return 0; -EINVAL if len < FMT_BLOCK; -EIO for bad magic, checksum or
+ * geometry; -FMT_EFEATURE for an intact superblock of a later version or
+ * with an incompat bit this code does not know (checked right after the
+ * checksum, before any other field is trusted). */
 int fmt_super_decode(struct fmt_super *sb, const uint8_t *buf, size_t len);
 /* 1 when the BLOCK at @buf starts with the superblock magic, whatever the
  * rest holds: a copy without it was never a coil superblock, a copy with it
  * that does not decode is a damaged one. */
 int fmt_super_has_magic(const uint8_t *buf, size_t len);
-/* Zeroes @sb and fills version, block_size, max_blob, the geometry for a new
- * store of @store_size bytes (docs/format.md) and ckpt_slot = NONE; the
- * caller sets uuid and seq.  @return 0, -EINVAL (max_blob not a power of two
+/* Zeroes @sb and fills version (FMT_SUPER_VERSION), block_size, max_blob,
+ * the geometry for a new store of @store_size bytes (docs/format.md) and
+ * ckpt_slot = NONE; the caller sets uuid and seq, and for a growing store
+ * incompat |= FMT_INCOMPAT_GROW and a smaller segment_count.  @return 0, -EINVAL (max_blob not a power of two
  * in [4096, 1 MiB]), -ENOSPC (fewer than 2 data segments fit). */
 int fmt_super_layout(uint64_t store_size, uint32_t max_blob, struct fmt_super *sb);
 /* Choose between the two decoded copies (rc = their decode results).
@@ -224,6 +250,10 @@ int fmt_super_layout(uint64_t store_size, uint32_t max_blob, struct fmt_super *s
  * neither is valid or both are valid but belong to different stores (uuid):
  * an interrupted create must not resurrect an older store. */
 int fmt_super_pick(const struct fmt_super *a, int a_rc, const struct fmt_super *b, int b_rc);
+/* Segments the layout has room for: (store_size - data_off) / segment_size,
+ * at most UINT32_MAX.  A fixed store uses them all; a growing one starts
+ * with fewer. */
+uint32_t fmt_super_seg_capacity(const struct fmt_super *sb);
 
 /* ---- segment header ----------------------------------------------------- */
 

@@ -36,8 +36,15 @@ static int areas_overlap(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
  * Returns 1 when consistent. */
 static int super_valid(const struct fmt_super *sb)
 {
-	if (sb->version != FMT_VERSION || sb->block_size != FMT_BLOCK)
+	if (sb->block_size != FMT_BLOCK)
 		return 0;
+	if (sb->version == FMT_SUPER_VERSION_V1) {
+		if (sb->compat || sb->incompat)
+			return 0; /* version 1 has no feature words */
+	} else if (sb->version != FMT_SUPER_VERSION ||
+		   (sb->incompat & ~FMT_INCOMPAT_KNOWN)) {
+		return 0;
+	}
 	if (sb->flags & ~(FMT_SUPER_CLEAN | FMT_SUPER_FILLED))
 		return 0;
 	if (!blob_size_ok(sb->max_blob))
@@ -104,6 +111,10 @@ int fmt_super_encode(const struct fmt_super *sb, uint8_t *buf, size_t len)
 	coil_put_le64(buf + 136, sb->ckpt_csum);
 	coil_put_le64(buf + 144, sb->replay_off);
 	coil_put_le64(buf + 152, sb->replay_seq);
+	if (sb->version >= FMT_SUPER_VERSION) {
+		coil_put_le64(buf + 160, sb->compat);
+		coil_put_le64(buf + 168, sb->incompat);
+	}
 	coil_put_le64(buf + FMT_SUPER_CSUM_OFF, fmt_csum(buf, FMT_SUPER_CSUM_OFF));
 	return FMT_SUPER_SIZE;
 }
@@ -116,10 +127,24 @@ int fmt_super_decode(struct fmt_super *sb, const uint8_t *buf, size_t len)
 		return -EIO;
 	if (coil_get_le64(buf + FMT_SUPER_CSUM_OFF) != fmt_csum(buf, FMT_SUPER_CSUM_OFF))
 		return -EIO;
-	if (!fmt_all_zero(buf + 116, 4) || !fmt_all_zero(buf + 160, FMT_SUPER_CSUM_OFF - 160))
-		return -EIO;
 	struct fmt_super s;
 	s.version = coil_get_le32(buf + 8);
+	s.compat = s.incompat = 0;
+	/* The version and the incompat word come first: a later format is
+	 * refused as such, not as damage, and nothing else of it is read. */
+	if (s.version > FMT_SUPER_VERSION)
+		return -FMT_EFEATURE;
+	size_t zero_from = 160;
+	if (s.version >= FMT_SUPER_VERSION) {
+		s.compat = coil_get_le64(buf + 160);
+		s.incompat = coil_get_le64(buf + 168);
+		if (s.incompat & ~FMT_INCOMPAT_KNOWN)
+			return -FMT_EFEATURE;
+		zero_from = 176;
+	}
+	if (!fmt_all_zero(buf + 116, 4) ||
+	    !fmt_all_zero(buf + zero_from, FMT_SUPER_CSUM_OFF - zero_from))
+		return -EIO;
 	s.block_size = coil_get_le32(buf + 12);
 	memcpy(s.uuid, buf + 16, 16);
 	s.seq = coil_get_le64(buf + 32);
@@ -165,7 +190,7 @@ int fmt_super_layout(uint64_t store_size, uint32_t max_blob, struct fmt_super *s
 	if (!sb || !blob_size_ok(max_blob))
 		return -EINVAL;
 	memset(sb, 0, sizeof(*sb));
-	sb->version = FMT_VERSION;
+	sb->version = FMT_SUPER_VERSION;
 	sb->block_size = FMT_BLOCK;
 	sb->store_size = store_size;
 	sb->max_blob = max_blob;
@@ -200,6 +225,16 @@ int fmt_super_pick(const struct fmt_super *a, int a_rc, const struct fmt_super *
 	if (memcmp(a->uuid, b->uuid, sizeof(a->uuid)))
 		return -EIO;
 	return b->seq > a->seq ? 1 : 0;
+}
+
+uint32_t fmt_super_seg_capacity(const struct fmt_super *sb)
+{
+	uint64_t n;
+
+	if (!sb || !sb->segment_size || sb->store_size <= sb->data_off)
+		return 0;
+	n = (sb->store_size - sb->data_off) / sb->segment_size;
+	return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
 /* ---- segment header ---- */

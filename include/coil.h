@@ -22,6 +22,7 @@
 #ifndef COIL_H
 #define COIL_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,6 +36,13 @@ extern "C" {
 #define COIL_API
 #endif
 
+/* coil_open: the store was written by a later coil with a format feature
+ * this library does not have (a newer superblock version, or an incompat
+ * feature bit it does not know).  Nothing of the store was read past its
+ * superblock and nothing was written; open it with a coil that knows the
+ * feature.  A negative errno like every other code (-EPROTONOSUPPORT). */
+#define COIL_EFEATURE EPROTONOSUPPORT
+
 typedef struct coil_store coil_store; /* opaque: one open store */
 typedef struct coil_obj coil_obj;     /* opaque: one open object */
 
@@ -47,15 +55,13 @@ typedef void (*coil_cb)(void *arg, int64_t res);
 #define COIL_RDONLY    0x2u /* store: open read-only; writes fail with -EROFS */
 #define COIL_NO_DIRECT 0x4u /* store: do not use O_DIRECT (tmpfs and the like) */
 #define COIL_EXCL      0x8u /* object: with COIL_CREATE, fail -EEXIST if present */
-/* store creation on a regular file: write the whole file (zeros) before
- * formatting, and never punch freed segments afterwards (recorded in the
- * superblock).  Creation takes as long as writing the file once; in
- * return every later O_DIRECT write is an overwrite of written blocks, which
- * file systems (ext4, XFS) do without converting unwritten extents.  Without
- * it the file is fallocated and freed segments are punched (the space goes
- * back to the file system, and is allocated again before the segment is
- * reused: a file system that filled up meanwhile makes writes fail with
- * -ENOSPC, and they succeed again once it has room).  Ignored for block
+/* store creation on a regular file (expert option): a fixed-size store of
+ * o->size bytes, the whole file written (zeros) before formatting, that
+ * never grows.  Creation takes as long as writing the file once; in return
+ * every later O_DIRECT write is an overwrite of written blocks, which file
+ * systems (ext4, XFS) do without converting unwritten extents.  Without it
+ * (the default) the store starts small and grows (docs/space.md).  Freed
+ * segments of a file are never punched either way.  Ignored for block
  * devices and existing stores. */
 #define COIL_ZERO_FILL 0x10u
 /* store: a coil_read that needs no device I/O (every byte from the cache,
@@ -95,9 +101,13 @@ typedef void (*coil_cb)(void *arg, int64_t res);
 #define COIL_MIN_SIZE (6ull << 20)
 
 struct coil_options {
-	uint64_t size;           /* capacity of a new file-backed store, bytes
-	                            (default 1 GiB, at least COIL_MIN_SIZE);
-	                            ignored for block devices */
+	uint64_t size;           /* the largest a new file-backed store may
+	                            grow to, bytes (at least COIL_MIN_SIZE);
+	                            default 0: as large as the file system
+	                            (at most 1 TiB).  The file starts at most
+	                            64 MiB on disk and grows as data arrives.
+	                            Ignored for block devices (the whole
+	                            device) and existing stores */
 	unsigned flags;          /* COIL_CREATE, COIL_RDONLY, COIL_NO_DIRECT,
 	                            COIL_ZERO_FILL, COIL_INLINE_CB */
 	const char *compression; /* "none", "zstd", "zstd:N" (default "zstd:1");
@@ -144,9 +154,10 @@ COIL_API void coil_options_init(struct coil_options *o);
  *   -EMEDIUMTYPE (not a coil store: neither superblock copy has coil's
  *   magic, or the file is too short to hold them), -EIO (a damaged store:
  *   both superblocks corrupt, its checkpoint corrupt, or a device read
- *   failed during recovery), -ENOSPC (new store smaller than COIL_MIN_SIZE,
- *   or a new store file larger than its file system's free space: nothing
- *   is left behind), -ENOMEM, or the errno of a failed system call
+ *   failed during recovery), -EPROTONOSUPPORT (COIL_EFEATURE: written by a
+ *   later coil with a format feature this one does not know), -ENOSPC (new
+ *   store smaller than COIL_MIN_SIZE, or a file system without room for a
+ *   new store's first 64 MiB: nothing is left behind), -ENOMEM, or the errno of a failed system call
  *   (-EACCES...). */
 COIL_API int coil_open(const char *path, const struct coil_options *o,
                        coil_store **out);
@@ -369,6 +380,17 @@ COIL_API int coil_scrub_damage(coil_store *s, coil_damage_fn fn, void *arg);
  *   @fn's nonzero value, -EBADF, -EINVAL, -EDEADLK, -ENOMEM, -ESHUTDOWN. */
 COIL_API int coil_check(coil_store *s, coil_damage_fn fn, void *arg,
 			struct coil_scrub_info *info);
+/* Give space back to the file system: the free segments at the end of a
+ * growing store's file (what removes and the cleaner emptied) are cut off,
+ * down to the size a new store starts with.  Waits for the checkpoints
+ * that free emptied segments.  Live data is not moved (yet): free space
+ * before the last segment in use stays with the store, allocated, where
+ * the next writes reuse it at full speed.  Safe against crashes at any
+ * point (the file is cut only after a checkpoint and the superblock name
+ * the smaller size).  A fixed-size store (COIL_ZERO_FILL, a block device)
+ * returns 0 bytes.  *@returned (may be NULL): bytes the file gave back.
+ * @return 0, -EBADF, -EROFS (read-only), -EDEADLK (from a callback), -EIO. */
+COIL_API int coil_compact(coil_store *s, uint64_t *returned);
 
 /* A static, human-readable name for a coil return code (negative errno).
  * Never NULL. */

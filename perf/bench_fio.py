@@ -16,6 +16,11 @@ BENCH_FIO_POLL_US (coil_poll_us, default 50: the plugin polls for
 completions up to 50 us before it sleeps; 0 = sleep at once), BENCH_PROFILE
 (1 = after the repeats, one more coil run per workload under `perf record`
 to show where coil's time goes; default 1 when perf works).
+
+Every case also runs a third side, coil_defaults: a fresh store made and
+driven with only coil_store, coil_size and coil_compression=none (what a new
+user types), alternating with the other two in the same run; its ratios are
+the "defaults" rows (BENCH_FIO_DEFAULTS=0 leaves it out).
 """
 import os
 import re
@@ -29,10 +34,12 @@ RUNTIME = max(1, int(float(os.environ.get('BENCH_FIO_RUNTIME', str(5 * bc.SCALE)
 CACHE = os.environ.get('BENCH_FIO_CACHE', '8M')
 ZERO_FILL = os.environ.get('BENCH_FIO_ZERO_FILL', '1')
 POLL_US = os.environ.get('BENCH_FIO_POLL_US', '50')
+DEFAULTS = os.environ.get('BENCH_FIO_DEFAULTS', '1') != '0'
 
 PLAIN = os.path.join(bc.VAR, 'plain.dat')
 STORE_R = os.path.join(bc.VAR, 'fio-read.coil')
 STORE_W = os.path.join(bc.VAR, 'fio-write.coil')
+STORE_RD = os.path.join(bc.VAR, 'fio-read-defaults.coil')
 STATS = os.path.join(bc.VAR, 'fio-stats.json')
 
 CASES = [
@@ -50,6 +57,11 @@ def common(name, rw, bs, qd, extra):
             '--iodepth=%d' % qd, '--size=%d' % SIZE,
             '--iodepth_batch_complete_max=%d' % qd,
             '--randrepeat=0'] + extra
+
+
+def default_opts():
+    """Only what a new user sets: the store, its maximum, no compression."""
+    return dict(compression='none', size=str(SIZE * 3))
 
 
 def coil_opts():
@@ -72,6 +84,10 @@ def prefill():
     bc.fresh(STORE_R)
     bc.fio(['--name=fill', '--filename=obj', '--rw=write', '--bs=1M',
             '--iodepth=8', '--size=%d' % SIZE] + bc.coil_args(STORE_R, **coil_opts()))
+    if DEFAULTS:
+        bc.fresh(STORE_RD)
+        bc.fio(['--name=fill', '--filename=obj', '--rw=write', '--bs=1M',
+                '--iodepth=8', '--size=%d' % SIZE] + bc.coil_args(STORE_RD, **default_opts()))
 
 
 def make_store(store, opts):
@@ -89,13 +105,14 @@ def run_case(case, side):
         doc = bc.fio(args + ['--ioengine=io_uring', '--direct=1',
                              '--filename=' + PLAIN])
         return bc.fio_summary(doc), None
-    store = STORE_R
+    opts = default_opts() if side == 'coil_defaults' else coil_opts()
+    store = STORE_RD if side == 'coil_defaults' else STORE_R
     if rw != 'randread':
         store = STORE_W
         bc.fresh(STORE_W)
-        make_store(store, coil_opts())
+        make_store(store, opts)
     bc.fresh(STATS)
-    doc = bc.fio(args + ['--filename=obj'] + bc.coil_args(store, **coil_opts()),
+    doc = bc.fio(args + ['--filename=obj'] + bc.coil_args(store, **opts),
                  env={'COIL_FIO_STATS': STATS})
     stats = None
     if os.path.exists(STATS):
@@ -156,19 +173,23 @@ def main():
     prefill()
     keys = ['bw_mib_s', 'iops', 'p50_us', 'p99_us', 'p999_us', 'cpu_us_per_io']
     results = {'comparison': 'fio_vs_io_uring', 'size_bytes': SIZE,
-               'coil_options': coil_opts(), 'cases': {}}
+               'coil_options': coil_opts(), 'coil_default_options': default_opts(),
+               'cases': {}}
     for case in CASES:
         name, target = case[0], case[4]
         runs = {'io_uring': [], 'coil': []}
         last_stats = None
         sides = {'io_uring': lambda c=case: run_case(c, 'io_uring'),
                  'coil': lambda c=case: run_case(c, 'coil')}
+        if DEFAULTS:
+            runs['coil_defaults'] = []
+            sides['coil_defaults'] = lambda c=case: run_case(c, 'coil_defaults')
         for r, side, fn in bc.alternate(bc.REPEATS, sides):
             s, stats = fn()
             runs[side].append(s)
             if stats is not None:
                 last_stats = stats
-            bc.log('   %-20s rep %d %-8s %8.1f MiB/s  p99 %8.1f us  cpu/io %6.2f us'
+            bc.log('   %-20s rep %d %-13s %8.1f MiB/s  p99 %8.1f us  cpu/io %6.2f us'
                    % (name, r + 1, side, s['bw_mib_s'], s['p99_us'], s['cpu_us_per_io']))
         med = bc.summarize(runs, keys)
         rat = bc.ratio(med['coil']['bw_mib_s'], med['io_uring']['bw_mib_s'])
@@ -180,6 +201,18 @@ def main():
             'coil_stats_last': last_stats,
             'profile': profile(case),
         }
+        if DEFAULTS:
+            d = results['cases'][name]
+            d['ratio_bw_defaults'] = bc.ratio(med['coil_defaults']['bw_mib_s'],
+                                              med['io_uring']['bw_mib_s'])
+            d['verdict_defaults'] = bc.verdict(d['ratio_bw_defaults'], target)
+            d['ratio_cpu_per_io_defaults'] = bc.ratio(
+                med['coil_defaults']['cpu_us_per_io'], med['io_uring']['cpu_us_per_io'])
+            bc.log('   %-20s defaults only: coil/io_uring bandwidth %.2fx (%s), '
+                   'cpu per io %.2f us vs %.2f us (%.2fx)'
+                   % (name, d['ratio_bw_defaults'], d['verdict_defaults'],
+                      med['coil_defaults']['cpu_us_per_io'],
+                      med['io_uring']['cpu_us_per_io'], d['ratio_cpu_per_io_defaults']))
         bc.log('   %-20s median coil/io_uring bandwidth %.2fx (target >= %.2fx: %s), '
                'cpu per io %.2fx' % (name, rat, target, bc.verdict(rat, target),
                                       results['cases'][name]['ratio_cpu_per_io']))

@@ -71,6 +71,20 @@ def fio_section(d, L):
         for p in ('p50_us', 'p99_us', 'p999_us'):
             lat.append(('%s %s' % (name.split('_')[0], p[:-3]), [a[p], b[p]]))
     L.append('')
+    if any('ratio_bw_defaults' in c for c in d['cases'].values()):
+        L.append('Defaults only (a fresh store made and driven with only `coil_store`, `coil_size`, '
+                 '`coil_compression=none`), alternating with the rows above in the same run:\n')
+        L.append('| workload | io_uring MiB/s | coil defaults MiB/s | ratio | target | p99 io_uring µs | p99 coil µs | CPU µs/IO io_uring | CPU µs/IO coil |')
+        L.append('|---|---|---|---|---|---|---|---|---|')
+        for name, c in d['cases'].items():
+            if 'ratio_bw_defaults' not in c:
+                continue
+            a, b = c['median']['io_uring'], c['median']['coil_defaults']
+            L.append('| %s | %.1f | %.1f | **%.2f×** | ≥ %.2f× (%s) | %.0f | %.0f | %.2f | %.2f |'
+                     % (name, a['bw_mib_s'], b['bw_mib_s'], c['ratio_bw_defaults'], c['target'],
+                        c['verdict_defaults'], a['p99_us'], b['p99_us'], a['cpu_us_per_io'],
+                        b['cpu_us_per_io']))
+        L.append('')
     prof = [(n, c) for n, c in d['cases'].items() if c.get('profile')]
     if prof:
         L.append('Where coil\'s time goes (one extra coil run per workload under `perf record -F 999`, '
@@ -256,6 +270,20 @@ def pages_qd1_section(d, L):
     L.append('| cached (memory) | %.1f / %.1f | %.1f / %.1f (page cache) | %.2f× |'
              % (c['cached_p50_us'], c['cached_p99_us'], f['cached_p50_us'],
                 f['cached_p99_us'], x['cached_p50_vs_fio']))
+def disk_section(d, L):
+    L.append('### 6. disk bytes of a default store\n')
+    L.append('`coil create STORE 0` (no maximum), %d MiB of incompressible data written through '
+             'the library (`coil put`, 1 MiB writes), then removed (`coil rm`) and the store '
+             'compacted (`coil compact`); bytes are `du`.\n'
+             % (d['data_bytes'] >> 20))
+    L.append('| state | on disk | target |')
+    L.append('|---|---|---|')
+    L.append('| empty | %.1f MiB | ≤ 64 MiB (%s) |' % (d['empty_bytes'] / 2**20, d['empty_verdict']))
+    L.append('| holding the data | %.1f MiB = **%.3f×** the data | ≤ 1.1× (%s) |'
+             % (d['full_bytes'] / 2**20, d['ratio_full'], d['full_verdict']))
+    L.append('| everything removed | %.1f MiB | |' % (d['removed_bytes'] / 2**20))
+    L.append('| then `coil compact` | %.1f MiB | ≤ 128 MiB (%s) |'
+             % (d['compacted_bytes'] / 2**20, d['compacted_verdict']))
     L.append('')
 
 
@@ -268,7 +296,7 @@ def main():
          '`perf/results/*.json`; plots: `perf/results/*.png`.\n',
          '## Running them\n',
          '```',
-         'tools/dev.sh bench            # all five, ~10 min on 2 cores',
+         'tools/dev.sh bench            # all six, ~11 min on 2 cores',
          'tools/dev.sh bench 1 4        # only comparisons 1 and 4',
          'BENCH_REPEATS=5 BENCH_SCALE=4 tools/dev.sh bench   # more repeats, 4x the data',
          '```\n',
@@ -285,13 +313,13 @@ def main():
          '[global]',
          'ioengine=external:/usr/local/lib/x86_64-linux-gnu/coil/coil-fio.so',
          'coil_store=/data/bench.coil   ; created when missing',
-         'coil_size=8g                  ; capacity when creating (default max(1G, 2 x size))',
+         'coil_size=8g                  ; the most a new store may grow to (default 2 x size)',
          'coil_compression=zstd:1       ; none | zstd | zstd:N',
          'coil_pool=fair                ; fair | semaphore',
          'coil_prefetch=1               ; readahead on/off',
          'coil_cache=64m                ; decoded-blob cache (default: coil\'s)',
          'coil_workers=0                ; pool threads, 0 = one per core',
-         'coil_zero_fill=0              ; 1 = create the store written whole, never punched',
+         'coil_zero_fill=0              ; 1 = expert: a fixed store written whole at creation',
          'coil_poll_us=0                ; poll for completions up to N us before sleeping',
          'coil_inline_cb=1              ; cache hits complete inside the submit (COIL_INLINE_CB)',
          'thread=1                      ; jobs in one process share the store',
@@ -318,6 +346,11 @@ def main():
         for n, c in d['cases'].items():
             summary.append('| 1 | fio %s, coil / io_uring bandwidth | %.2f× | ≥ %.2f× | %s |'
                            % (n, c['ratio_bw'], c['target'], c['verdict']))
+        for n, c in d['cases'].items():
+            if 'ratio_bw_defaults' in c:
+                summary.append('| 1 | fio %s, **defaults only**, coil / io_uring bandwidth (CPU/IO ratio) | %.2f× (%.2f×) | ≥ %.2f× | %s |'
+                               % (n, c['ratio_bw_defaults'], c['ratio_cpu_per_io_defaults'],
+                                  c['target'], c['verdict_defaults']))
     d = load('codec_vs_zstd')
     if d:
         summary.append('| 2 | compressed write, overhead beyond the codec per core | %+.0f %% | ≤ 15 %% | %s |'
@@ -349,13 +382,22 @@ def main():
         x = d['ratios']
         summary.append('| 5b | pages at QD 1, defaults, coil / RocksDB: reads after a cold reopen, writes | %.2f×, %.2f× | ≥ 1.0×, ≥ 1.0× | %s, %s |'
                        % (x['read_ops'], x['write_ops'], bc_verdict(x['read_ops']), bc_verdict(x['write_ops'])))
+    d = load('disk_space')
+    if d:
+        summary.append('| 6 | empty default store on disk | %.1f MiB | ≤ 64 MiB | %s |'
+                       % (d['empty_bytes'] / 2**20, d['empty_verdict']))
+        summary.append('| 6 | store holding %d MiB, disk / data | %.3f× | ≤ 1.1× | %s |'
+                       % (d['data_bytes'] >> 20, d['ratio_full'], d['full_verdict']))
+        summary.append('| 6 | after removing everything and `coil compact` | %.1f MiB | ≤ 128 MiB | %s |'
+                       % (d['compacted_bytes'] / 2**20, d['compacted_verdict']))
     if summary:
         L += ['| # | measure | median | target | |', '|---|---|---|---|---|'] + summary + ['']
     first = None
     for name, fn in (('fio_vs_io_uring', fio_section), ('codec_vs_zstd', codec_section),
                      ('pool_fair_vs_semaphore', pool_section),
                      ('prefetch_on_vs_off', prefetch_section), ('pages_vs_rocksdb', pages_section),
-                     ('pages_qd1_vs_rocksdb', pages_qd1_section)):
+                     ('pages_qd1_vs_rocksdb', pages_qd1_section),
+                     ('disk_space', disk_section)):
         d = load(name)
         if d is None:
             L.append('### %s\n\nNot run in this invocation (no perf/results/%s.json).\n' % (name, name))

@@ -23,6 +23,7 @@ static const struct { const char *name; int code; } known[] = {
 	E(ENXIO), E(ELOOP), E(ETXTBSY), E(EINTR), E(ETIMEDOUT), E(EUCLEAN),
 	E(ESTALE), E(ENOTTY), E(ENOBUFS), E(EFAULT), E(EMEDIUMTYPE),
 	E(EALREADY),
+	E(EPROTONOSUPPORT),
 };
 
 static int code_of(const char *name)

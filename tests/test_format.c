@@ -78,6 +78,8 @@ static void super_assert_eq(const struct fmt_super *a, const struct fmt_super *b
 	cr_assert_eq(a->ckpt_off[1], b->ckpt_off[1]);
 	cr_assert_eq(a->ckpt_len, b->ckpt_len);
 	cr_assert_eq(a->data_off, b->data_off);
+	cr_assert_eq(a->compat, b->compat);
+	cr_assert_eq(a->incompat, b->incompat);
 	cr_assert_eq(a->segment_size, b->segment_size);
 	cr_assert_eq(a->segment_count, b->segment_count);
 	cr_assert_eq(a->max_blob, b->max_blob);
@@ -201,6 +203,8 @@ static void super_field_rejected(void (*mut)(struct fmt_super *), const char *wh
 	super_sample(&ok, GiB);
 	cr_assert_eq(fmt_super_encode(&ok, block, sizeof(block)), FMT_BLOCK);
 	coil_put_le32(block + 8, sb.version);
+	if (sb.version == FMT_SUPER_VERSION_V1)
+		coil_put_le64(block + 168, sb.incompat); /* in v1's zero area */
 	coil_put_le32(block + 12, sb.block_size);
 	coil_put_le64(block + 40, sb.store_size);
 	coil_put_le64(block + 48, sb.journal_off);
@@ -221,7 +225,7 @@ static void super_field_rejected(void (*mut)(struct fmt_super *), const char *wh
 }
 
 #define MUT(name, body) static void name(struct fmt_super *s) { body; }
-MUT(m_version, s->version = 2)
+MUT(m_version, s->version = 1; s->incompat = FMT_INCOMPAT_GROW)
 MUT(m_version0, s->version = 0)
 MUT(m_block, s->block_size = 512)
 MUT(m_flags, s->flags = 4)
@@ -274,6 +278,95 @@ Test(format_super, each_field_checked_semantically)
 	};
 	for (size_t i = 0; i < COIL_ARRAY_LEN(m); i++)
 		super_field_rejected(m[i].f, m[i].n);
+}
+
+/* Re-checksum a patched superblock block. */
+static void super_reseal(void)
+{
+	coil_put_le64(block + FMT_SUPER_CSUM_OFF, fmt_csum(block, FMT_SUPER_CSUM_OFF));
+}
+
+/* The feature words: an unknown incompat bit or a later version is refused
+ * as such (-FMT_EFEATURE), and only when the checksum holds; unknown compat
+ * bits decode and re-encode unchanged; version 1 has no feature words. */
+Test(format_super, feature_words)
+{
+	struct fmt_super sb, d;
+
+	super_sample(&sb, GiB);
+	cr_assert_eq(sb.version, FMT_SUPER_VERSION);
+	sb.incompat = FMT_INCOMPAT_GROW;
+	sb.segment_count = 3;
+	sb.compat = 1ull << 40; /* unknown here: kept */
+	cr_assert_eq(fmt_super_encode(&sb, block, sizeof(block)), FMT_BLOCK);
+	cr_assert_eq(fmt_super_decode(&d, block, sizeof(block)), 0);
+	cr_assert_eq(d.compat, 1ull << 40);
+	cr_assert_eq(d.incompat, FMT_INCOMPAT_GROW);
+	cr_assert_eq(coil_get_le64(block + 168), FMT_INCOMPAT_GROW);
+
+	/* an incompat bit this code does not know */
+	for (int bit = 1; bit < 64; bit += 7) {
+		cr_assert_eq(fmt_super_encode(&sb, block, sizeof(block)), FMT_BLOCK);
+		coil_put_le64(block + 168, FMT_INCOMPAT_GROW | (1ull << bit));
+		super_reseal();
+		cr_assert_eq(fmt_super_decode(&d, block, sizeof(block)),
+			     -FMT_EFEATURE, "bit %d", bit);
+		/* the same bytes with a bad checksum are damage, not a feature */
+		block[FMT_SUPER_CSUM_OFF] ^= 1;
+		cr_assert_eq(fmt_super_decode(&d, block, sizeof(block)), -EIO);
+	}
+	d = sb;
+	d.incompat |= 1ull << 9;
+	cr_assert_eq(fmt_super_encode(&d, block, sizeof(block)), -EINVAL);
+
+	/* a later version, whatever its fields */
+	cr_assert_eq(fmt_super_encode(&sb, block, sizeof(block)), FMT_BLOCK);
+	coil_put_le32(block + 8, FMT_SUPER_VERSION + 1);
+	memset(block + 300, 0xee, 64);
+	super_reseal();
+	cr_assert_eq(fmt_super_decode(&d, block, sizeof(block)), -FMT_EFEATURE);
+	cr_assert_eq(-FMT_EFEATURE, -EPROTONOSUPPORT);
+
+	/* version 1: a fixed store, no feature words */
+	super_sample(&sb, GiB);
+	sb.version = FMT_SUPER_VERSION_V1;
+	cr_assert_eq(fmt_super_encode(&sb, block, sizeof(block)), FMT_BLOCK);
+	for (unsigned i = 160; i < FMT_SUPER_CSUM_OFF; i++)
+		cr_assert_eq(block[i], 0, "v1 byte %u", i);
+	cr_assert_eq(fmt_super_decode(&d, block, sizeof(block)), 0);
+	cr_assert_eq(d.version, FMT_SUPER_VERSION_V1);
+	cr_assert_eq(d.compat | d.incompat, 0);
+	for (unsigned off = 160; off < 176; off += 8) {
+		cr_assert_eq(fmt_super_encode(&sb, block, sizeof(block)), FMT_BLOCK);
+		block[off] = 1;
+		super_reseal();
+		cr_assert_eq(fmt_super_decode(&d, block, sizeof(block)), -EIO,
+			     "v1 byte %u", off);
+	}
+	sb.compat = 1;
+	cr_assert_eq(fmt_super_encode(&sb, block, sizeof(block)), -EINVAL);
+}
+
+/* A growing store's geometry: the capacity is what the maximum holds, the
+ * count in use anything from 2 up to it. */
+Test(format_super, growing_count_up_to_capacity)
+{
+	struct fmt_super sb, d;
+	uint32_t cap;
+
+	super_sample(&sb, GiB);
+	cap = fmt_super_seg_capacity(&sb);
+	cr_assert_eq(cap, sb.segment_count);
+	cr_assert_eq(cap, (GiB - sb.data_off) / sb.segment_size);
+	sb.incompat = FMT_INCOMPAT_GROW;
+	for (uint32_t n = 2; n <= cap; n += cap / 7) {
+		sb.segment_count = n;
+		cr_assert_eq(fmt_super_encode(&sb, block, sizeof(block)), FMT_BLOCK);
+		cr_assert_eq(fmt_super_decode(&d, block, sizeof(block)), 0);
+		cr_assert_eq(d.segment_count, n);
+	}
+	sb.segment_count = cap + 1;
+	cr_assert_eq(fmt_super_encode(&sb, block, sizeof(block)), -EINVAL);
 }
 
 Test(format_super, no_checkpoint_yet_is_valid)
@@ -713,12 +806,12 @@ Test(format_ckpt, bad_items_rejected)
 	cr_assert_eq(fmt_ckpt_get_dict(&c, &dict, &obj), -EIO);
 }
 
-/* Reserved bytes are zero in version 1: with a valid checksum, a non-zero
- * reserved byte is still rejected (a newer layout must bump the version). */
+/* Reserved bytes are zero: with a valid checksum, a non-zero reserved byte
+ * is still rejected (a newer layout sets a feature bit; docs/format.md). */
 Test(format_reserved, nonzero_reserved_bytes_rejected)
 {
 	struct fmt_super sb, d;
-	unsigned super_res[] = { 116, 119, 160, 2000, FMT_SUPER_CSUM_OFF - 1 };
+	unsigned super_res[] = { 116, 119, 176, 2000, FMT_SUPER_CSUM_OFF - 1 };
 	super_sample(&sb, GiB);
 	for (size_t i = 0; i < COIL_ARRAY_LEN(super_res); i++) {
 		cr_assert_eq(fmt_super_encode(&sb, block, sizeof(block)), FMT_BLOCK);

@@ -137,6 +137,35 @@ int cmd_rm(int argc, char **argv)
 	return ret;
 }
 
+/* ---- compact ----------------------------------------------------------- */
+
+int cmd_compact(int argc, char **argv)
+{
+	char *pos[1], h[32];
+	coil_store *s;
+	uint64_t got = 0;
+	int npos, rc, ret = CLI_OK;
+
+	rc = cli_parse_args("compact", argc, argv, NULL, pos, 1, &npos);
+	if (rc == 0 && npos != 1)
+		rc = cli_usage_error("compact", "expected STORE");
+	if (rc)
+		return rc;
+	if (cli_open_store("compact", pos[0], 0, &s) < 0)
+		return CLI_FAIL;
+	rc = coil_compact(s, &got);
+	if (rc < 0) {
+		cli_err("compact '%s': %s", pos[0], cli_reason(rc));
+		ret = CLI_FAIL;
+	} else {
+		printf("%s: gave back %s (%llu bytes)\n", pos[0],
+		       cli_human(got, h, sizeof(h)), (unsigned long long)got);
+	}
+	if (cli_close_store(pos[0], s) < 0)
+		ret = CLI_FAIL;
+	return ret;
+}
+
 /* ---- check ------------------------------------------------------------- */
 
 /* A failed read is narrowed to pieces of this size, so a report says which

@@ -32,9 +32,11 @@ static const char size_help[] =
 static const struct cmd cmds[] = {
 	{ "create", cmd_create,
 	  "coil create [-c CODEC] STORE SIZE [CODEC]",
-	  "make a new store of SIZE bytes",
-	  "Make a new store in the file STORE (which must not exist) of SIZE\n"
-	  "bytes; the file is allocated at once.  The smallest store is 6 MiB.\n"
+	  "make a new store that may grow to SIZE bytes",
+	  "Make a new store in the file STORE (which must not exist) that may\n"
+	  "grow to SIZE bytes (0: as large as the file system).  The file starts\n"
+	  "at most 64 MiB on disk and grows as data arrives.  The smallest SIZE\n"
+	  "is 6 MiB.\n"
 	  "\n"
 	  "  -c, --compression CODEC   checked and accepted for compatibility\n"
 	  "                            (also as the third argument), but a store\n"
@@ -90,6 +92,14 @@ static const struct cmd cmds[] = {
 	  "remove objects",
 	  "Remove each object NAME.  A missing name is reported and the others\n"
 	  "are still removed; the exit status is then 1.\n" },
+	{ "compact", cmd_compact,
+	  "coil compact STORE",
+	  "give free space at the store's end back to the file system",
+	  "Cut the free segments at the end of a growing store's file off (what\n"
+	  "removed objects and the cleaner emptied), down to the size a new\n"
+	  "store starts with, and print the bytes given back.  Live data is not\n"
+	  "moved: free space before the last segment in use stays with the\n"
+	  "store.  Safe to interrupt at any point.\n" },
 	{ "check", cmd_check,
 	  "coil check [--deep] STORE",
 	  "read every object and verify its checksums",
@@ -307,7 +317,7 @@ int cmd_create(int argc, char **argv)
 			return CLI_FAIL;
 		}
 	}
-	if (!blk && size < COIL_MIN_SIZE) {
+	if (!blk && size && size < COIL_MIN_SIZE) {
 		cli_err("create '%s': store too small: minimum is %llu MiB "
 			"(asked for %s)", pos[0],
 			(unsigned long long)(COIL_MIN_SIZE >> 20),

@@ -182,6 +182,13 @@ static void write_ticketed(struct coil_store *s, struct jent *e)
 		 * -ENOSPC only when space is really gone. */
 		rc = wreq_place(s, w, keep, &rep);
 	}
+	/* A growing store that has room left to grow takes it now rather
+	 * than fail the write (writes in flight together can outrun the
+	 * step cleaner_throttle took for each). */
+	for (int tries = 0; rc == -ENOSPC && s->grows && tries < 4 &&
+	     !uring_on_ring_thread(s->ring) &&
+	     cleaner_grow(s, w->batch_len) > 0; tries++)
+		rc = wreq_place(s, w, keep, &rep);
 	/* The cleaner's own policy: a segment opened may bring free space
 	 * under its low mark (its passes take the checkpoints then). */
 	if (rep & SEG_REPORT_OPENED)

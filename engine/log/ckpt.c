@@ -25,6 +25,7 @@
 #include "engine/place/dev.h"
 #include "engine/place/object.h"
 #include "engine/place/segment.h"
+#include "engine/place/reserve.h"
 #include "engine/store.h"
 
 /* Write both superblock copies for the current state.  ckpt_mu held (or
@@ -38,6 +39,10 @@ int super_write(struct coil_store *s, bool clean)
 		return -ENOMEM;
 	s->sb.flags = (s->sb.flags & FMT_SUPER_FILLED) |
 		      (clean ? FMT_SUPER_CLEAN : 0);
+	/* Conversion rule for compat features: a writer that does not know
+	 * one clears it, since what it describes may be stale after this
+	 * session's writes (docs/format.md, "Format changes"). */
+	s->sb.compat &= FMT_COMPAT_KNOWN;
 	for (int i = 0; i < 2 && rc == 0; i++) {
 		s->sb.seq++;
 		rc = fmt_super_encode(&s->sb, buf, FMT_BLOCK);
@@ -181,6 +186,8 @@ struct snap {
 	char *names;
 	uint64_t *seg_live;
 	uint8_t *seg_state;
+	uint32_t nseg;        /* segments in use at the snapshot (grow.c
+			       * may add more before the encode) */
 	uint64_t nobj, next;
 	uint64_t lin, next_seq, next_obj_id;
 };
@@ -277,9 +284,9 @@ static int snap_take(struct coil_store *s, struct snap *sn)
 			return -ENOMEM;
 		s->ckmem = m; /* ckpt_mem_free at close */
 	}
-	if (mem_fit((void **)&m->seg_live, &m->cap_live, s->nseg,
+	if (mem_fit((void **)&m->seg_live, &m->cap_live, s->seg_cap,
 		    sizeof(*m->seg_live)) ||
-	    mem_fit((void **)&m->seg_state, &m->cap_state, s->nseg, 1))
+	    mem_fit((void **)&m->seg_state, &m->cap_state, s->seg_cap, 1))
 		return -ENOMEM;
 	pthread_mutex_lock(&s->mlock);
 	for (;;) {
@@ -313,6 +320,7 @@ static int snap_take(struct coil_store *s, struct snap *sn)
 	sn->names = m->names;
 	sn->seg_live = m->seg_live;
 	sn->seg_state = m->seg_state;
+	sn->nseg = s->nseg;
 	for (uint32_t i = 0; i < s->nseg; i++) {
 		struct seg *g = &s->segs[i];
 		/* A pending segment is free in the checkpoint, and freed
@@ -373,7 +381,7 @@ static int snap_take(struct coil_store *s, struct snap *sn)
 static int ckpt_encode(struct coil_store *s, const struct snap *sn,
 		       struct fmt_extent *fe, uint8_t **bufp, uint64_t *payloadp)
 {
-	uint64_t payload = (uint64_t)s->nseg * FMT_CKPT_SEG_SIZE;
+	uint64_t payload = (uint64_t)sn->nseg * FMT_CKPT_SEG_SIZE;
 	struct fmt_cursor c;
 	uint8_t *buf;
 	int rc = 0;
@@ -392,7 +400,7 @@ static int ckpt_encode(struct coil_store *s, const struct snap *sn,
 	memset(buf + FMT_BLOCK + payload, 0,
 	       COIL_ALIGN_UP(payload, FMT_BLOCK) - payload);
 	fmt_cursor_init(&c, buf + FMT_BLOCK, payload);
-	for (uint32_t i = 0; i < s->nseg; i++)
+	for (uint32_t i = 0; i < sn->nseg; i++)
 		fmt_ckpt_put_seg(&c, sn->seg_live[i], sn->seg_state[i]);
 	for (uint64_t i = 0; i < sn->nobj && rc == 0; i++) {
 		const struct snap_obj *so = &sn->obj[i];
@@ -423,12 +431,21 @@ static int ckpt_commit(struct coil_store *s, uint8_t *buf, uint64_t payload,
 	h.seq = s->sb.ckpt_seq + 1;
 	h.payload_len = payload;
 	h.payload_csum = fmt_csum(buf + FMT_BLOCK, payload);
-	h.segment_count = s->nseg;
 	h.n_dicts = 0;
 	rc = fmt_ckpt_encode(&h, buf, FMT_BLOCK);
 	if (rc < 0)
 		return rc;
 	slot = s->sb.ckpt_slot == 0 ? 1 : 0;
+	/* A growing store's checkpoint areas are holes until written: take
+	 * the blocks first, so a full file system fails the checkpoint
+	 * cleanly (-ENOSPC, retried later) instead of a write in the middle
+	 * of it (fallocate of allocated blocks is free). */
+	if (s->grows) {
+		rc = reserve_range(s, s->sb.ckpt_off[slot],
+				FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK));
+		if (rc < 0)
+			return rc;
+	}
 	rc = store_io_big(s, URING_OP_WRITE, buf,
 			  FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK),
 			  s->sb.ckpt_off[slot]);
@@ -496,6 +513,7 @@ int ckpt_write(struct coil_store *s, bool clean)
 	h.replay_seq = sn.next_seq;
 	h.next_obj_id = sn.next_obj_id;
 	h.n_objects = sn.nobj;
+	h.segment_count = sn.nseg;
 	if (rc == 0)
 		rc = ckpt_encode(s, &sn, fe, &buf, &payload);
 	snap_release(&sn);

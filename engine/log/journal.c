@@ -320,8 +320,10 @@ static void cycle_retire(struct coil_store *s, struct jcycle *c)
 	s->cyc_head = (s->cyc_head + 1) % ENGINE_JCYCLES;
 	s->cyc_n--;
 	pthread_cond_broadcast(&s->jcond);
+	/* A ring allocated in part wraps early (cycle_start): fill that
+	 * part, not the whole ring, to the mark. */
 	trigger = (s->j_head_lin - s->j_tail_lin) * 100 >
-		  s->sb.journal_len * ENGINE_CKPT_PERCENT;
+		  COIL_MIN(s->sb.journal_len, s->j_alloc) * ENGINE_CKPT_PERCENT;
 	pthread_mutex_unlock(&s->jlock);
 
 	journal_kick(s);
@@ -545,7 +547,11 @@ static bool cycle_start(struct coil_store *s)
 	if (nrec) {
 		chunk_len = (uint32_t)COIL_ALIGN_UP(size, FMT_BLOCK);
 		pos = s->j_head_lin % jlen;
-		if (pos + chunk_len > jlen)
+		/* Past the allocated part of the ring the file has holes a
+		 * write would need space for: wrap there as at the end (replay
+		 * finds no chunk with the expected seq and looks at offset 0,
+		 * docs/format.md "Journal"). */
+		if (pos + chunk_len > COIL_MIN(jlen, s->j_alloc))
 			waste = jlen - pos;
 		if (s->j_head_lin + waste + chunk_len - s->j_tail_lin > jlen) {
 			/* Journal full: wait (do not fail) for the

@@ -102,13 +102,15 @@ int ckpt_load(struct coil_store *s)
 		goto out;
 	if (h.store_id != s->store_id || h.seq != s->sb.ckpt_seq ||
 	    FMT_BLOCK + h.payload_len != s->sb.ckpt_bytes ||
-	    h.segment_count != s->nseg || h.n_dicts != 0)
+	    h.segment_count > s->nseg || h.n_dicts != 0)
 		goto out;
 	if (fmt_ckpt_verify_payload(&h, buf + FMT_BLOCK, h.payload_len) < 0 ||
 	    fmt_ckpt_payload_check(&h, buf + FMT_BLOCK, h.payload_len) < 0)
 		goto out;
 	fmt_cursor_init_ro(&c, buf + FMT_BLOCK, h.payload_len);
-	for (uint32_t i = 0; i < s->nseg; i++) {
+	/* A growing store may have grown after this checkpoint: the
+	 * segments it does not list were added empty. */
+	for (uint32_t i = 0; i < h.segment_count; i++) {
 		uint64_t live;
 		uint8_t st;
 		if (fmt_ckpt_get_seg(&c, &live, &st) < 0)

@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -89,3 +90,43 @@ int reserve_seg(struct coil_store *s, uint32_t idx, uint64_t off)
 	g->reserved = true;
 	return 0;
 }
+
+static int fault_errno(struct coil_store *s)
+{
+#ifdef COIL_FAULT_SEAM
+	return atomic_load(&s->fault_grow_errno);
+#else
+	(void)s;
+	return 0;
+#endif
+}
+
+int reserve_range(struct coil_store *s, uint64_t off, uint64_t len)
+{
+	int rc, err = fault_errno(s);
+
+	if (s->is_blk || len == 0)
+		return 0;
+	if (err)
+		return err == ENOSPC || err == EDQUOT ? -ENOSPC : -EIO;
+	do
+		rc = fallocate(s->fd, 0, (off_t)off, (off_t)len);
+	while (rc < 0 && errno == EINTR);
+	if (rc == 0)
+		return 0;
+	if (errno == EOPNOTSUPP || errno == ENOSYS) {
+		/* No fallocate: extend the file; a full file system then
+		 * fails a data write later (docs/space.md). */
+		struct stat st;
+
+		if (fstat(s->fd, &st) < 0)
+			return -EIO;
+		if ((uint64_t)st.st_size < off + len &&
+		    ftruncate(s->fd, (off_t)(off + len)) < 0)
+			return errno == ENOSPC ? -ENOSPC : -EIO;
+		return 0;
+	}
+	stat_add(&s->st.reserve_fails, 1);
+	return errno == ENOSPC || errno == EDQUOT ? -ENOSPC : -EIO;
+}
+

@@ -21,4 +21,10 @@ int reserve_file_create(int fd, const char *path, uint64_t size);
  *   -EIO. */
 int reserve_seg(struct coil_store *s, uint32_t idx, uint64_t off);
 
+/* Allocate [@off, @off + @len) of a growing store's file (a checkpoint
+ * area before it is written, the journal ring, a new stretch of segments;
+ * engine/grow.c): 0, -ENOSPC, -EIO.  A file system without fallocate is not
+ * an error (the file is extended).  Block devices: nothing to do. */
+int reserve_range(struct coil_store *s, uint64_t off, uint64_t len);
+
 #endif

@@ -298,7 +298,7 @@ bool seg_recount_live(struct coil_store *s, uint64_t *live)
  * the first mismatch in *@bad_seg. */
 int seg_verify_accounting(struct coil_store *s, uint32_t *bad_seg)
 {
-	uint64_t *live = calloc(s->nseg ? s->nseg : 1, sizeof(*live));
+	uint64_t *live = calloc(s->seg_cap ? s->seg_cap : 1, sizeof(*live));
 	int rc = 0;
 
 	if (!live)
@@ -324,7 +324,7 @@ int seg_verify_accounting(struct coil_store *s, uint32_t *bad_seg)
 
 int seg_discard_init(struct coil_store *s, bool off)
 {
-	s->disc.run = calloc(s->nseg, sizeof(*s->disc.run));
+	s->disc.run = calloc(s->seg_cap, sizeof(*s->disc.run));
 	if (!s->disc.run)
 		return -ENOMEM;
 	atomic_store(&s->disc.off, off);

@@ -2,8 +2,9 @@
  *
  *   ioengine=external:/path/to/coil-fio.so
  *   coil_store=PATH        store file (created when missing)
- *   coil_size=BYTES        capacity when creating (default: 1 GiB, or twice
- *                          the job size when that is larger)
+ *   coil_size=BYTES        the most a new store may grow to (default: as
+ *                          large as the file system; with coil_zero_fill,
+ *                          a fixed store of max(1 GiB, 2 x job size))
  *   coil_compression=none|zstd|zstd:N
  *   coil_pool=fair|semaphore
  *   coil_prefetch=0|1
@@ -74,7 +75,7 @@ static struct fio_option options[] = {
 		.lname = "coil store capacity",
 		.type = FIO_OPT_STR_VAL,
 		.off1 = offsetof(struct coil_fio_options, size),
-		.help = "Capacity of a newly created store (0 = max(1G, 2 x job size))",
+		.help = "Largest a newly created store may grow to (0 = the file system's size)",
 		.def = "0",
 		.category = FIO_OPT_C_ENGINE,
 		.group = FIO_OPT_G_INVALID,
@@ -213,7 +214,7 @@ static int parse_bytes(const char *s, uint64_t *out)
 }
 
 /* Translate the job's engine options into coil_options.  A store created by
- * fio is sized for the job unless coil_size says otherwise. */
+ * fio grows as the job writes, up to coil_size if given. */
 static int options_fill(struct thread_data *td, struct coil_options *co)
 {
 	struct coil_fio_options *fo = td->eo;
@@ -229,11 +230,13 @@ static int options_fill(struct thread_data *td, struct coil_options *co)
 		co->flags |= COIL_INLINE_CB;
 	if (fo->size) {
 		co->size = fo->size;
-	} else {
+	} else if (fo->zero_fill) {
+		/* a fixed store, written whole: sized for the job */
 		want = 2 * (uint64_t)td->o.size;
-		if (want > co->size)
-			co->size = want;
+		co->size = want > (1ull << 30) ? want : 1ull << 30;
 	}
+	/* else coil's default: a store that grows, as large as the file
+	 * system at most */
 	if (fo->compression && fo->compression[0])
 		co->compression = fo->compression;
 	co->pool_mode = fo->pool;

@@ -33,7 +33,8 @@ static void rt_super(const uint8_t *d, size_t n)
 {
 	struct fmt_super s, t;
 	memset(blk, 0, sizeof(blk));
-	memcpy(blk, d, n < 160 ? n : 160);
+	/* the fields and the feature words (version 2) */
+	memcpy(blk, d, n < 176 ? n : 176);
 	coil_put_le64(blk + FMT_SUPER_CSUM_OFF, fmt_csum(blk, FMT_SUPER_CSUM_OFF));
 	if (fmt_super_decode(&s, blk, sizeof(blk)) < 0)
 		return;

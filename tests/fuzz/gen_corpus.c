@@ -70,6 +70,29 @@ int main(int argc, char **argv)
 	fmt_super_encode(&sb, blk, sizeof(blk));
 	put("superblock", "ckpt_1t", blk, FMT_BLOCK);
 	put_pre("roundtrip", "super_ckpt", (const uint8_t *)"\x01", 1, blk, 160);
+	/* a growing store: feature words (incompat GROW, an unknown compat
+	 * bit), a count below the capacity */
+	fmt_super_layout(4ull << 30, 65536, &sb);
+	memset(sb.uuid, 0x6d, 16);
+	sb.seq = 3;
+	sb.incompat = FMT_INCOMPAT_GROW;
+	sb.compat = 1ull << 17;
+	sb.segment_count = 8;
+	fmt_super_encode(&sb, blk, sizeof(blk));
+	put("superblock", "grow_4g", blk, FMT_BLOCK);
+	put_pre("roundtrip", "super_grow", (const uint8_t *)"\x01", 1, blk, 176);
+	/* an unknown incompat bit (refused as a feature) */
+	coil_put_le64(blk + 168, FMT_INCOMPAT_GROW | (1ull << 6));
+	coil_put_le64(blk + FMT_SUPER_CSUM_OFF, fmt_csum(blk, FMT_SUPER_CSUM_OFF));
+	put("superblock", "grow_unknown_incompat", blk, FMT_BLOCK);
+	/* version 1: the fixed layout of every earlier store */
+	fmt_super_layout(64ull << 20, 65536, &sb);
+	memset(sb.uuid, 0x7e, 16);
+	sb.version = FMT_SUPER_VERSION_V1;
+	sb.seq = 9;
+	fmt_super_encode(&sb, blk, sizeof(blk));
+	put("superblock", "v1_64m", blk, FMT_BLOCK);
+	put_pre("roundtrip", "super_v1", (const uint8_t *)"\x01", 1, blk, 160);
 
 	/* segment headers */
 	struct fmt_seghdr sh = { .store_id = 0x5c5c5c5c5c5c5c5cull, .index = 3, .open_seq = 9 };

@@ -1,0 +1,135 @@
+/* engine/grow.c — a file store's data area grows in segment steps.
+ *
+ * A growing store (FMT_INCOMPAT_GROW) records in its superblock how many
+ * segments are in use; the layout (journal, checkpoint areas, the largest
+ * data area) is sized from the maximum, and the file holds only what has
+ * been written or allocated: holes elsewhere.  A step:
+ *
+ *   1. allocate the new segments' blocks (fallocate; the file grows),
+ *      and the journal's share for the larger store;
+ *   2. fdatasync (the new size and blocks are durable);
+ *   3. write the superblock with the new segment_count (ckpt_mu: the
+ *      checkpoint writes it too);
+ *   4. hand the segments to the allocator (mlock).
+ *
+ * When to grow is the space policy's call (cleaner.c, cleaner_grow).
+ *
+ * Nothing is placed in a new segment before step 3 is durable, so a crash
+ * anywhere leaves a store whose superblock names only allocated segments:
+ * a crash after 1 or 2 leaves a longer file, whose tail the next step
+ * allocates again (fallocate of allocated blocks is a no-op).  A file
+ * system that is full fails step 1 with -ENOSPC: nothing changed, the
+ * writer that needed the room gets -ENOSPC, and the next write tries
+ * again.  Tests: tests/test_store_grow.c. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/grow.h"
+#include "engine/log/ckpt.h"
+#include "engine/place/dev.h"
+#include "engine/place/reserve.h"
+#include "engine/place/segment.h"
+#include "engine/store.h"
+
+int grow_truncate(struct coil_store *s, uint32_t keep)
+{
+	if (!s->grows)
+		return 0;
+	if (ftruncate(s->fd, (off_t)seg_base(s, keep)) < 0)
+		return -errno;
+	return 0;
+}
+
+uint64_t grow_journal_target(const struct coil_store *s, uint32_t nseg)
+{
+	uint64_t jlen = s->sb.journal_len;
+	uint64_t t = (uint64_t)nseg * s->sb.segment_size / 16;
+
+	t = COIL_ALIGN_UP(t / 4, 1ull << 20); /* a sixty-fourth of the data */
+	t = COIL_MAX(t, COIL_MIN(jlen, GROW_JOURNAL_MIN));
+	return COIL_MIN(t, jlen);
+}
+
+int grow_journal(struct coil_store *s, uint64_t target)
+{
+	uint64_t have;
+	int rc;
+
+	pthread_mutex_lock(&s->jlock);
+	have = s->j_alloc;
+	pthread_mutex_unlock(&s->jlock);
+	if (target <= have)
+		return 0;
+	rc = reserve_range(s, s->sb.journal_off + have, target - have);
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&s->jlock);
+	if (target > s->j_alloc)
+		s->j_alloc = target;
+	pthread_mutex_unlock(&s->jlock);
+	return 0;
+}
+
+int grow_step(struct coil_store *s, uint32_t want)
+{
+	int rc;
+
+	pthread_mutex_lock(&s->grow_mu);
+	rc = grow_step_locked(s, want);
+	pthread_mutex_unlock(&s->grow_mu);
+	return rc;
+}
+
+int grow_step_locked(struct coil_store *s, uint32_t want)
+{
+	uint32_t old, n;
+	uint64_t off, len;
+	int rc;
+
+	if (!s->grows)
+		return 0;
+	pthread_mutex_lock(&s->mlock);
+	old = s->nseg;
+	pthread_mutex_unlock(&s->mlock);
+	n = COIL_MIN(want, s->seg_cap - old);
+	if (n == 0)
+		return 0;
+	/* The journal's share first: best effort, the ring wraps early
+	 * without it. */
+	(void)grow_journal(s, grow_journal_target(s, old + n));
+	off = seg_base(s, old);
+	len = (uint64_t)n * s->sb.segment_size;
+	rc = reserve_range(s, off, len);
+	if (rc == 0)
+		rc = store_io_sync(s, URING_OP_FSYNC, NULL, 0, 0);
+	if (rc == 0) {
+		pthread_mutex_lock(&s->ckpt_mu);
+		s->sb.segment_count = old + n;
+		rc = super_write(s, false);
+		if (rc < 0)
+			s->sb.segment_count = old;
+		pthread_mutex_unlock(&s->ckpt_mu);
+	}
+	if (rc < 0) {
+		stat_add(&s->st.grow_fails, 1);
+		return rc;
+	}
+	pthread_mutex_lock(&s->mlock);
+	for (uint32_t i = old; i < old + n; i++) {
+		struct seg *g = &s->segs[i];
+
+		g->live = 0;
+		g->inflight = 0;
+		g->state = SEG_FREE;
+		g->in_ckpt = 0;
+		g->reserved = true; /* allocated just now */
+	}
+	s->nseg = old + n;
+	s->free_segs += n;
+	pthread_mutex_unlock(&s->mlock);
+	stat_add(&s->st.grows, 1);
+	stat_add(&s->st.grow_segs, n);
+	return (int)n;
+}

@@ -1,0 +1,40 @@
+/* engine/grow.h — a file store's data area grows in segment steps as data
+ * arrives (FMT_INCOMPAT_GROW).  See docs/space.md, "Growth". */
+#ifndef COIL_ENGINE_GROW_H
+#define COIL_ENGINE_GROW_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct coil_store;
+
+/* Segments a new growing store starts with (the data area's share of its
+ * first 64 MiB on disk). */
+#define GROW_INITIAL_BYTES (32ull << 20)
+/* The smallest growth step (cleaner.c decides the steps). */
+#define GROW_STEP_BYTES (64ull << 20)
+/* Journal bytes allocated at least (when the ring is that long). */
+#define GROW_JOURNAL_MIN (4ull << 20)
+
+/* Journal bytes to allocate for a data area of @nseg segments. */
+uint64_t grow_journal_target(const struct coil_store *s, uint32_t nseg);
+/* Allocate the journal ring up to @target bytes from its start and raise
+ * s->j_alloc; best effort (the ring keeps wrapping at what it has).
+ * @return 0 or -errno of the allocation. */
+int grow_journal(struct coil_store *s, uint64_t target);
+
+/* One growth step of at least @want segments (fewer if the maximum is
+ * near): allocate them, fdatasync, write the superblock with the new count,
+ * then hand them to the allocator (the caller updates its marks).  Not
+ * from the ring thread.  @return segments added, 0 at the
+ * maximum, -ENOSPC, -EIO. */
+int grow_step(struct coil_store *s, uint32_t want);
+/* Shrink a growing store to @keep segments (the caller made sure every
+ * segment from @keep on is FREE, took them out of the table and wrote a
+ * checkpoint and superblock with the smaller count): cut the file after
+ * them.  s->grow_mu held.  @return 0 or -errno. */
+int grow_truncate(struct coil_store *s, uint32_t keep);
+/* The same with s->grow_mu held (a policy that decided under it). */
+int grow_step_locked(struct coil_store *s, uint32_t want);
+
+#endif

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Comparison 6: what a default store takes on disk (du), next to the data
+it holds.
+
+  an empty store made with the defaults (no maximum given)   target <= 64 MiB
+  the same holding 1.5 GiB written through the API           target <= 1.1x the data
+  after removing everything and `coil compact`               target <= 128 MiB
+
+The data goes in through the library (`coil put`, 1 MiB writes, incompressible
+bytes), the store's disk bytes are st_blocks (du), the peer is the data's own
+size. Knobs: BENCH_DISK_MIB (default 1536 x BENCH_SCALE).
+"""
+import os
+import subprocess
+
+import bench_common as bc
+
+DATA = int(os.environ.get('BENCH_DISK_MIB', str(int(1536 * bc.SCALE)))) << 20
+STORE = os.path.join(bc.VAR, 'disk.coil')
+CLI = os.path.join(bc.BUILD, 'tools', 'coil')
+
+
+def du(path):
+    return os.stat(path).st_blocks * 512
+
+
+def coil(*args, stdin=None):
+    subprocess.run([CLI] + list(args), check=True, stdin=stdin)
+
+
+def main():
+    os.makedirs(bc.VAR, exist_ok=True)
+    bc.log('== 6. disk bytes of a default store (%d MiB of data)' % (DATA >> 20))
+    bc.fresh(STORE)
+    coil('create', STORE, '0')
+    empty = du(STORE)
+    bc.log('   empty default store: %.1f MiB on disk' % (empty / 2**20))
+    # incompressible data, streamed (no temporary file): a fixed-seed
+    # generator so every run stores the same bytes
+    gen = subprocess.Popen(['python3', '-c',
+                            'import random,sys\n'
+                            'r=random.Random(7); o=sys.stdout.buffer\n'
+                            'n=%d\n' % DATA +
+                            'while n>0:\n'
+                            ' k=min(n,1<<20); o.write(r.randbytes(k)); n-=k\n'],
+                           stdout=subprocess.PIPE)
+    coil('put', '-c', 'none', STORE, 'data', '-', stdin=gen.stdout)
+    gen.stdout.close()
+    gen.wait()
+    full = du(STORE)
+    bc.log('   holding %d MiB: %.1f MiB on disk, %.3fx the data'
+           % (DATA >> 20, full / 2**20, full / DATA))
+    coil('rm', STORE, 'data')
+    removed = du(STORE)
+    bc.log('   after removing it: %.1f MiB on disk' % (removed / 2**20))
+    coil('compact', STORE)
+    compacted = du(STORE)
+    bc.log('   after coil compact: %.1f MiB on disk' % (compacted / 2**20))
+    res = {'comparison': 'disk_space', 'data_bytes': DATA,
+           'empty_bytes': empty, 'empty_target': 64 << 20,
+           'empty_verdict': bc.verdict(empty, 64 << 20, higher_is_better=False),
+           'full_bytes': full, 'ratio_full': full / DATA, 'full_target': 1.1,
+           'full_verdict': bc.verdict(full / DATA, 1.1, higher_is_better=False),
+           'removed_bytes': removed,
+           'compacted_bytes': compacted, 'compacted_target': 128 << 20,
+           'compacted_verdict': bc.verdict(compacted, 128 << 20, higher_is_better=False)}
+    bc.save('disk_space', res)
+    bc.fresh(STORE)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,667 @@
+/* test_store_grow: a file store that starts small and grows.
+ *
+ *   starts_small_grows_and_reopens  a new default store takes at most
+ *           64 MiB on disk; 96 MiB of writes grow it in steps; the count is
+ *           in the superblock, the disk bytes stay near the data, and the
+ *           content and the count come back after a reopen
+ *   maximum_is_respected  a 40 MiB maximum: writes fail with -ENOSPC at the
+ *           maximum, never a file past it, nothing lost, reopen exact
+ *   version1_store_opens  a store whose superblocks are version 1 (the
+ *           fixed layout every earlier coil wrote) opens, keeps its fixed
+ *           segment count, takes writes and stays version 1
+ *   unknown_features_refused  an incompat bit or a superblock version this
+ *           coil does not know: -EPROTONOSUPPORT, nothing written; an
+ *           unknown compat bit opens and is cleared
+ *   powercut_at_every_growth_step  the fault seam cuts power at each I/O of
+ *           a growth step (and of the writes after it), in every mode: the
+ *           store opens with everything synced before, at the old or the
+ *           new count, grows again over the crash's tail, reopens exact
+ *   growth_fails_with_enospc  the file system refuses a step (fault seam):
+ *           the write gets -ENOSPC, the store is not broken, the next write
+ *           after the refusal ends grows it
+ *   kill9_while_growing  a child grows a store with synced writes and is
+ *           killed at random moments: every synced write comes back
+ *   compact_gives_back_the_tail  removing the last-written object and
+ *           compacting cuts the file; content exact, the store grows again
+ *   powercut_during_compact  the fault seam cuts power at each I/O of a
+ *           compaction: the store opens at the old or the new count with
+ *           everything, and compacts and grows again
+ * COIL_REL_SCALE scales the loops. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coil.h"
+#include "engine/cleaner.h"
+#include "engine/grow.h"
+#include "engine/store.h"
+#include "format/format.h"
+#include "tests/engine_test_util.h"
+#include "tests/test_util.h"
+#include "uring/uring_fault.h"
+
+#define MiB (1ull << 20)
+
+static uint64_t disk_bytes(const char *path)
+{
+	struct stat st;
+
+	cr_assert_eq(stat(path, &st), 0);
+	return (uint64_t)st.st_blocks * 512;
+}
+
+static uint64_t file_size(const char *path)
+{
+	struct stat st;
+
+	cr_assert_eq(stat(path, &st), 0);
+	return (uint64_t)st.st_size;
+}
+
+/* Write @n bytes of object @name (seeded content) in 1 MiB pieces from
+ * offset 0; the first failure's code or 0; *@done: bytes written. */
+static int64_t put(coil_store *s, const char *name, uint64_t n, uint64_t seed,
+		   uint64_t *done)
+{
+	static uint8_t buf[1 << 20];
+	coil_obj *h;
+	int64_t rc = 0;
+	uint64_t off;
+
+	cr_assert_eq(coil_obj_open(s, name, COIL_CREATE, &h), 0);
+	for (off = 0; off < n && rc >= 0; off += sizeof(buf)) {
+		et_fill(buf, sizeof(buf), seed + off, 0);
+		rc = coil_pwrite(h, buf, sizeof(buf), off);
+		if (rc < 0)
+			break;
+		cr_assert_eq(rc, (int64_t)sizeof(buf));
+	}
+	if (done)
+		*done = off;
+	cr_assert_eq(coil_obj_close(h), 0);
+	return rc < 0 ? rc : 0;
+}
+
+/* Object @name holds [0, n) of put's content for @seed. */
+static void check(coil_store *s, const char *name, uint64_t n, uint64_t seed)
+{
+	static uint8_t buf[1 << 20], want[1 << 20];
+	coil_obj *h;
+
+	cr_assert_eq(coil_obj_open(s, name, 0, &h), 0, "%s", name);
+	for (uint64_t off = 0; off < n; off += sizeof(buf)) {
+		et_fill(want, sizeof(want), seed + off, 0);
+		cr_assert_eq(coil_pread(h, buf, sizeof(buf), off),
+			     (int64_t)sizeof(buf));
+		cr_assert_eq(memcmp(buf, want, sizeof(buf)), 0, "%s at %llu",
+			     name, (unsigned long long)off);
+	}
+	cr_assert_eq(coil_obj_close(h), 0);
+}
+
+/* Both superblock copies of the closed store at @path, decoded. */
+static void read_supers(const char *path, struct fmt_super *a,
+			struct fmt_super *b, uint8_t *raw)
+{
+	int fd = open(path, O_RDONLY);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pread(fd, raw, 2 * FMT_BLOCK, 0), 2 * FMT_BLOCK);
+	close(fd);
+	cr_assert_eq(fmt_super_decode(a, raw, FMT_BLOCK), 0);
+	cr_assert_eq(fmt_super_decode(b, raw + FMT_BLOCK, FMT_BLOCK), 0);
+}
+
+/* Rewrite both superblock copies of the closed store at @path with @fn
+ * applied to the raw bytes, re-checksummed. */
+static void patch_supers(const char *path, void (*fn)(uint8_t *blk))
+{
+	uint8_t raw[2 * FMT_BLOCK];
+	int fd = open(path, O_RDWR);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pread(fd, raw, sizeof(raw), 0), (ssize_t)sizeof(raw));
+	for (int i = 0; i < 2; i++) {
+		uint8_t *p = raw + i * FMT_BLOCK;
+
+		fn(p);
+		coil_put_le64(p + FMT_SUPER_CSUM_OFF,
+			      fmt_csum(p, FMT_SUPER_CSUM_OFF));
+	}
+	cr_assert_eq(pwrite(fd, raw, sizeof(raw), 0), (ssize_t)sizeof(raw));
+	cr_assert_eq(fsync(fd), 0);
+	close(fd);
+}
+
+static void opts(struct coil_options *o, uint64_t max)
+{
+	et_opts(o, NULL);
+	o->size = max;
+	o->compression = "none";
+}
+
+Test(store_grow, starts_small_grows_and_reopens, .timeout = 120)
+{
+	char path[256];
+	struct coil_options o;
+	struct fmt_super a, b;
+	uint8_t raw[2 * FMT_BLOCK];
+	coil_store *s;
+	uint32_t n0, n1;
+	uint64_t d0, d1;
+
+	et_path(path, sizeof(path), "grow-basic");
+	opts(&o, 0); /* the default: no maximum but the file system */
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert(s->grows);
+	n0 = s->nseg;
+	cr_assert_lt(n0, s->seg_cap);
+	d0 = disk_bytes(path);
+	cr_assert_leq(d0, 64 * MiB, "a new store takes %llu bytes",
+		      (unsigned long long)d0);
+	cr_assert_eq(put(s, "a", 96 * MiB, 1, NULL), 0);
+	cr_assert_eq(coil_sync(s), 0);
+	n1 = s->nseg;
+	cr_assert_gt(n1, n0);
+	cr_assert_gt(atomic_load(&s->st.grows), 0);
+	cr_assert_eq(s->sb.segment_count, n1, "the count in use is recorded");
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_close(s), 0);
+	d1 = disk_bytes(path);
+	/* data, at most a step and the low mark of free segments, the
+	 * journal's share, checkpoints */
+	cr_assert_leq(d1, 96 * MiB + GROW_STEP_BYTES + 16 * MiB,
+		      "96 MiB of data take %llu bytes", (unsigned long long)d1);
+	cr_assert_geq(file_size(path), (uint64_t)n1 * (1u << 20));
+	read_supers(path, &a, &b, raw);
+	cr_assert_eq(a.version, FMT_SUPER_VERSION);
+	cr_assert_eq(a.incompat, FMT_INCOMPAT_GROW);
+	cr_assert_eq(COIL_MAX(a.seq, b.seq) == a.seq ? a.segment_count :
+		     b.segment_count, n1);
+
+	o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(s->nseg, n1);
+	check(s, "a", 96 * MiB, 1);
+	cr_assert_eq(put(s, "b", 16 * MiB, 2, NULL), 0);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_close(s), 0);
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	check(s, "a", 96 * MiB, 1);
+	check(s, "b", 16 * MiB, 2);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+}
+
+Test(store_grow, maximum_is_respected, .timeout = 120)
+{
+	char path[256];
+	struct coil_options o;
+	coil_store *s;
+	uint64_t done = 0;
+	int64_t rc;
+
+	et_path(path, sizeof(path), "grow-max");
+	opts(&o, 40 * MiB);
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	rc = put(s, "a", 64 * MiB, 3, &done);
+	cr_assert_eq(rc, -ENOSPC);
+	cr_assert_gt(done, 8 * MiB);
+	cr_assert_eq(s->nseg, s->seg_cap, "grew to the maximum");
+	cr_assert_eq(atomic_load(&s->broken), 0);
+	cr_assert_leq(file_size(path), 40 * MiB);
+	cr_assert_eq(coil_close(s), 0);
+	o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	check(s, "a", done, 3);
+	cr_assert_eq(coil_obj_remove(s, "a"), 0);
+	cr_assert_eq(put(s, "b", 16 * MiB, 4, NULL), 0);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+}
+
+static void to_version1(uint8_t *p)
+{
+	coil_put_le32(p + 8, FMT_SUPER_VERSION_V1);
+	memset(p + 160, 0, 16);
+}
+
+Test(store_grow, version1_store_opens, .timeout = 120)
+{
+	char path[256];
+	struct coil_options o;
+	struct fmt_super a, b;
+	uint8_t raw[2 * FMT_BLOCK];
+	coil_store *s;
+	uint32_t n;
+	int64_t rc;
+
+	/* The fixed layout every earlier coil wrote: COIL_ZERO_FILL still
+	 * makes it; with its superblocks rewritten as version 1 it is byte
+	 * for byte what an earlier coil left. */
+	et_path(path, sizeof(path), "grow-v1");
+	opts(&o, 24 * MiB);
+	o.flags |= COIL_ZERO_FILL;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert(!s->grows);
+	n = s->nseg;
+	cr_assert_eq(put(s, "a", 4 * MiB, 5, NULL), 0);
+	cr_assert_eq(coil_close(s), 0);
+	patch_supers(path, to_version1);
+
+	o.flags &= ~(COIL_CREATE | COIL_ZERO_FILL);
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(s->sb.version, FMT_SUPER_VERSION_V1);
+	cr_assert(!s->grows, "a version 1 store keeps its fixed count");
+	cr_assert_eq(s->nseg, n);
+	check(s, "a", 4 * MiB, 5);
+	rc = put(s, "b", 64 * MiB, 6, NULL);
+	cr_assert_eq(rc, -ENOSPC, "full at its fixed size, not grown");
+	cr_assert_eq(s->nseg, n);
+	cr_assert_eq(coil_close(s), 0);
+	read_supers(path, &a, &b, raw);
+	cr_assert_eq(a.version, FMT_SUPER_VERSION_V1, "still version 1");
+	cr_assert_eq(b.version, FMT_SUPER_VERSION_V1);
+	cr_assert_eq(a.segment_count, n);
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	check(s, "a", 4 * MiB, 5);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+}
+
+static void add_incompat(uint8_t *p)
+{
+	coil_put_le64(p + 168, coil_get_le64(p + 168) | (1ull << 13));
+}
+
+static void later_version(uint8_t *p)
+{
+	coil_put_le32(p + 8, FMT_SUPER_VERSION + 1);
+}
+
+static void add_compat(uint8_t *p)
+{
+	coil_put_le64(p + 160, 1ull << 21);
+}
+
+/* The whole file, for "nothing was written". */
+static uint8_t *slurp(const char *path, size_t *n)
+{
+	size_t len = (size_t)file_size(path);
+	uint8_t *p = malloc(len);
+	int fd = open(path, O_RDONLY);
+
+	cr_assert_not_null(p);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pread(fd, p, len, 0), (ssize_t)len);
+	close(fd);
+	*n = len;
+	return p;
+}
+
+Test(store_grow, unknown_features_refused, .timeout = 120)
+{
+	char path[256];
+	struct coil_options o;
+	struct fmt_super a, b;
+	uint8_t raw[2 * FMT_BLOCK];
+	void (*refused[])(uint8_t *) = { add_incompat, later_version };
+	coil_store *s;
+
+	et_path(path, sizeof(path), "grow-feat");
+	opts(&o, 32 * MiB);
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(put(s, "a", 2 * MiB, 7, NULL), 0);
+	cr_assert_eq(coil_close(s), 0);
+	o.flags &= ~COIL_CREATE;
+	for (size_t i = 0; i < COIL_ARRAY_LEN(refused); i++) {
+		uint8_t *before, *after;
+		size_t n0, n1;
+
+		patch_supers(path, refused[i]);
+		before = slurp(path, &n0);
+		s = NULL;
+		cr_assert_eq(coil_open(path, &o, &s), -COIL_EFEATURE, "case %zu", i);
+		cr_assert_null(s);
+		o.flags |= COIL_RDONLY;
+		cr_assert_eq(coil_open(path, &o, &s), -EPROTONOSUPPORT);
+		o.flags &= ~COIL_RDONLY;
+		cr_assert_str_neq(coil_strerror(-COIL_EFEATURE), "unknown error");
+		after = slurp(path, &n1);
+		cr_assert_eq(n0, n1);
+		cr_assert_eq(memcmp(before, after, n0), 0, "nothing written");
+		free(before);
+		free(after);
+		/* put it back as this coil wrote it */
+		unlink(path);
+		opts(&o, 32 * MiB);
+		cr_assert_eq(coil_open(path, &o, &s), 0);
+		cr_assert_eq(put(s, "a", 2 * MiB, 7, NULL), 0);
+		cr_assert_eq(coil_close(s), 0);
+		o.flags &= ~COIL_CREATE;
+	}
+
+	/* an unknown compat bit: opens, and this coil's writes clear it */
+	patch_supers(path, add_compat);
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	check(s, "a", 2 * MiB, 7);
+	cr_assert_eq(coil_close(s), 0);
+	read_supers(path, &a, &b, raw);
+	cr_assert_eq(a.compat | b.compat, 0);
+	unlink(path);
+}
+
+/* Power cut at the @k-th I/O of a growth step started by hand (and the
+ * writes after it), mode @mode: the store opens with what was synced, at
+ * the old count or the new, and grows again over the crash's tail. */
+static void cut_growth(const char *path, struct coil_options *o, uint64_t k,
+		       int mode, uint64_t seed)
+{
+	struct uring_fault_spec spec;
+	coil_store *s;
+	uint32_t n0;
+	int rc;
+
+	memset(&spec, 0, sizeof(spec));
+	spec.record = true;
+	uring_fault_set_next(&spec);
+	cr_assert_eq(coil_open(path, o, &s), 0);
+	n0 = s->nseg;
+	spec.cut_kind = URING_FAULT_ANY;
+	spec.cut_nth = k;
+	spec.cut_mode = mode;
+	spec.cut_seed = seed;
+	cr_assert_eq(uring_fault_arm(uring_fault_last(), &spec), 0);
+	rc = grow_step(s, 4);
+	if (rc > 0) {
+		/* the cut is after the step: it lands in the writes */
+		static uint8_t buf[1 << 20];
+		coil_obj *h;
+
+		if (coil_obj_open(s, "late", COIL_CREATE, &h) == 0) {
+			for (uint64_t off = 0; off < 4 * MiB; off += sizeof(buf))
+				if (coil_pwrite(h, buf, sizeof(buf), off) < 0)
+					break;
+			coil_sync(s);
+			coil_obj_close(h);
+		}
+	}
+	cr_assert(uring_fault_is_cut(uring_fault_last()) || rc > 0,
+		  "k %llu: rc %d", (unsigned long long)k, rc);
+	coil_close(s);
+	uring_fault_set_next(NULL);
+
+	cr_assert_eq(coil_open(path, o, &s), 0, "k %llu mode %d",
+		     (unsigned long long)k, mode);
+	cr_assert(s->nseg == n0 || s->nseg == n0 + 4, "count %u after a cut "
+		  "growing %u", s->nseg, n0);
+	check(s, "base", 8 * MiB, 8);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	/* grows again, over whatever tail the cut left */
+	cr_assert_gt(grow_step(s, 4), 0);
+	cr_assert_eq(put(s, "after", 2 * MiB, 10, NULL), 0);
+	cr_assert_eq(coil_close(s), 0);
+	cr_assert_eq(coil_open(path, o, &s), 0);
+	check(s, "base", 8 * MiB, 8);
+	check(s, "after", 2 * MiB, 10);
+	cr_assert_eq(coil_obj_remove(s, "after"), 0);
+	coil_obj_remove(s, "late");
+	cr_assert_eq(coil_close(s), 0);
+}
+
+Test(store_grow, powercut_at_every_growth_step, .timeout = 300)
+{
+	char path[256];
+	struct coil_options o;
+	coil_store *s;
+	uint64_t seed = 0x9e0 ^ (uint64_t)time(NULL);
+	/* a step is an fdatasync, two superblock writes with one each: 5
+	 * I/Os; the ones after are the next writes' */
+	uint64_t kmax = tu_scale() < 0.5 ? 6 : 9;
+
+	et_path(path, sizeof(path), "grow-cut");
+	opts(&o, 0);
+	o.size = 512 * MiB; /* room for every step */
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(put(s, "base", 8 * MiB, 8, NULL), 0);
+	cr_assert_eq(coil_close(s), 0);
+	o.flags &= ~COIL_CREATE;
+	for (uint64_t k = 1; k <= kmax; k++)
+		for (int mode = URING_CUT_DROP_ALL; mode <= URING_CUT_TORN; mode++)
+			cut_growth(path, &o, k, mode, tu_xorshift(&seed));
+	unlink(path);
+}
+
+Test(store_grow, growth_fails_with_enospc, .timeout = 120)
+{
+	char path[256], js[8192];
+	struct coil_options o;
+	coil_store *s;
+	uint64_t done = 0;
+	uint32_t n;
+
+	et_path(path, sizeof(path), "grow-enospc");
+	opts(&o, 0);
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(put(s, "a", 8 * MiB, 11, NULL), 0);
+	atomic_store(&s->fault_grow_errno, ENOSPC);
+	usleep(300 * 1000); /* a step the cleaner's tick began is over */
+	n = s->nseg;
+	cr_assert_eq(put(s, "b", 64 * MiB, 12, &done), -ENOSPC);
+	cr_assert_eq(s->nseg, n, "no step was taken: %u -> %u", n, s->nseg);
+	cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
+	cr_assert_eq(json_u64(js, "\"store\"", "broken"), 0);
+	cr_assert_gt(json_u64(js, "\"space\"", "grow_failures"), 0);
+	check(s, "a", 8 * MiB, 11);
+	check(s, "b", done, 12);
+	/* space is back */
+	atomic_store(&s->fault_grow_errno, 0);
+	cr_assert_eq(put(s, "b", 64 * MiB, 12, NULL), 0);
+	cr_assert_gt(s->nseg, n);
+	cr_assert_eq(coil_close(s), 0);
+	o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	check(s, "a", 8 * MiB, 11);
+	check(s, "b", 64 * MiB, 12);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+}
+
+/* ---- kill -9 while growing ---- */
+
+struct progress {
+	volatile uint64_t synced; /* bytes of "g" durable */
+	volatile uint64_t nseg;
+};
+
+static void child(const char *path, struct coil_options *o,
+		  struct progress *pr)
+{
+	static uint8_t buf[1 << 20];
+	coil_store *s;
+	coil_obj *h;
+
+	if (coil_open(path, o, &s) < 0)
+		_exit(3);
+	if (coil_obj_open(s, "g", COIL_CREATE, &h) < 0)
+		_exit(4);
+	for (uint64_t off = pr->synced;; off += sizeof(buf)) {
+		if (off >= 320 * MiB)
+			pause(); /* the maximum is near: wait for the kill */
+		et_fill(buf, sizeof(buf), 77 + off, 0);
+		if (coil_pwrite(h, buf, sizeof(buf), off) != (int64_t)sizeof(buf))
+			_exit(5);
+		if (coil_sync(s) < 0)
+			_exit(6);
+		pr->synced = off + sizeof(buf);
+		pr->nseg = s->nseg;
+	}
+}
+
+Test(store_grow, kill9_while_growing, .timeout = 300)
+{
+	char path[256];
+	struct coil_options o;
+	struct progress *pr = mmap(NULL, sizeof(*pr), PROT_READ | PROT_WRITE,
+				   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	uint64_t seed = 0x419 ^ (uint64_t)time(NULL);
+	int cycles = (int)tu_scaled(10, 3);
+	coil_store *s;
+
+	cr_assert_neq(pr, MAP_FAILED);
+	et_path(path, sizeof(path), "grow-kill");
+	opts(&o, 0);
+	o.size = 512 * MiB;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(coil_close(s), 0);
+	o.flags &= ~COIL_CREATE;
+	pr->synced = 0;
+	for (int c = 0; c < cycles; c++) {
+		uint64_t before = pr->synced;
+		pid_t pid = fork();
+		int st;
+
+		cr_assert_geq(pid, 0);
+		if (pid == 0)
+			child(path, &o, pr);
+		/* a sanitizer build is several times slower: longer lives */
+		usleep((useconds_t)((200000 + tu_xorshift(&seed) % 400000) *
+				    (tu_scale() < 0.5 ? 4 : 1)));
+		kill(pid, SIGKILL);
+		cr_assert_eq(waitpid(pid, &st, 0), pid);
+		cr_assert(WIFSIGNALED(st), "child exited %d", WEXITSTATUS(st));
+		cr_assert_eq(coil_open(path, &o, &s), 0, "cycle %d", c);
+		cr_assert_geq((uint64_t)s->nseg, pr->nseg);
+		if (pr->synced) /* else it may have died before making "g" */
+			check(s, "g", pr->synced, 77);
+		cr_assert_eq(cleaner_check_live(s), 0);
+		cr_assert_eq(coil_close(s), 0);
+		cr_log_info("cycle %d: %llu -> %llu MiB synced, %u segments", c,
+			    (unsigned long long)(before >> 20),
+			    (unsigned long long)(pr->synced >> 20),
+			    (unsigned)pr->nseg);
+	}
+	cr_assert_gt(pr->synced, tu_scale() < 0.5 ? 0 : 64 * MiB,
+		     "the store grew past its start");
+	munmap(pr, sizeof(*pr));
+	unlink(path);
+}
+
+/* ---- compaction ---- */
+
+/* "b" first, then "a" at the end of the file: removing "a" frees the
+ * tail. */
+static void compact_setup(const char *path, struct coil_options *o)
+{
+	coil_store *s;
+
+	cr_assert_eq(coil_open(path, o, &s), 0);
+	cr_assert_eq(put(s, "b", 8 * MiB, 21, NULL), 0);
+	cr_assert_eq(put(s, "a", 96 * MiB, 22, NULL), 0);
+	cr_assert_eq(coil_obj_remove(s, "a"), 0);
+	cr_assert_eq(coil_close(s), 0);
+	o->flags &= ~COIL_CREATE;
+}
+
+Test(store_grow, compact_gives_back_the_tail, .timeout = 120)
+{
+	char path[256];
+	struct coil_options o;
+	coil_store *s;
+	uint64_t got = 0, d0, d1;
+	uint32_t n0;
+
+	et_path(path, sizeof(path), "grow-compact");
+	opts(&o, 0);
+	o.size = 512 * MiB;
+	compact_setup(path, &o);
+	d0 = disk_bytes(path);
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	n0 = s->nseg;
+	cr_assert_eq(coil_compact(s, &got), 0);
+	cr_assert_lt(s->nseg, n0);
+	cr_assert_eq(s->sb.segment_count, s->nseg);
+	cr_assert_eq(file_size(path), s->sb.data_off +
+		     (uint64_t)s->nseg * s->sb.segment_size);
+	cr_assert_gt(got, 64 * MiB, "gave back %llu", (unsigned long long)got);
+	check(s, "b", 8 * MiB, 21);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_close(s), 0);
+	d1 = disk_bytes(path);
+	cr_assert_leq(d1, 64 * MiB, "after compaction: %llu bytes",
+		      (unsigned long long)d1);
+	cr_assert_lt(d1, d0);
+	/* reopens exact, grows again */
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	check(s, "b", 8 * MiB, 21);
+	cr_assert_eq(put(s, "c", 64 * MiB, 23, NULL), 0);
+	cr_assert_eq(coil_compact(s, &got), 0); /* nothing at the end is free */
+	cr_assert_eq(coil_close(s), 0);
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	check(s, "b", 8 * MiB, 21);
+	check(s, "c", 64 * MiB, 23);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+}
+
+Test(store_grow, powercut_during_compact, .timeout = 300)
+{
+	char path[256];
+	struct coil_options o;
+	uint64_t seed = 0xc0de ^ (uint64_t)time(NULL);
+	/* compaction: a sync, up to three checkpoints (each a write, a
+	 * flush, two superblock writes with a flush each), the last one's,
+	 * then the cut */
+	uint64_t kmax = tu_scale() < 0.5 ? 8 : 24;
+
+	et_path(path, sizeof(path), "grow-compact-cut");
+	for (uint64_t k = 1; k <= kmax; k++) {
+		struct uring_fault_spec spec;
+		int mode = URING_CUT_DROP_ALL + (int)(k % 3);
+		coil_store *s;
+		uint64_t got;
+		uint32_t n0;
+
+		unlink(path);
+		opts(&o, 0);
+		o.size = 512 * MiB;
+		compact_setup(path, &o);
+		memset(&spec, 0, sizeof(spec));
+		spec.record = true;
+		uring_fault_set_next(&spec);
+		cr_assert_eq(coil_open(path, &o, &s), 0);
+		n0 = s->nseg;
+		spec.cut_kind = URING_FAULT_ANY;
+		spec.cut_nth = k;
+		spec.cut_mode = mode;
+		spec.cut_seed = tu_xorshift(&seed);
+		cr_assert_eq(uring_fault_arm(uring_fault_last(), &spec), 0);
+		(void)coil_compact(s, &got);
+		coil_close(s);
+		uring_fault_set_next(NULL);
+
+		cr_assert_eq(coil_open(path, &o, &s), 0, "k %llu",
+			     (unsigned long long)k);
+		cr_assert_leq(s->nseg, n0);
+		cr_assert_geq(file_size(path), s->sb.data_off +
+			      (uint64_t)s->nseg * s->sb.segment_size);
+		check(s, "b", 8 * MiB, 21);
+		cr_assert_eq(cleaner_check_live(s), 0);
+		cr_assert_eq(coil_compact(s, &got), 0);
+		cr_assert_eq(put(s, "c", 32 * MiB, 24, NULL), 0);
+		cr_assert_eq(coil_close(s), 0);
+		cr_assert_eq(coil_open(path, &o, &s), 0);
+		check(s, "b", 8 * MiB, 21);
+		check(s, "c", 32 * MiB, 24);
+		cr_assert_eq(coil_close(s), 0);
+	}
+	unlink(path);
+}
