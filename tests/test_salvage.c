@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "coil.h"
@@ -35,22 +36,17 @@ static void put(coil_store *s, int i)
 
 /* Two sessions, so there is an older checkpoint: tiny, raw and the
  * slashed name uncompressed in the first, zed compressed in the second. */
-static void build(void)
+static void build_store(uint64_t size)
 {
 	struct coil_options o;
 	coil_store *s;
 	uint8_t *img;
 	size_t len;
 
-	for (int i = 0; i < NOBJ; i++) {
-		want[i] = malloc(lens[i]);
-		et_fill(want[i], lens[i], (uint64_t)i + 21, i == 2);
-	}
-	memcpy(want[1] + 5 * FMT_BLOCK, "SALVAGE-BLOCK-5!", 16);
 	et_path(path, sizeof(path), "salvage");
 	snprintf(out, sizeof(out), "%s.out.d", path);
 	et_opts(&o, path);
-	o.size = 16ull << 20;
+	o.size = size;
 	o.compression = "none";
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	put(s, 0);
@@ -69,6 +65,16 @@ static void build(void)
 			raw_block5 = off;
 	cr_assert_neq(raw_block5, 0);
 	free(img);
+}
+
+static void build(void)
+{
+	for (int i = 0; i < NOBJ; i++) {
+		want[i] = malloc(lens[i]);
+		et_fill(want[i], lens[i], (uint64_t)i + 21, i == 2);
+	}
+	memcpy(want[1] + 5 * FMT_BLOCK, "SALVAGE-BLOCK-5!", 16);
+	build_store(16ull << 20);
 }
 
 static void rm_out(void)
@@ -173,6 +179,33 @@ Test(salvage, both_superblocks_damaged)
 	char *rep;
 	coil_store *s;
 
+	flip_byte(path, 100);
+	flip_byte(path, FMT_BLOCK + 100);
+	cr_assert_eq(coil_open(path, NULL, &s), -EIO);
+	cr_assert_eq(salvage(&rep, lost), 3, "%s", rep);
+	for (int i = 0; i < NOBJ; i++)
+		cr_assert_eq(lost[i], 0, "%s lost %lu", names[i],
+			     (unsigned long)lost[i]);
+	cr_assert(strstr(rep, "metadata: both superblock copies are damaged: "
+			      "layout rebuilt from the checkpoint"), "%s", rep);
+	free(rep);
+}
+
+/* The same store made with a maximum of 1 GiB: it grew to far less, so
+ * the file's length no longer tells the layout (the areas' places depend
+ * on the maximum); the scan finds it from the checkpoint and the segment
+ * headers. */
+Test(salvage, growing_store_both_superblocks_damaged)
+{
+	uint64_t lost[NOBJ];
+	char *rep;
+	coil_store *s;
+	struct stat st;
+
+	unlink(path);
+	build_store(1ull << 30);
+	cr_assert_eq(stat(path, &st), 0);
+	cr_assert_lt((uint64_t)st.st_size, 256ull << 20, "the store grows");
 	flip_byte(path, 100);
 	flip_byte(path, FMT_BLOCK + 100);
 	cr_assert_eq(coil_open(path, NULL, &s), -EIO);

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,96 @@ static int layout_for(uint64_t size, uint64_t off, uint32_t nseg,
 	return -EIO;
 }
 
+/* Does segment @i of layout @t start with this store's header for it? */
+static bool seghdr_fits(struct coil_store *s, const struct fmt_super *t,
+			uint64_t store_id, uint32_t i, uint8_t *blk)
+{
+	struct fmt_seghdr h;
+
+	return store_io_sync(s, URING_OP_READ, blk, FMT_BLOCK,
+			     t->data_off + (uint64_t)i * t->segment_size) == 0 &&
+	       fmt_seghdr_decode(&h, blk, FMT_BLOCK) == 0 &&
+	       h.store_id == store_id && h.index == i;
+}
+
+struct placed {
+	uint64_t data_off, seg;
+};
+
+static bool tried_before(const struct placed *p, uint32_t n, uint64_t data_off,
+			 uint64_t seg)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (p[i].data_off == data_off && p[i].seg == seg)
+			return true;
+	return false;
+}
+
+/* A growing store's layout: its maximum is not the file's length, and the
+ * areas' places depend on the maximum only through journal_len (size/16)
+ * and ckpt_len (size/32), clamped.  Every maximum that puts a checkpoint
+ * area at @off with room for @nseg segments is a candidate (one per
+ * journal or checkpoint length, and one past both clamps); the first
+ * whose first segments carry this store's headers at their places wins.
+ * @return 0 and *@sb (GROW, @nseg segments in use), or -EIO. */
+static int layout_grow_for(struct coil_store *s, uint64_t off,
+			   uint64_t store_id, uint32_t nseg,
+			   struct fmt_super *sb)
+{
+	const uint64_t mib = 1ull << 20;
+	struct placed tried[32];
+	uint32_t ntried = 0;
+	uint8_t *blk = NULL;
+	int rc = -EIO;
+
+	if (posix_memalign((void **)&blk, 4096, FMT_BLOCK))
+		return -ENOMEM;
+	for (uint64_t k = 0; rc < 0 && k < 2 * (512 * mib / FMT_BLOCK) + 1; k++) {
+		/* journal lengths first (16x), then checkpoint lengths
+		 * (32x), then a maximum past every clamp */
+		uint64_t jn = 128 * mib / FMT_BLOCK, size;
+
+		if (k < jn)
+			size = 16 * (mib + k * FMT_BLOCK);
+		else if (k < jn + 512 * mib / FMT_BLOCK)
+			size = 32 * (mib + (k - jn) * FMT_BLOCK);
+		else
+			size = 1ull << 40;
+		for (uint32_t mb = FMT_BLOB_MAX; mb >= 4096; mb /= 2) {
+			struct fmt_super t;
+			uint32_t probe;
+
+			if (fmt_super_layout(size, mb, &t) < 0 ||
+			    (t.ckpt_off[0] != off && t.ckpt_off[1] != off) ||
+			    fmt_super_seg_capacity(&t) < nseg)
+				continue;
+			/* many maxima give the same places: look once */
+			if (tried_before(tried, ntried, t.data_off,
+					 t.segment_size))
+				continue;
+			if (ntried < COIL_ARRAY_LEN(tried)) {
+				tried[ntried].data_off = t.data_off;
+				tried[ntried++].seg = t.segment_size;
+			}
+			probe = COIL_MIN(nseg, 4u);
+			for (uint32_t i = 0; i < probe; i++) {
+				if (!seghdr_fits(s, &t, store_id, i, blk))
+					continue;
+				t.incompat |= FMT_INCOMPAT_GROW;
+				t.segment_count = nseg;
+				t.max_blob = mb;
+				*sb = t;
+				rc = 0;
+				break;
+			}
+			if (rc == 0)
+				break;
+		}
+	}
+	free(blk);
+	return rc;
+}
+
 int salvage_super(struct coil_store *s, uint64_t size)
 {
 	struct cand *c = NULL;
@@ -172,7 +263,9 @@ int salvage_super(struct coil_store *s, uint64_t size)
 	for (size_t i = 0; i < n; i++) {
 		struct fmt_super sb;
 
-		if (layout_for(end, c[i].off, c[i].h.segment_count, &sb) < 0)
+		if (layout_for(end, c[i].off, c[i].h.segment_count, &sb) < 0 &&
+		    layout_grow_for(s, c[i].off, c[i].h.store_id,
+				    c[i].h.segment_count, &sb) < 0)
 			continue;
 		set_store_id(&sb, c[i].h.store_id);
 		point_at(&sb, sb.ckpt_off[0] == c[i].off ? 0 : 1, c[i].blk,
