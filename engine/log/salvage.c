@@ -10,7 +10,9 @@
  *     for checkpoint headers (magic, version, header checksum); the newest
  *     whose payload verifies, at an offset where a store of the file's
  *     size puts a checkpoint area, gives the layout (fmt_super_layout) and
- *     the replay point;
+ *     the replay point; a growing store's maximum is not its length, so
+ *     the maxima that put an area there are tried, and the one whose
+ *     segment headers sit where it says is taken;
  *   - the named checkpoint damaged: the other area's checkpoint, verified
  *     by its own header and payload checksums (the superblock no longer
  *     holds its checksum); else none, and replay starts at the oldest
