@@ -45,28 +45,26 @@ static inline char *cr_slurp(const char *path, size_t *len)
 	return buf;
 }
 
-/* Run coil with the NULL-terminated arguments; output kept in files next
- * to @tag. */
-static inline struct cli_run cli_run(const char *tag, ...)
+/* Run coil with @argv (NULL-terminated, without the program); stdin from
+ * @in (NULL: /dev/null); stdout and stderr kept in files next to @tag. */
+static inline struct cli_run cli_runv(const char *tag, const char *in,
+				      const char *const *args)
 {
-	char *argv[16], out[320], err[320];
+	char *argv[34], out[320], err[320];
 	struct cli_run r;
-	va_list ap;
 	int n = 0, st;
 	pid_t pid;
 
 	argv[n++] = COIL_CLI_PATH;
-	va_start(ap, tag);
-	while (n < 15 && (argv[n] = va_arg(ap, char *)) != NULL)
+	while (n < 33 && (argv[n] = (char *)args[n - 1]) != NULL)
 		n++;
-	va_end(ap);
 	argv[n] = NULL;
 	snprintf(out, sizeof(out), "%.256s.out", tag);
 	snprintf(err, sizeof(err), "%.256s.err", tag);
 	pid = fork();
 	cr_assert(pid >= 0);
 	if (pid == 0) {
-		int i = open("/dev/null", O_RDONLY);
+		int i = open(in ? in : "/dev/null", O_RDONLY);
 		int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 
@@ -86,6 +84,10 @@ static inline struct cli_run cli_run(const char *tag, ...)
 	unlink(err);
 	return r;
 }
+
+/* cli_runv with the arguments as a NULL-terminated list. */
+#define cli_run(tag, ...) \
+	cli_runv((tag), NULL, (const char *const[]){ __VA_ARGS__ })
 
 static inline void cli_run_free(struct cli_run *r)
 {

@@ -20,17 +20,13 @@
 
 #include "coil.h"
 #include "format/format.h"
+#include "tests/cli_run.h"
 
 #ifndef COIL_CLI_PATH
 #error "meson passes the path of the built coil tool"
 #endif
 
 static char dir[64];
-
-struct run {
-	int status; /* exit status, or 128 + signal */
-	char *out, *err;
-};
 
 static void setup_dir(void)
 {
@@ -49,70 +45,11 @@ static const char *P(const char *name)
 	return b;
 }
 
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	char *buf;
-	long n;
-
-	cr_assert_not_null(f, "open %s", path);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	buf = malloc((size_t)n + 1);
-	cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-	buf[n] = 0;
-	fclose(f);
-	if (len)
-		*len = (size_t)n;
-	return buf;
-}
-
 /* Run coil with the NULL-terminated arguments; stdin from @in (NULL:
  * /dev/null); stdout and stderr kept in files outside the checked set. */
-static struct run coil_run(const char *in, ...)
-{
-	char *argv[32], out[256], err[256];
-	struct run r;
-	va_list ap;
-	int n = 0, st;
-	pid_t pid;
+#define coil_run(in, ...) \
+	cli_runv(dir, (in), (const char *const[]){ __VA_ARGS__ })
 
-	argv[n++] = COIL_CLI_PATH;
-	va_start(ap, in);
-	while ((argv[n] = va_arg(ap, char *)) != NULL)
-		n++;
-	va_end(ap);
-	snprintf(out, sizeof(out), "%s.out", dir);
-	snprintf(err, sizeof(err), "%s.err", dir);
-	pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		int i = open(in ? in : "/dev/null", O_RDONLY);
-		int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		if (i < 0 || o < 0 || e < 0)
-			_exit(127);
-		dup2(i, 0);
-		dup2(o, 1);
-		dup2(e, 2);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-	r.out = slurp(out, NULL);
-	r.err = slurp(err, NULL);
-	unlink(out);
-	unlink(err);
-	return r;
-}
-
-static void run_free(struct run *r)
-{
-	free(r->out);
-	free(r->err);
-}
 
 #define expect(r, code, outtext, errtext)                                      \
 	do {                                                                   \
@@ -185,7 +122,7 @@ static void write_file(const char *path, size_t len, unsigned seed, bool random)
 static bool same_file(const char *a, const char *b)
 {
 	size_t la, lb;
-	char *x = slurp(a, &la), *y = slurp(b, &lb);
+	char *x = cr_slurp(a, &la), *y = cr_slurp(b, &lb);
 	bool same = la == lb && !memcmp(x, y, la);
 
 	free(x);
@@ -195,10 +132,10 @@ static bool same_file(const char *a, const char *b)
 
 static void make_store(const char *name, const char *size, const char *codec)
 {
-	struct run r = coil_run(NULL, "create", P(name), size, "-c", codec, NULL);
+	struct cli_run r = coil_run(NULL, "create", P(name), size, "-c", codec, NULL);
 
 	expect(r, 0, "", "");
-	run_free(&r);
+	cli_run_free(&r);
 }
 
 TestSuite(cli, .init = setup_dir, .fini = teardown_dir, .timeout = 120);
@@ -210,18 +147,18 @@ Test(cli, help_goes_to_stdout_with_status_0)
 	const char *forms[][3] = { { "--help" }, { "-h" }, { "help" } };
 
 	for (int i = 0; i < 3; i++) {
-		struct run r = coil_run(NULL, forms[i][0], NULL);
+		struct cli_run r = coil_run(NULL, forms[i][0], NULL);
 		expect(r, 0, NULL, "");
 		cr_expect(strstr(r.out, "usage: coil COMMAND") != NULL);
 		cr_expect(strstr(r.out, "Exit status: 0 success, 1") != NULL);
 		cr_expect(strstr(r.out, "K, M, G or T") != NULL);
 		cr_expect(strstr(r.out, "FILE - is standard input") != NULL);
-		run_free(&r);
+		cli_run_free(&r);
 	}
 	const char *cmds[] = { "create", "ls", "stats", "put", "get", "rm", "check" };
 	for (int i = 0; i < 7; i++) {
-		struct run a = coil_run(NULL, "help", cmds[i], NULL);
-		struct run b = coil_run(NULL, cmds[i], "--help", NULL);
+		struct cli_run a = coil_run(NULL, "help", cmds[i], NULL);
+		struct cli_run b = coil_run(NULL, cmds[i], "--help", NULL);
 		char want[64];
 
 		snprintf(want, sizeof(want), "usage: coil %s ", cmds[i]);
@@ -229,46 +166,46 @@ Test(cli, help_goes_to_stdout_with_status_0)
 		expect(b, 0, a.out, "");
 		cr_expect(strncmp(a.out, want, strlen(want)) == 0, "%s", a.out);
 		cr_expect(!strstr(a.out, "%%"), "help text is not a format: %s", a.out);
-		run_free(&a);
-		run_free(&b);
+		cli_run_free(&a);
+		cli_run_free(&b);
 	}
 	expect_listing("");
 }
 
 Test(cli, version_is_the_project_version)
 {
-	struct run r = coil_run(NULL, "--version", NULL);
+	struct cli_run r = coil_run(NULL, "--version", NULL);
 
 	expect(r, 0, "coil " COIL_VERSION_EXPECTED "\n", "");
-	run_free(&r);
+	cli_run_free(&r);
 }
 
 Test(cli, usage_errors_are_status_2)
 {
-	struct run r = coil_run(NULL, NULL);
+	struct cli_run r = coil_run(NULL, NULL);
 
 	expect(r, 2, "", NULL);
 	cr_expect(strncmp(r.err, "coil: no command given\nusage:", 29) == 0);
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "frob", NULL);
 	expect(r, 2, "", "coil: unknown command 'frob' (see 'coil --help')\n");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "help", "frob", NULL);
 	expect(r, 2, "", "coil: help: unknown command 'frob' (see 'coil --help')\n");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "put", P("s"), "a", NULL);
 	expect(r, 2, "", "coil: put: expected STORE NAME FILE\n"
 			 "usage: coil put [-f] [-c CODEC] STORE NAME FILE\n"
 			 "(see 'coil help put')\n");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "ls", "-x", P("s"), NULL);
 	expect(r, 2, "", NULL);
 	cr_expect(strncmp(r.err, "coil: ls: unknown option '-x'\n", 30) == 0);
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "stats", "--pretty", P("s"), NULL);
 	expect(r, 2, "", NULL);
 	cr_expect(strstr(r.err, "--pretty goes with --json") != NULL);
-	run_free(&r);
+	cli_run_free(&r);
 	expect_listing("");
 }
 
@@ -280,48 +217,48 @@ Test(cli, create_sizes)
 				{ "d1", "8388608" }, { "e", "6144K" } };
 	const uint64_t bytes[] = { 6 << 20, 8 << 20, 8 << 20, 8 << 20, 6 << 20 };
 	struct stat st;
-	struct run r;
+	struct cli_run r;
 
 	for (int i = 0; i < 5; i++) {
 		r = coil_run(NULL, "create", P(ok[i][0]), ok[i][1], NULL);
 		expect(r, 0, "", "");
 		cr_assert_eq(stat(P(ok[i][0]), &st), 0);
 		cr_expect_eq((uint64_t)st.st_size, bytes[i], "%s", ok[i][1]);
-		run_free(&r);
+		cli_run_free(&r);
 	}
 	r = coil_run(NULL, "create", P("small"), "6140K", NULL);
 	expect(r, 1, "", NULL);
 	cr_expect(strstr(r.err, "': store too small: minimum is 6 MiB (asked for "
 				"6.0 MiB)\n") != NULL, "%s", r.err);
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "create", P("bad"), "64X", NULL);
 	expect(r, 2, "", "coil: create: size '64X': not a size (use a byte count "
 			 "or K, M, G, T: 64M, 2G)\n");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "create", P("huge"), "99999999T", NULL);
 	expect(r, 2, "", NULL);
 	cr_expect(strstr(r.err, "too large") != NULL);
-	run_free(&r);
+	cli_run_free(&r);
 	/* An existing file is never formatted over. */
 	r = coil_run(NULL, "create", P("a"), "8M", NULL);
 	expect(r, 1, "", NULL);
 	cr_expect(strstr(r.err, "': already exists (create never formats over "
 				"a file; remove it first)\n") != NULL);
-	run_free(&r);
+	cli_run_free(&r);
 	expect_listing("a b c d1 e");
 }
 
 Test(cli, create_codecs)
 {
-	struct run r = coil_run(NULL, "create", P("s"), "8M", "--compression", "lz9", NULL);
+	struct cli_run r = coil_run(NULL, "create", P("s"), "8M", "--compression", "lz9", NULL);
 
 	expect(r, 2, "", "coil: --compression 'lz9': unknown codec (use none, "
 			 "zstd or zstd:1..19)\n");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "create", P("s"), "8M", "zstd:20", NULL);
 	expect(r, 2, "", "coil: compression 'zstd:20': unknown codec (use none, "
 			 "zstd or zstd:1..19)\n");
-	run_free(&r);
+	cli_run_free(&r);
 	expect_listing("");
 	const char *good[] = { "none", "zstd", "zstd:19", "zstd:1" };
 	for (int i = 0; i < 4; i++) {
@@ -329,23 +266,23 @@ Test(cli, create_codecs)
 		snprintf(name, sizeof(name), "s%d", i);
 		r = coil_run(NULL, "create", P(name), "8M", "--compression", good[i], NULL);
 		expect(r, 0, "", "");
-		run_free(&r);
+		cli_run_free(&r);
 	}
 	r = coil_run(NULL, "create", P("p"), "8M", "zstd:3", NULL);
 	expect(r, 0, "", "");
-	run_free(&r);
+	cli_run_free(&r);
 	/* The codec that counts is the one of the open that writes. */
 	write_file(P("t"), 100000, 1, false);
 	r = coil_run(NULL, "put", "-c", "zstd:40", P("p"), "x", P("t"), NULL);
 	expect(r, 2, "", "coil: --compression 'zstd:40': unknown codec (use none, "
 			 "zstd or zstd:1..19)\n");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "put", "-c", "none", P("p"), "raw", P("t"), NULL);
 	expect(r, 0, "", "");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "put", P("p"), "packed", P("t"), NULL);
 	expect(r, 0, "", "");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "stats", "--json", P("p"), NULL);
 	expect(r, 0, NULL, "");
 	/* 100000 raw bytes plus a few hundred for the text twice over. */
@@ -355,7 +292,7 @@ Test(cli, create_codecs)
 		long stored = strtol(st + 9, NULL, 10);
 		cr_expect(stored > 100000 && stored < 110000, "stored %ld", stored);
 	}
-	run_free(&r);
+	cli_run_free(&r);
 	expect_listing("p s0 s1 s2 s3 t");
 }
 
@@ -363,34 +300,34 @@ Test(cli, create_codecs)
 
 Test(cli, open_errors_name_the_cause)
 {
-	struct run r;
+	struct cli_run r;
 
 	write_file(P("text.txt"), 20000, 1, false);
 	r = coil_run(NULL, "ls", P("text.txt"), NULL);
 	expect(r, 1, "", NULL);
 	cr_expect(strstr(r.err, "text.txt': not a coil store (no valid superblock)\n"),
 		  "%s", r.err);
-	run_free(&r);
+	cli_run_free(&r);
 	write_file(P("tiny"), 10, 1, false);
 	r = coil_run(NULL, "stats", P("tiny"), NULL);
 	expect(r, 1, "", NULL);
 	cr_expect(strstr(r.err, "tiny': not a coil store"), "%s", r.err);
-	run_free(&r);
+	cli_run_free(&r);
 	mkdir(P("d"), 0755);
 	r = coil_run(NULL, "ls", P("d"), NULL);
 	expect(r, 1, "", NULL);
 	cr_expect(strstr(r.err, "coil: ls: open '") && strstr(r.err, "/d': is a directory\n"),
 		  "%s", r.err);
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "put", P("d"), "x", P("text.txt"), NULL);
 	expect(r, 1, "", NULL);
 	cr_expect(strstr(r.err, "/d': is a directory\n"), "%s", r.err);
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "ls", P("nothere"), NULL);
 	expect(r, 1, "", NULL);
 	cr_expect(strstr(r.err, "nothere': no such file (make one with 'coil create')\n"),
 		  "%s", r.err);
-	run_free(&r);
+	cli_run_free(&r);
 	expect_listing("d text.txt tiny");
 }
 
@@ -399,7 +336,7 @@ Test(cli, open_errors_name_the_cause)
 Test(cli, damaged_superblocks_are_not_foreign)
 {
 	uint8_t b;
-	struct run r;
+	struct cli_run r;
 	int fd;
 
 	make_store("s", "8M", "zstd");
@@ -414,11 +351,11 @@ Test(cli, damaged_superblocks_are_not_foreign)
 	expect(r, 1, "", NULL);
 	cr_expect(strstr(r.err, "s': damaged store or device error"), "%s", r.err);
 	cr_expect(!strstr(r.err, "not a coil store"));
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "check", P("s"), NULL);
 	expect(r, 3, "", NULL);
 	cr_expect(strstr(r.err, "damaged store"), "%s", r.err);
-	run_free(&r);
+	cli_run_free(&r);
 	expect_listing("s");
 }
 
@@ -426,7 +363,7 @@ Test(cli, damaged_superblocks_are_not_foreign)
 
 Test(cli, put_get_round_trip_sorted_ls)
 {
-	struct run r;
+	struct cli_run r;
 
 	make_store("s", "64M", "zstd");
 	write_file(P("big"), (9u << 20) + 123, 7, false);
@@ -435,15 +372,15 @@ Test(cli, put_get_round_trip_sorted_ls)
 	for (int i = 0; i < 3; i++) {
 		r = coil_run(NULL, "put", P("s"), names[i], P(i ? "rnd" : "big"), NULL);
 		expect(r, 0, "", "");
-		run_free(&r);
+		cli_run_free(&r);
 	}
 	/* stdin */
 	r = coil_run(P("rnd"), "put", P("s"), "from-stdin", "-", NULL);
 	expect(r, 0, "", "");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "ls", P("s"), NULL);
 	expect(r, 0, "alpha\nfrom-stdin\nmid\nzeta\n", "");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "ls", "-l", P("s"), NULL);
 	expect(r, 0, NULL, "");
 	{
@@ -468,156 +405,156 @@ Test(cli, put_get_round_trip_sorted_ls)
 			sum += stored;
 			p += k;
 		}
-		run_free(&r);
+		cli_run_free(&r);
 		r = coil_run(NULL, "stats", "--json", P("s"), NULL);
 		expect(r, 0, NULL, "");
 		const char *st = strstr(r.out, "\"stored\":");
 		cr_assert_not_null(st);
 		cr_expect_eq(strtoull(st + 9, NULL, 10), sum, "stats %s vs %llu", st, sum);
 	}
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "get", P("s"), "zeta", P("zeta.out"), NULL);
 	expect(r, 0, "", "");
 	cr_expect(same_file(P("big"), P("zeta.out")));
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "get", P("s"), "from-stdin", "-", NULL);
 	expect(r, 0, NULL, "");
 	{
 		size_t n;
-		char *want = slurp(P("rnd"), &n);
+		char *want = cr_slurp(P("rnd"), &n);
 		cr_expect(!memcmp(r.out, want, n), "stdout differs");
 		free(want);
 	}
-	run_free(&r);
+	cli_run_free(&r);
 	/* get over an existing file replaces it. */
 	r = coil_run(NULL, "get", P("s"), "alpha", P("zeta.out"), NULL);
 	expect(r, 0, "", "");
 	cr_expect(same_file(P("rnd"), P("zeta.out")));
-	run_free(&r);
+	cli_run_free(&r);
 	/* ... and through a symbolic link, which stays a link. */
 	{
 		struct stat st;
 		cr_assert_eq(symlink("zeta.out", P("link")), 0);
 		r = coil_run(NULL, "get", P("s"), "zeta", P("link"), NULL);
 		expect(r, 0, "", "");
-		run_free(&r);
+		cli_run_free(&r);
 		cr_assert_eq(lstat(P("link"), &st), 0);
 		cr_expect(S_ISLNK(st.st_mode));
 		cr_expect(same_file(P("big"), P("zeta.out")));
 	}
 	r = coil_run(NULL, "check", P("s"), NULL);
 	expect(r, 0, "checked 4 objects, 9.9 MiB (10337307 bytes): no damage\n", "");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "rm", P("s"), "mid", "nope", "alpha", NULL);
 	expect(r, 1, "", NULL);
 	cr_expect(strstr(r.err, "coil: rm: no object 'nope' in store '"), "%s", r.err);
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "ls", P("s"), NULL);
 	expect(r, 0, "from-stdin\nzeta\n", "");
-	run_free(&r);
+	cli_run_free(&r);
 	expect_listing("big link rnd s zeta.out");
 }
 
 Test(cli, put_refuses_to_overwrite_without_force)
 {
-	struct run r;
+	struct cli_run r;
 
 	make_store("s", "16M", "zstd");
 	write_file(P("one"), 1000, 1, true);
 	write_file(P("two"), 5000, 2, true);
 	r = coil_run(NULL, "put", P("s"), "obj", P("one"), NULL);
 	expect(r, 0, "", "");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "put", P("s"), "obj", P("two"), NULL);
 	expect(r, 1, "", NULL);
 	cr_expect(strstr(r.err, "coil: put: object 'obj' already exists in store '") &&
 		  strstr(r.err, "' (--force replaces it)\n"), "%s", r.err);
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "get", P("s"), "obj", P("got"), NULL);
 	expect(r, 0, "", "");
 	cr_expect(same_file(P("one"), P("got")), "the old object is untouched");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "put", "--force", P("s"), "obj", P("two"), NULL);
 	expect(r, 0, "", "");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "get", P("s"), "obj", P("got"), NULL);
 	expect(r, 0, "", "");
 	cr_expect(same_file(P("two"), P("got")));
-	run_free(&r);
+	cli_run_free(&r);
 	expect_listing("got one s two");
 }
 
 Test(cli, failed_put_leaves_no_object)
 {
-	struct run r;
+	struct cli_run r;
 
 	make_store("s", "8M", "none");
 	r = coil_run(NULL, "put", P("s"), "x", P("missing.txt"), NULL);
 	expect(r, 1, "", NULL);
 	cr_expect(strstr(r.err, "coil: put: cannot read '") &&
 		  strstr(r.err, "missing.txt': No such file or directory\n"), "%s", r.err);
-	run_free(&r);
+	cli_run_free(&r);
 	mkdir(P("d"), 0755);
 	r = coil_run(NULL, "put", P("s"), "x", P("d"), NULL);
 	expect(r, 1, "", NULL);
 	cr_expect(strstr(r.err, "d': Is a directory\n"), "%s", r.err);
-	run_free(&r);
+	cli_run_free(&r);
 	/* A store too small for the file: full half way. */
 	write_file(P("big"), 16u << 20, 3, true);
 	r = coil_run(NULL, "put", P("s"), "big", P("big"), NULL);
 	expect(r, 1, "", NULL);
 	cr_expect(strstr(r.err, "coil: put: writing object 'big' to store '") &&
 		  strstr(r.err, "': store is full\n"), "%s", r.err);
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "ls", P("s"), NULL);
 	expect(r, 0, "", "");
-	run_free(&r);
+	cli_run_free(&r);
 	/* And the same with --force over an existing object. */
 	write_file(P("small"), 1000, 4, true);
 	r = coil_run(NULL, "put", P("s"), "big", P("small"), NULL);
 	expect(r, 0, "", "");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "put", "-f", P("s"), "big", P("big"), NULL);
 	expect(r, 1, "", NULL);
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "ls", P("s"), NULL);
 	expect(r, 0, "", "");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "put", P("s"), "ok", P("small"), NULL);
 	expect(r, 0, "", "");
-	run_free(&r);
+	cli_run_free(&r);
 	expect_listing("big d s small");
 }
 
 Test(cli, failed_get_leaves_no_file)
 {
-	struct run r;
+	struct cli_run r;
 
 	make_store("s", "16M", "zstd");
 	r = coil_run(NULL, "get", P("s"), "foo", P("out"), NULL);
 	expect(r, 1, "", NULL);
 	cr_expect(strstr(r.err, "coil: get: no object 'foo' in store '") &&
 		  strstr(r.err, "/s'\n"), "%s", r.err);
-	run_free(&r);
+	cli_run_free(&r);
 	/* A missing object leaves an existing destination as it was. */
 	write_file(P("keep"), 100, 5, true);
 	write_file(P("orig"), 100, 5, true);
 	r = coil_run(NULL, "get", P("s"), "foo", P("keep"), NULL);
 	expect(r, 1, "", NULL);
 	cr_expect(same_file(P("keep"), P("orig")));
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "put", P("s"), "o", P("orig"), NULL);
 	expect(r, 0, "", "");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "get", P("s"), "o", P("nodir/out"), NULL);
 	expect(r, 1, "", NULL);
 	cr_expect(strstr(r.err, "nodir/out': No such file or directory\n"), "%s", r.err);
-	run_free(&r);
+	cli_run_free(&r);
 	mkdir(P("d"), 0755);
 	r = coil_run(NULL, "get", P("s"), "o", P("d"), NULL);
 	expect(r, 1, "", NULL);
 	cr_expect(strstr(r.err, "d': Is a directory\n"), "%s", r.err);
-	run_free(&r);
+	cli_run_free(&r);
 	expect_listing("d keep orig s");
 }
 
@@ -628,14 +565,14 @@ Test(cli, get_of_damaged_object)
 {
 	struct fmt_super sb;
 	uint8_t blk[2 * FMT_BLOCK];
-	struct run r;
+	struct cli_run r;
 	int fd;
 
 	make_store("s", "64M", "none");
 	write_file(P("rnd"), 6u << 20, 9, true);
 	r = coil_run(NULL, "put", P("s"), "obj", P("rnd"), NULL);
 	expect(r, 0, "", "");
-	run_free(&r);
+	cli_run_free(&r);
 	fd = open(P("s"), O_RDWR);
 	cr_assert_eq(pread(fd, blk, sizeof(blk), 0), (ssize_t)sizeof(blk));
 	cr_assert_eq(fmt_super_decode(&sb, blk, FMT_BLOCK), 0);
@@ -653,12 +590,12 @@ Test(cli, get_of_damaged_object)
 	cr_expect(strstr(r.err, "coil: get: reading object 'obj' from store '") &&
 		  strstr(r.err, "': I/O error or damaged data (checksum mismatch)\n"),
 		  "%s", r.err);
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "check", P("s"), NULL);
 	expect(r, 3, NULL, NULL);
 	cr_expect(strstr(r.out, "damaged ranges in 1 objects\n"), "%s", r.out);
 	cr_expect(strstr(r.err, "coil: check: object 'obj' bytes ["), "%s", r.err);
-	run_free(&r);
+	cli_run_free(&r);
 	expect_listing("rnd s");
 }
 
@@ -666,13 +603,13 @@ Test(cli, get_of_damaged_object)
 
 Test(cli, stats_human_and_json)
 {
-	struct run r;
+	struct cli_run r;
 
 	make_store("s", "16M", "zstd");
 	write_file(P("t"), 200000, 1, false);
 	r = coil_run(NULL, "put", P("s"), "t", P("t"), NULL);
 	expect(r, 0, "", "");
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "stats", P("s"), NULL);
 	expect(r, 0, NULL, "");
 	const char *want[] = { "\nspace\n", "  logical          195.3 KiB ",
@@ -682,13 +619,13 @@ Test(cli, stats_human_and_json)
 			       "  prefetch         on, " };
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
 		cr_expect(strstr(r.out, want[i]), "missing '%s' in:\n%s", want[i], r.out);
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "stats", "--json", P("s"), NULL);
 	expect(r, 0, NULL, "");
 	cr_expect(r.out[0] == '{' && strchr(r.out, '\n') == r.out + strlen(r.out) - 1,
 		  "one line of JSON");
 	cr_expect(strstr(r.out, "\"space\":{\"logical\":200000,"), "%s", r.out);
-	run_free(&r);
+	cli_run_free(&r);
 	r = coil_run(NULL, "stats", "--json", "--pretty", P("s"), NULL);
 	expect(r, 0, NULL, "");
 	{
@@ -697,7 +634,7 @@ Test(cli, stats_human_and_json)
 	}
 	cr_expect(strstr(r.out, "\n  \"space\": {\n    \"logical\": 200000,\n"));
 	cr_expect(strstr(r.out, "\"live_fraction_histogram\": [0, "));
-	run_free(&r);
+	cli_run_free(&r);
 	expect_listing("s t");
 }
 
@@ -707,7 +644,7 @@ Test(cli, stats_human_and_json)
  * once the operation has run for a second (stdin held open for 1.5 s). */
 Test(cli, progress_only_on_a_terminal)
 {
-	struct run r;
+	struct cli_run r;
 	int master, in[2], st;
 	char buf[4096] = "";
 	size_t got = 0;
@@ -717,7 +654,7 @@ Test(cli, progress_only_on_a_terminal)
 	write_file(P("big"), 9u << 20, 2, false);
 	r = coil_run(NULL, "put", P("s"), "quiet", P("big"), NULL);
 	expect(r, 0, "", "");
-	run_free(&r);
+	cli_run_free(&r);
 
 	cr_assert_eq(pipe(in), 0);
 	pid = forkpty(&master, NULL, NULL, NULL);
@@ -763,7 +700,7 @@ Test(cli, progress_only_on_a_terminal)
 Test(cli, interrupted_put_removes_the_object)
 {
 	char errpath[600];
-	struct run r;
+	struct cli_run r;
 	int in[2], st;
 	pid_t pid;
 
@@ -793,13 +730,13 @@ Test(cli, interrupted_put_removes_the_object)
 	close(in[1]);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
 	{
-		char *err = slurp(errpath, NULL);
+		char *err = cr_slurp(errpath, NULL);
 		cr_expect_str_eq(err, "coil: put: interrupted; object 'partial' removed\n");
 		free(err);
 	}
 	unlink(errpath);
 	r = coil_run(NULL, "ls", P("s"), NULL);
 	expect(r, 0, "", "");
-	run_free(&r);
+	cli_run_free(&r);
 	expect_listing("s");
 }
