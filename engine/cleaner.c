@@ -219,7 +219,11 @@ static uint64_t fg_cap_locked(const struct coil_store *s)
 static void thresholds(struct cleaner *cl, uint32_t nseg, uint64_t seg_size,
 		       bool grows)
 {
-	uint32_t r = COIL_MAX(2u, COIL_MIN(16u, nseg / 64));
+	/* Two segments (up to 16 in a large store) for the cleaner to
+	 * relocate into; in the smallest stores one, so that half of the
+	 * segments stay for data (a 6 MiB store has two). */
+	uint32_t r = COIL_MIN(COIL_MAX(2u, COIL_MIN(16u, nseg / 64)),
+			      COIL_MAX(1u, nseg / 2));
 	uint32_t band = grows ? COIL_MAX(1u, nseg / 128) : COIL_MAX(2u, nseg / 32);
 
 	/* Clean late: the less free space is kept, the more dead bytes the

@@ -226,6 +226,15 @@ Test(cli, create_sizes)
 		cr_expect_eq((uint64_t)st.st_size, bytes[i], "%s", ok[i][1]);
 		cli_run_free(&r);
 	}
+	/* the smallest store holds data too */
+	write_file(P("14k"), 14000, 9, true);
+	r = coil_run(NULL, "put", P("a"), "x", P("14k"), NULL);
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "get", P("a"), "x", P("14k.back"), NULL);
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+	cr_expect(same_file(P("14k"), P("14k.back")));
 	r = coil_run(NULL, "create", P("small"), "6140K", NULL);
 	expect(r, 1, "", NULL);
 	cr_expect(strstr(r.err, "': store too small: minimum is 6 MiB (asked for "
@@ -245,7 +254,7 @@ Test(cli, create_sizes)
 	cr_expect(strstr(r.err, "': already exists (create never formats over "
 				"a file; remove it first)\n") != NULL);
 	cli_run_free(&r);
-	expect_listing("a b c d1 e");
+	expect_listing("14k 14k.back a b c d1 e");
 }
 
 Test(cli, create_codecs)
