@@ -559,13 +559,16 @@ Test(store_grow, kill9_while_growing, .timeout = 300)
 
 /* "b" first, then "a" at the end of the file: removing "a" frees the
  * tail. */
-static void compact_setup(const char *path, struct coil_options *o)
+/* A store that grew for @a_mib MiB of "a" that is then removed: its tail
+ * is free for compaction (48 MiB: one growth step to give back). */
+static void compact_setup(const char *path, struct coil_options *o,
+			  uint64_t a_mib)
 {
 	coil_store *s;
 
 	cr_assert_eq(coil_open(path, o, &s), 0);
 	cr_assert_eq(put(s, "b", 8 * MiB, 21, NULL), 0);
-	cr_assert_eq(put(s, "a", 96 * MiB, 22, NULL), 0);
+	cr_assert_eq(put(s, "a", a_mib * MiB, 22, NULL), 0);
 	cr_assert_eq(coil_obj_remove(s, "a"), 0);
 	cr_assert_eq(coil_close(s), 0);
 	o->flags &= ~COIL_CREATE;
@@ -582,7 +585,7 @@ Test(store_grow, compact_gives_back_the_tail, .timeout = 120)
 	et_path(path, sizeof(path), "grow-compact");
 	opts(&o, 0);
 	o.size = 512 * MiB;
-	compact_setup(path, &o);
+	compact_setup(path, &o, 96);
 	d0 = disk_bytes(path);
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	n0 = s->nseg;
@@ -633,7 +636,7 @@ Test(store_grow, powercut_during_compact, .timeout = 300)
 		unlink(path);
 		opts(&o, 0);
 		o.size = 512 * MiB;
-		compact_setup(path, &o);
+		compact_setup(path, &o, 48);
 		memset(&spec, 0, sizeof(spec));
 		spec.record = true;
 		uring_fault_set_next(&spec);
@@ -656,11 +659,11 @@ Test(store_grow, powercut_during_compact, .timeout = 300)
 		check(s, "b", 8 * MiB, 21);
 		cr_assert_eq(cleaner_check_live(s), 0);
 		cr_assert_eq(coil_compact(s, &got), 0);
-		cr_assert_eq(put(s, "c", 32 * MiB, 24, NULL), 0);
+		cr_assert_eq(put(s, "c", 8 * MiB, 24, NULL), 0);
 		cr_assert_eq(coil_close(s), 0);
 		cr_assert_eq(coil_open(path, &o, &s), 0);
 		check(s, "b", 8 * MiB, 21);
-		check(s, "c", 32 * MiB, 24);
+		check(s, "c", 8 * MiB, 24);
 		cr_assert_eq(coil_close(s), 0);
 	}
 	unlink(path);

@@ -230,7 +230,7 @@ fuzz_one() {
 }
 
 run_fuzzers() {
-	local secs=${FUZZ_SECONDS:-10} rc=0 n=0 running=0
+	local secs=${FUZZ_SECONDS:-6} rc=0 n=0 running=0
 	local exes=()
 	log "fuzz targets (${secs}s each, on their checked-in corpus, $JOBS at a time)"
 	for exe in build/fuzz/tests/fuzz_*; do

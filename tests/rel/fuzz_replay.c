@@ -168,7 +168,7 @@ Test(rel_fuzz, corpus_and_short_run, .timeout = 600)
 	struct corpus c = { .n = 0 };
 	uint64_t seed = rel_seed(), st = seed ^ 0xf022;
 	uint64_t runs = rel_scaled(10000, 300), done = 0;
-	const double budget_s = 20.0 * rel_scale(); /* per target, wall */
+	const double budget_s = 8.0 * rel_scale(); /* per target, wall */
 	size_t maxlen = 4096, cap;
 	struct timespec t0, t1;
 	uint8_t *buf;
