@@ -581,6 +581,7 @@ static int store_format_or_load(struct coil_store *s,
 	/* A growing store seen through a block device (a loop device over
 	 * its file) is as long as the device: it does not grow there. */
 	s->grows = (s->sb.incompat & FMT_INCOMPAT_GROW) && !s->is_blk;
+	s->filled = (s->sb.flags & FMT_SUPER_FILLED) != 0;
 	s->seg_cap = s->grows ? fmt_super_seg_capacity(&s->sb) :
 				s->sb.segment_count;
 	s->j_alloc = s->sb.journal_len;

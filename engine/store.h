@@ -117,6 +117,10 @@ struct coil_store {
 	bool rdonly;
 	bool direct;
 	bool is_blk;            /* a block device, not a regular file */
+	bool filled;            /* zero-filled at creation (FMT_SUPER_FILLED):
+	                           its segments need no reserving; set at open,
+	                           read without a lock (sb.flags is rewritten
+	                           by super_write under ckpt_mu) */
 	bool sync_writes;
 	bool inline_cb;         /* COIL_INLINE_CB */
 	int level;              /* zstd level, 0 = no compression */

@@ -71,7 +71,7 @@ int reserve_seg(struct coil_store *s, uint32_t idx, uint64_t off)
 	struct seg *g = &s->segs[idx];
 	int rc;
 
-	if (g->reserved || s->is_blk || (s->sb.flags & FMT_SUPER_FILLED))
+	if (g->reserved || s->is_blk || s->filled)
 		return 0;
 	do
 		rc = fallocate(s->fd, 0, (off_t)off,
