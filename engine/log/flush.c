@@ -93,24 +93,22 @@ static uint64_t retired_ticket(struct coil_store *s)
 	return t;
 }
 
-/* May a group go now?  Every waiter before it in q->next whose records
- * are all written joins it.  q->mu held. */
-static bool group_ready(struct coil_store *s, struct flushq *q)
-{
-	return q->fsyncs < FLUSH_FSYNCS_MAX && q->next &&
-	       q->next->ticket <= retired_ticket(s);
-}
-
-/* If a group may go (group_ready), prepare the fdatasync for the leading
- * waiters of q->next whose records are written (tickets are taken in
- * order, so they are a prefix); the caller submits it once q->mu is
- * released.  q->mu held.  @return whether a group was started. */
+/* If a group may go (an fdatasync slot is free and the first waiter's
+ * records are written), prepare the fdatasync for the leading waiters of
+ * q->next whose records are written (tickets are taken in order, so they
+ * are a prefix); the caller submits it once q->mu is released.  The
+ * retired ticket is read once: both tests must see the same value, or the
+ * first could pass on a newer one than the prefix is cut with.  q->mu
+ * held.  @return whether a group was started. */
 static bool group_start(struct coil_store *s, struct flushq *q)
 {
-	uint64_t done = retired_ticket(s);
+	uint64_t done;
 	struct flush_waiter **pp = &q->next;
 
-	if (!group_ready(s, q))
+	if (q->fsyncs >= FLUSH_FSYNCS_MAX || !q->next)
+		return false;
+	done = retired_ticket(s);
+	if (q->next->ticket > done)
 		return false;
 	while (*pp && (*pp)->ticket <= done)
 		pp = &(*pp)->next;
