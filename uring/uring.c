@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <linux/stat.h>
 #include <semaphore.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -116,6 +117,16 @@ int uring_create(int fd, const struct uring_opts *o, struct uring **out)
 		return -ENOMEM;
 	r->fd = fd;
 	r->efd = -1;
+	{
+		/* A new open file description of the same file: O_DIRECT is
+		 * a property of the description, so a dup would share it. */
+		char path[64];
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		r->bfd = open(path, O_RDWR | O_CLOEXEC);
+		if (r->bfd < 0)
+			r->bfd = open(path, O_RDONLY | O_CLOEXEC);
+	}
 	r->direct = d.direct;
 	r->entries = d.entries;
 	r->inbox_max = d.inbox_max;
@@ -178,6 +189,8 @@ fail:
 #endif
 	if (r->efd >= 0)
 		close(r->efd);
+	if (r->bfd >= 0)
+		close(r->bfd);
 	free(r->inbox);
 	free(r->buf_next);
 	free(r->buf_base);
@@ -226,6 +239,8 @@ void uring_destroy(struct uring *r)
 	fault_detach(r);
 #endif
 	close(r->efd);
+	if (r->bfd >= 0)
+		close(r->bfd);
 	free(r->inbox);
 	free(r->buf_next);
 	free(r->buf_base);
@@ -252,7 +267,10 @@ static int io_check(const struct uring *r, const struct uring_io *io)
 	case URING_OP_WRITE:
 		if (!io->buf || io->len == 0 || io->len > INT32_MAX)
 			return -EINVAL;
-		if (r->direct && (!aligned(r, (uintptr_t)io->buf) ||
+		if ((io->flags & URING_IO_BUFFERED) && r->bfd < 0)
+			return -EOPNOTSUPP;
+		if (r->direct && !(io->flags & URING_IO_BUFFERED) &&
+		    (!aligned(r, (uintptr_t)io->buf) ||
 				  !aligned(r, io->off) || !aligned(r, io->len)))
 			return -EINVAL;
 		/* fallthrough */

@@ -42,6 +42,10 @@ enum uring_io_flags {
 	/* do not retry -EAGAIN/-EINTR and do not resubmit a short result:
 	 * complete with whatever the kernel returned (bytes done or -errno) */
 	URING_IO_NORETRY = 1u << 0,
+	/* READ/WRITE through a second, buffered descriptor on the same file
+	 * (the page cache): no alignment rules, and a write completes once
+	 * the kernel holds its bytes.  An fsync covers it (same file). */
+	URING_IO_BUFFERED = 1u << 1,
 };
 
 /* One I/O.  Caller-owned, embedded in the caller's op context; the module

@@ -90,6 +90,8 @@ struct uring_fault;
 struct uring {
 	struct io_uring ring;
 	int fd;                  /* caller's; not closed here */
+	int bfd;                 /* ours: the same file without O_DIRECT
+				  * (URING_IO_BUFFERED), -1 if it failed */
 	int efd;                 /* eventfd the producers write to wake us */
 	uint64_t efd_val;        /* target of the armed eventfd read */
 	bool efd_armed;

@@ -154,7 +154,12 @@ static int ring_setup(struct uring *r)
 	r->inflight_max = p.cq_entries - 1;
 	r->entries = p.sq_entries;
 
-	r->st.fixed_file = io_uring_register_files(&r->ring, &r->fd, 1) == 0;
+	{
+		int fds[2] = { r->fd, r->bfd };
+
+		r->st.fixed_file = io_uring_register_files(&r->ring, fds,
+				r->bfd >= 0 ? 2 : 1) == 0;
+	}
 	if (r->nbufs || r->nxreg) {
 		iov = calloc(r->nbufs + r->nxreg, sizeof(*iov));
 		if (!iov) {
@@ -310,6 +315,8 @@ static int issue_one(struct uring *r, struct uring_io *io)
 						     io->off);
 			}
 			io->_sub_len = io->len;
+		} else if (io->flags & URING_IO_BUFFERED) {
+			prep_rw(r, sqe, io, r->st.fixed_file ? 1 : r->bfd);
 		} else {
 			prep_rw(r, sqe, io, fdx);
 		}
@@ -355,7 +362,8 @@ out:
 static bool mergeable(const struct uring_io *io)
 {
 	return io->op == URING_OP_WRITE && io->_done == 0 &&
-	       io->_sub_len == 0 && !(io->flags & URING_IO_NORETRY) &&
+	       io->_sub_len == 0 &&
+	       !(io->flags & (URING_IO_NORETRY | URING_IO_BUFFERED)) &&
 	       !(io->_iflags & (IF_QUIESCE | IF_NOMERGE | IF_MERGED));
 }
 
