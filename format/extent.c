@@ -8,7 +8,11 @@ _Static_assert(FMT_EXTENT_MIN == FMT_EXTENT_FIXED + 8, "one csum at least");
 
 int fmt_blob_check(const struct fmt_blob *b)
 {
-	if (b->logical_len == 0 || b->logical_len > FMT_BLOB_MAX || b->flags)
+	if (b->logical_len == 0 || b->logical_len > FMT_BLOB_MAX ||
+	    (b->flags & ~FMT_BLOB_INLINE))
+		return -EIO;
+	if ((b->flags & FMT_BLOB_INLINE) &&
+	    (b->dev_off || b->stored_len > FMT_INLINE_MAX))
 		return -EIO;
 	switch (b->codec) {
 	case FMT_CODEC_RAW:
@@ -45,12 +49,28 @@ static int extent_check(const struct fmt_extent *e)
 
 size_t fmt_extent_size(const struct fmt_extent *e)
 {
-	return FMT_EXTENT_FIXED + 8u * (size_t)e->blob.n_csums;
+	size_t n = FMT_EXTENT_FIXED + 8u * (size_t)e->blob.n_csums;
+
+	if (e->blob.flags & FMT_BLOB_INLINE)
+		n += e->blob.stored_len;
+	return n;
+}
+
+/* An inline blob's bytes against its checksums: raw per sector, zstd the
+ * stored bytes (the logical ones are checked when it is decoded). */
+static int inline_check(const struct fmt_blob *b, const uint8_t *p)
+{
+	if (b->codec == FMT_CODEC_RAW)
+		return fmt_blob_verify_sectors(b, 0, p, b->stored_len) < 0 ?
+		       -EIO : 0;
+	return fmt_csum(p, b->stored_len) == b->csums[0] ? 0 : -EIO;
 }
 
 int fmt_extent_encode(const struct fmt_extent *e, uint8_t *buf, size_t len)
 {
 	if (!e || !buf || extent_check(e) < 0)
+		return -EINVAL;
+	if ((e->blob.flags & FMT_BLOB_INLINE) && !e->inl)
 		return -EINVAL;
 	size_t need = fmt_extent_size(e);
 	if (len < need)
@@ -67,6 +87,9 @@ int fmt_extent_encode(const struct fmt_extent *e, uint8_t *buf, size_t len)
 	coil_put_le32(buf + 36, e->blob.dict_id);
 	for (unsigned i = 0; i < e->blob.n_csums; i++)
 		coil_put_le64(buf + FMT_EXTENT_FIXED + 8 * i, e->blob.csums[i]);
+	if (e->blob.flags & FMT_BLOB_INLINE)
+		memcpy(buf + FMT_EXTENT_FIXED + 8u * e->blob.n_csums, e->inl,
+		       e->blob.stored_len);
 	return (int)need;
 }
 
@@ -90,16 +113,26 @@ int fmt_extent_decode(struct fmt_extent *e, const uint8_t *buf, size_t len)
 	e->blob.dict_id = coil_get_le32(buf + 36);
 	for (unsigned i = 0; i < n; i++)
 		e->blob.csums[i] = coil_get_le64(buf + FMT_EXTENT_FIXED + 8 * i);
+	e->inl = NULL;
 	if (extent_check(e) < 0)
 		return -EIO;
-	return (int)(FMT_EXTENT_FIXED + 8u * n);
+	size_t need = fmt_extent_size(e);
+	if (e->blob.flags & FMT_BLOB_INLINE) {
+		if (len < need)
+			return -EIO;
+		e->inl = buf + FMT_EXTENT_FIXED + 8u * n;
+		if (inline_check(&e->blob, e->inl) < 0)
+			return -EIO;
+	}
+	return (int)need;
 }
 
 int fmt_cursor_put_extent(struct fmt_cursor *c, const struct fmt_extent *e)
 {
 	if (c->err)
 		return c->err;
-	if (extent_check(e) < 0)
+	if (extent_check(e) < 0 ||
+	    ((e->blob.flags & FMT_BLOB_INLINE) && !e->inl))
 		return -EINVAL;
 	uint8_t *q = fmt_cursor_put_ptr(c, fmt_extent_size(e));
 	if (!q)

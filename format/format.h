@@ -186,7 +186,11 @@ static inline void fmt_cursor_get_bytes(struct fmt_cursor *c, void *dst, size_t 
  * may become.  A reader that ignored it would read a shorter file as
  * damaged, or write segments past the file's end that no one allocated. */
 #define FMT_INCOMPAT_GROW 0x1ull
-#define FMT_INCOMPAT_KNOWN FMT_INCOMPAT_GROW
+/* incompat bit 1: extents may carry their blob's stored bytes inline
+ * (FMT_BLOB_INLINE) in journal records and checkpoints.  A reader that
+ * ignored it would reject those extents as damaged (flags != 0). */
+#define FMT_INCOMPAT_INLINE 0x2ull
+#define FMT_INCOMPAT_KNOWN (FMT_INCOMPAT_GROW | FMT_INCOMPAT_INLINE)
 #define FMT_COMPAT_KNOWN 0x0ull
 /* fmt_super_decode: a superblock that is intact (checksum) but needs a
  * feature or version this code does not know.  The same value as the
@@ -278,11 +282,19 @@ struct fmt_blob {
 	uint64_t dev_off;     /* absolute byte offset of the stored bytes */
 	uint32_t stored_len, logical_len;
 	uint8_t codec;        /* enum fmt_codec */
-	uint8_t flags;        /* 0 */
+	uint8_t flags;        /* 0 or FMT_BLOB_INLINE */
 	uint16_t n_csums;     /* raw: ceil(logical/4096); zstd: 2 */
 	uint32_t dict_id;     /* zstd dictionary, 0 = none */
 	uint64_t csums[FMT_CSUMS_MAX]; /* raw: per sector; zstd: [stored, logical] */
 };
+
+/* blob flag: the blob lives in the record that describes it, not on the
+ * device: its stored_len stored bytes follow the extent's checksums,
+ * dev_off is 0, stored_len <= FMT_INLINE_MAX.  Small writes are kept this
+ * way in the journal (and in checkpoints) until they are packed into a
+ * segment; needs FMT_INCOMPAT_INLINE. */
+#define FMT_BLOB_INLINE 0x1u
+#define FMT_INLINE_MAX (64u << 10)
 
 /* Maps object bytes [obj_off, obj_off + len) onto the blob's logical bytes
  * [blob_skip, blob_skip + len). */
@@ -290,15 +302,22 @@ struct fmt_extent {
 	uint64_t obj_off;
 	uint32_t len, blob_skip;
 	struct fmt_blob blob;
+	/* FMT_BLOB_INLINE: the stored bytes (encode reads them; decode
+	 * points into the caller's buffer after checking them against the
+	 * blob's checksums).  NULL otherwise. */
+	const uint8_t *inl;
 };
 
 #define FMT_EXTENT_FIXED 40u     /* encoded bytes before the csums */
 #define FMT_EXTENT_MIN 48u       /* smallest valid encoding (one csum) */
+/* largest encoding of an extent on the device / inline */
 #define FMT_EXTENT_MAX (FMT_EXTENT_FIXED + 8u * FMT_CSUMS_MAX)
+#define FMT_EXTENT_INLINE_MAX \
+	(FMT_EXTENT_FIXED + 8u * (FMT_INLINE_MAX / FMT_BLOCK) + FMT_INLINE_MAX)
 
 /* 0 if the blob descriptor is self-consistent (docs/format.md), else -EIO. */
 int fmt_blob_check(const struct fmt_blob *b);
-/* Encoded bytes of @e: 40 + 8 * n_csums. */
+/* Encoded bytes of @e: 40 + 8 * n_csums (+ stored_len inline). */
 size_t fmt_extent_size(const struct fmt_extent *e);
 /* @return bytes written, -ENOSPC (buffer), -EINVAL (@e inconsistent). */
 int fmt_extent_encode(const struct fmt_extent *e, uint8_t *buf, size_t len);
