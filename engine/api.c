@@ -14,6 +14,7 @@
 #include "engine/log/journal.h"
 #include "engine/log/meta.h"
 #include "engine/handle.h"
+#include "engine/pack.h"
 #include "engine/place/object.h"
 #include "engine/scrub.h"
 #include "engine/stats.h"
@@ -492,7 +493,13 @@ COIL_API int coil_compact(coil_store *s, uint64_t *returned)
 		return -EROFS;
 	if (engine_on_coil_thread(s))
 		return -EDEADLK;
-	rc = coil_sync_internal(s);
+	/* Small writes still in memory first: packed, they take their
+	 * share of a block and no longer pin anything in the journal. */
+	rc = pack_now(s);
+	if (rc == -ENOSPC)
+		rc = 0; /* they stay where they are; nothing is lost */
+	if (rc == 0)
+		rc = coil_sync_internal(s);
 	if (rc == 0)
 		rc = cleaner_compact(s, &r);
 	if (returned)

@@ -458,7 +458,7 @@ static int reloc_submit(struct cleaner *cl, struct object *o,
 			continue;
 		nrec++;
 		rc = wreq_put_extent(&c, &cl->fe, items[i].off, items[i].len,
-				     items[i].nskip, &w->fb[items[i].k]);
+				     items[i].nskip, &w->fb[items[i].k], NULL);
 	}
 	if (rc == 0)
 		rc = fmt_jrec_write_end(&c, mark, nrec);
@@ -607,9 +607,12 @@ static int collect_items(struct cleaner *cl)
 
 			extmap_iter_init(&it, &o->map, 0);
 			while ((e = extmap_iter_next(&it))) {
-				uint32_t i = seg_of(s, e->b->dev_off);
+				uint32_t i;
 				struct citem ci;
 
+				if (blobd_is_mem(e->b))
+					continue;
+				i = seg_of(s, e->b->dev_off);
 				if (!cl->victim[i])
 					continue;
 				ci = (struct citem){ .o = o, .b = e->b,

@@ -415,7 +415,12 @@ static int collect(struct scrub *sc)
 				continue;
 			extmap_iter_init(&it, &o->map, 0);
 			while ((e = extmap_iter_next(&it))) {
-				uint32_t seg = seg_of(s, e->b->dev_off);
+				uint32_t seg;
+
+				/* in memory: checked when it was loaded */
+				if (blobd_is_mem(e->b))
+					continue;
+				seg = seg_of(s, e->b->dev_off);
 
 				rc = grow((void **)&sc->items, &sc->cap_items,
 					  sc->nitems + 1, sizeof(*sc->items));

@@ -143,6 +143,17 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 			  logical ? (double)stored / (double)logical : 1.0,
 			  (unsigned long long)el, (unsigned long long)es,
 			  LD(s->st.blobs_raw), LD(s->st.blobs_zstd));
+		/* small writes kept in memory (and the journal) until the
+		 * packer writes them densely to a segment */
+		sb_printf(&b, "\"small_writes\":{\"inline\":%llu,"
+			  "\"in_memory_bytes\":%llu,\"in_memory_blobs\":%llu,"
+			  "\"pack_batches\":%llu,\"packed_blobs\":%llu,"
+			  "\"packed_bytes\":%llu,\"pack_installed\":%llu,"
+			  "\"memory_reads\":%llu},",
+			  LD(s->st.inline_writes), LD(s->mem.bytes),
+			  LD(s->mem.count), LD(s->st.pack_batches),
+			  LD(s->st.pack_blobs), LD(s->st.pack_bytes),
+			  LD(s->st.pack_installed), LD(s->st.rd_mem));
 	}
 	sb_printf(&b, "\"io\":{\"writes\":%llu,\"write_bytes\":%llu,"
 		  "\"write_errors\":%llu,\"reads\":%llu,\"read_bytes\":%llu,"

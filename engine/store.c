@@ -22,6 +22,7 @@
 
 #include "engine/cleaner.h"
 #include "engine/grow.h"
+#include "engine/pack.h"
 #include "engine/io/bcache.h"
 #include "engine/io/readahead.h"
 #include "engine/io/wreq.h"
@@ -112,6 +113,7 @@ static int validate_options(const struct coil_options *o, int *level)
 static void store_free(struct coil_store *s)
 {
 	scrub_destroy(s);   /* joins the thread before the ring goes */
+	pack_destroy(s);    /* the same */
 	cleaner_destroy(s); /* joins the thread before the ring goes */
 	if (s->pool)
 		pool_destroy(s->pool);
@@ -147,6 +149,7 @@ static void store_free(struct coil_store *s)
 	pthread_mutex_destroy(&s->ckpt_mu);
 	pthread_mutex_destroy(&s->ck_mu);
 	pthread_mutex_destroy(&s->grow_mu);
+	memlist_destroy(&s->mem);
 	pthread_cond_destroy(&s->mcond);
 	pthread_cond_destroy(&s->jcond);
 	pthread_cond_destroy(&s->rq_cond);
@@ -301,6 +304,8 @@ static int resume_active_segment(struct coil_store *s)
 
 			extmap_iter_init(&it, &o->map, 0);
 			while ((e = extmap_iter_next(&it))) {
+				if (blobd_is_mem(e->b))
+					continue;
 				uint32_t i = seg_of(s, e->b->dev_off);
 				uint64_t end = e->b->dev_off + e->b->stored_len -
 					       seg_base(s, i);
@@ -338,6 +343,7 @@ static struct coil_store *store_new(const char *path,
 	if (!s)
 		return NULL;
 	s->fd = -1;
+	memlist_init(&s->mem);
 	pthread_mutex_init(&s->mlock, NULL);
 	pthread_mutex_init(&s->jlock, NULL);
 	pthread_mutex_init(&s->rq_mu, NULL);
@@ -668,6 +674,13 @@ static int store_start(struct coil_store *s, const struct coil_options *o)
 		s->j_alloc = COIL_MIN(s->sb.journal_len, GROW_JOURNAL_MIN);
 		(void)grow_journal(s, grow_journal_target(s, s->nseg));
 	}
+	/* Conversion to the inline-blob format: this checkpoint writes the
+	 * superblock with the bit before any record can carry such a blob,
+	 * so an older binary refuses the store from then on. */
+	if (s->sb.version == FMT_SUPER_VERSION_V1)
+		s->sb.version = FMT_SUPER_VERSION; /* feature words from now */
+	s->sb.incompat |= FMT_INCOMPAT_INLINE;
+	s->inline_ok = true;
 	/* The recovered state becomes the new base: nothing written before
 	 * this point is needed from the journal again. */
 	rc = ckpt_write(s, false);
@@ -677,6 +690,8 @@ static int store_start(struct coil_store *s, const struct coil_options *o)
 	if (rc < 0)
 		return rc;
 	rc = cleaner_start(s);
+	if (rc == 0)
+		rc = pack_start(s);
 	if (rc < 0)
 		ckpt_thread_stop(s);
 	return rc;
@@ -817,6 +832,9 @@ COIL_API int coil_close(coil_store *s)
 	while (atomic_load(&s->ops_inflight))
 		pthread_cond_wait(&s->rq_cond, &s->rq_mu);
 	pthread_mutex_unlock(&s->rq_mu);
+	/* Small writes still in memory go to a segment now, so the store
+	 * opens next time with nothing to load into memory. */
+	pack_stop(s);
 
 	if (!s->rdonly) {
 		rc = coil_sync_internal(s);

@@ -23,6 +23,7 @@
 #include "coil.h"
 #include "common/common.h"
 #include "engine/log/journal.h"
+#include "engine/place/blob.h"
 #include "engine/place/bufpool.h"
 #include "engine/place/extmap.h"
 #include "engine/place/segment.h"
@@ -73,6 +74,9 @@ struct engine_stats {
 	_Atomic uint64_t reads, read_bytes, read_errors;
 	_Atomic uint64_t csum_failures;
 	_Atomic uint64_t blobs_raw, blobs_zstd;
+	_Atomic uint64_t inline_writes; /* small writes kept in the journal */
+	_Atomic uint64_t pack_batches, pack_blobs, pack_bytes, pack_installed;
+	_Atomic uint64_t rd_mem; /* blobs reads took from memory */
 	_Atomic uint64_t enc_logical, enc_stored;
 	_Atomic uint64_t dev_bytes_written, dev_bytes_read;
 	_Atomic uint64_t flushes, fsyncs;
@@ -147,6 +151,11 @@ struct coil_store {
 	 * yet applied may add to it (ckpt_reserved, released with their
 	 * segments' inflight counts). */
 	struct extmap_acct ext_acct;
+	/* Small writes' blobs held in memory until packed (engine/pack.c);
+	 * inline_ok: this store may write them (read-write, and the
+	 * superblock carries FMT_INCOMPAT_INLINE). */
+	struct memlist mem;
+	bool inline_ok;
 	uint64_t name_bytes;
 	uint64_t ckpt_reserved;
 	struct seg *segs;       /* seg_cap entries; the first nseg in use */
@@ -246,6 +255,7 @@ struct coil_store {
 
 	/* ---- space management (engine/cleaner.c) ---- */
 	struct cleaner *cl;     /* NULL: read-only, or not started */
+	struct packer *pk;      /* engine/pack.c; NULL: not started */
 	struct scrub *scrub;    /* engine/scrub.c; NULL: not started */
 	struct seg_discard disc; /* TRIM of freed segments (the cleaner's) */
 

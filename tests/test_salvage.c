@@ -15,6 +15,7 @@
 #include "coil.h"
 #include "tests/cli_run.h"
 #include "tests/engine_test_util.h"
+#include "engine/pack.h"
 
 #define NOBJ 4
 
@@ -32,6 +33,9 @@ static void put(coil_store *s, int i)
 	cr_assert_eq(coil_obj_open(s, names[i], COIL_CREATE, &h), 0);
 	cr_assert_eq(coil_pwrite(h, want[i], lens[i], 0), (int64_t)lens[i]);
 	cr_assert_eq(coil_obj_close(h), 0);
+	/* a small object stays in memory until packed: packed now, the
+	 * objects lie in the file in the order they were written */
+	cr_assert_eq(pack_now(s), 0);
 }
 
 /* Two sessions, so there is an older checkpoint: tiny, raw and the

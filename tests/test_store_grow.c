@@ -183,7 +183,7 @@ Test(store_grow, starts_small_grows_and_reopens, .timeout = 120)
 	cr_assert_geq(file_size(path), (uint64_t)n1 * (1u << 20));
 	read_supers(path, &a, &b, raw);
 	cr_assert_eq(a.version, FMT_SUPER_VERSION);
-	cr_assert_eq(a.incompat, FMT_INCOMPAT_GROW);
+	cr_assert_eq(a.incompat, FMT_INCOMPAT_GROW | FMT_INCOMPAT_INLINE);
 	cr_assert_eq(COIL_MAX(a.seq, b.seq) == a.seq ? a.segment_count :
 		     b.segment_count, n1);
 
@@ -258,8 +258,20 @@ Test(store_grow, version1_store_opens, .timeout = 120)
 	patch_supers(path, to_version1);
 
 	o.flags &= ~(COIL_CREATE | COIL_ZERO_FILL);
+	/* read-only: read as it is, nothing written */
+	o.flags |= COIL_RDONLY;
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	cr_assert_eq(s->sb.version, FMT_SUPER_VERSION_V1);
+	check(s, "a", 4 * MiB, 5);
+	cr_assert_eq(coil_close(s), 0);
+	read_supers(path, &a, &b, raw);
+	cr_assert_eq(a.version, FMT_SUPER_VERSION_V1, "a read-only open converts nothing");
+	o.flags &= ~COIL_RDONLY;
+	/* read-write: converted to version 2 with the in-memory blob feature
+	 * (small writes), its fixed layout kept */
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(s->sb.version, FMT_SUPER_VERSION);
+	cr_assert_eq(s->sb.incompat, FMT_INCOMPAT_INLINE);
 	cr_assert(!s->grows, "a version 1 store keeps its fixed count");
 	cr_assert_eq(s->nseg, n);
 	check(s, "a", 4 * MiB, 5);
@@ -268,8 +280,8 @@ Test(store_grow, version1_store_opens, .timeout = 120)
 	cr_assert_eq(s->nseg, n);
 	cr_assert_eq(coil_close(s), 0);
 	read_supers(path, &a, &b, raw);
-	cr_assert_eq(a.version, FMT_SUPER_VERSION_V1, "still version 1");
-	cr_assert_eq(b.version, FMT_SUPER_VERSION_V1);
+	cr_assert_eq(COIL_MAX(a.seq, b.seq) == a.seq ? a.version : b.version,
+		     FMT_SUPER_VERSION, "converted");
 	cr_assert_eq(a.segment_count, n);
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	check(s, "a", 4 * MiB, 5);

@@ -162,7 +162,8 @@ void bcache_publish(struct coil_store *s, struct rblob *rb)
 	struct cache_key k = rb_key(rb);
 	int rc;
 
-	if (!s->cache || !rb->dec || rb->ce)
+	/* an in-memory blob has no device key (dev_off 0): never cached */
+	if (!s->cache || !rb->dec || rb->ce || rb->mem)
 		return;
 	rc = cache_insert(s->cache, &k, rb->dec, rb->b->logical_len, 0, &rb->ce);
 	if (rc >= 0)

@@ -43,6 +43,7 @@
 #include "engine/io/bcache.h"
 #include "engine/io/read.h"
 #include "engine/io/readahead.h"
+#include "engine/io/zctx.h"
 #include "engine/place/blob.h"
 #include "engine/place/bufpool.h"
 #include "engine/place/extmap.h"
@@ -124,7 +125,10 @@ static void read_release(struct coil_store *s, struct rreq *r)
 		rb->io_owner = false;
 		bcache_release(s, rb);
 		bcache_put_stored(s, rb);
-		COUNT_SUB(&s->segs[seg_of(s, rb->b->dev_off)].readers, 1);
+		if (!rb->mem)
+			COUNT_SUB(&s->segs[seg_of(s, rb->b->dev_off)].readers,
+				  1);
+		rb->mem = NULL;
 		blobd_unref(rb->b);
 		rb->b = NULL;
 	}
@@ -158,6 +162,8 @@ static void read_finish(struct rreq *r)
 
 			if (rb->ce)
 				src = rb->ce->data + pc->skip;
+			else if (rb->mem && rb->b->codec == FMT_CODEC_RAW)
+				src = rb->mem + pc->skip;
 			else if (rb->b->codec == FMT_CODEC_RAW)
 				src = rb->iobuf + (rb->b->dev_off - rb->rd_off) +
 				      pc->skip;
@@ -305,45 +311,10 @@ static bool read_decode_here(const struct rreq *r)
 	return r->waiter || atomic_load(&r->s->ops_inflight) <= 1;
 }
 
-/* One zstd decompression context per thread that decodes locally (callers
- * of coil_pread, the ring thread), freed when the thread exits: no lock
- * shared between callers, unlike the store's fallback context. */
-static pthread_once_t dctx_once = PTHREAD_ONCE_INIT;
-static pthread_key_t dctx_key;
-static bool dctx_key_ok;
-
-static void dctx_free(void *p)
-{
-	ZSTD_freeDCtx(p);
-}
-
-static void dctx_key_make(void)
-{
-	dctx_key_ok = pthread_key_create(&dctx_key, dctx_free) == 0;
-}
-
-static ZSTD_DCtx *thread_dctx(void)
-{
-	ZSTD_DCtx *d;
-
-	pthread_once(&dctx_once, dctx_key_make);
-	if (!dctx_key_ok)
-		return NULL;
-	d = pthread_getspecific(dctx_key);
-	if (d)
-		return d;
-	d = ZSTD_createDCtx();
-	if (d && pthread_setspecific(dctx_key, d) != 0) {
-		ZSTD_freeDCtx(d);
-		d = NULL;
-	}
-	return d;
-}
-
 static void read_decode_local(struct coil_store *s, struct pool_task *tasks,
 			      uint32_t n)
 {
-	ZSTD_DCtx *d = thread_dctx();
+	ZSTD_DCtx *d = zctx_thread_d();
 
 	if (!d) { /* no context of our own: the store's, under its lock */
 		read_decode_inline(s, tasks, n);
@@ -417,8 +388,9 @@ static void read_all_done(struct rreq *r)
 		/* Direct: the caller wants this whole blob: decode straight
 		 * into its buffer (the decoder never returns wrong bytes,
 		 * only -EIO, which fails the whole read). */
-		if (rb->sce) /* the stored bytes, from the cache */
-			read_decode_task(t, &rb->fb, rb->b, rb->sce->data,
+		if (rb->sce || rb->mem) /* stored bytes in the cache, memory */
+			read_decode_task(t, &rb->fb, rb->b,
+					 rb->sce ? rb->sce->data : rb->mem,
 					 rb->b->dev_off, rb->direct ?
 					 r->dst + r->pc[rb->piece].dst : rb->dec);
 		else
@@ -652,7 +624,12 @@ static int add_piece(struct coil_store *s, struct rreq *r, struct blobd *b,
 		rb = &r->rb[bi];
 		rb->b = b;
 		blobd_ref(b);
-		atomic_fetch_add(&s->segs[seg_of(s, b->dev_off)].readers, 1);
+		rb->mem = blobd_is_mem(b) ? b->mem->bytes : NULL;
+		if (rb->mem)
+			stat_add(&s->st.rd_mem, 1);
+		else
+			atomic_fetch_add(&s->segs[seg_of(s, b->dev_off)].readers,
+					 1);
 		rb->r = r;
 		rb->lo = skip;
 		rb->hi = skip + len;
@@ -665,7 +642,9 @@ static int add_piece(struct coil_store *s, struct rreq *r, struct blobd *b,
 		rb->use_once = false;
 		rb->io_owner = false;
 		rb->io_next = NULL;
-		rb->gen = s->segs[seg_of(s, b->dev_off)].gen;
+		rb->gen = rb->mem ? 0 : s->segs[seg_of(s, b->dev_off)].gen;
+		if (rb->mem)
+			blobd_to_fmt(b, &rb->fb); /* the decoder's */
 		rb->ce = NULL;
 		rb->sce = NULL;
 		rb->pf_next = NULL;

@@ -58,6 +58,10 @@ struct rblob {
 	/* sce: the cache holds this blob's stored (compressed) bytes: it is
 	 * decoded from them instead of read from the device (bcache.c) */
 	const struct cache_entry *sce;
+	/* mem: an in-memory blob's stored bytes (a small write not yet
+	 * packed, FMT_BLOB_INLINE): served like a cache hit, the blob's
+	 * reference keeping them */
+	const uint8_t *mem;
 	struct rblob *pf_next;
 	uint64_t pf_wait_ns;
 };
@@ -98,7 +102,7 @@ struct rreq {
 /* The blob needs no device read: the cache holds it, decoded or stored. */
 static inline bool read_blob_cached(const struct rblob *rb)
 {
-	return rb->ce || rb->sce;
+	return rb->ce || rb->sce || rb->mem;
 }
 
 /* The read wants all of @rb's blob, in one piece: it can be decoded

@@ -221,8 +221,8 @@ static uint32_t unit_map(struct coil_store *s, struct object *o, uint64_t u,
 
 		for (uint32_t i = 0; i < n; i++)
 			dup |= bv[i] == e->b;
-		if (dup)
-			continue;
+		if (dup || blobd_is_mem(e->b))
+			continue; /* in memory: nothing to fetch */
 		bv[n] = e->b;
 		gv[n] = s->segs[seg_of(s, e->b->dev_off)].gen;
 		n++;

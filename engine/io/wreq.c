@@ -121,7 +121,7 @@ int wreq_place(struct coil_store *s, struct wreq *w, uint64_t keep,
 	pthread_mutex_lock(&s->mlock);
 	rc = seg_room_check(s, w, keep, &now);
 	if (rc == 0)
-		rc = ckpt_reserve_write(s, w);
+		rc = ckpt_reserve_write(s, w, false);
 	if (rc == 0) {
 		rc = seg_place_write(s, w, &now);
 		if (rc < 0) {
@@ -157,7 +157,7 @@ void wreq_drop_blobs(struct wreq *w, uint32_t from)
 
 int wreq_put_extent(struct fmt_cursor *c, struct fmt_extent *fe,
 		    uint64_t obj_off, uint32_t len, uint32_t skip,
-		    const struct fmt_blob *fb)
+		    const struct fmt_blob *fb, const uint8_t *inl)
 {
 	fe->obj_off = obj_off;
 	fe->len = len;
@@ -165,6 +165,11 @@ int wreq_put_extent(struct fmt_cursor *c, struct fmt_extent *fe,
 	/* Only the checksums the blob has: the rest of the array is unused. */
 	memcpy(&fe->blob, fb,
 	       offsetof(struct fmt_blob, csums) + 8u * fb->n_csums);
+	fe->inl = inl;
+	if (inl) {
+		fe->blob.flags = FMT_BLOB_INLINE;
+		fe->blob.dev_off = 0;
+	}
 	return fmt_cursor_put_extent(c, fe);
 }
 

@@ -32,6 +32,13 @@ struct blobd;
  * pending, waits for before it fails with -ENOSPC (write.c). */
 #define ENGINE_SPACE_CKPT_TRIES 3
 #define ENGINE_WREQ_MAX 512u
+/* Writes up to this size carry their blobs inline in the journal record
+ * and complete without a data write (io/write.c, write_inline). */
+#define ENGINE_INLINE_MAX (16u << 10)
+/* In-memory blob bytes at most (write_mem_cap), and the mark at which the
+ * packer starts writing them to a segment (engine/pack.c). */
+#define ENGINE_MEM_MAX (16u << 20)
+#define ENGINE_PACK_AT (512u << 10)
 
 struct wrun {
 	struct uring_io io;
@@ -91,10 +98,11 @@ int wreq_place(struct coil_store *s, struct wreq *w, uint64_t keep,
 /* Drop the blob descriptors w->bd[from..nblobs) (NULL entries allowed). */
 void wreq_drop_blobs(struct wreq *w, uint32_t from);
 /* Describe one extent of @fb into a journal record; @fe is scratch.
+ * @inl: the blob's stored bytes, carried inline (FMT_BLOB_INLINE), or NULL.
  * @return 0 or -errno from the cursor. */
 int wreq_put_extent(struct fmt_cursor *c, struct fmt_extent *fe,
 		    uint64_t obj_off, uint32_t len, uint32_t skip,
-		    const struct fmt_blob *fb);
+		    const struct fmt_blob *fb, const uint8_t *inl);
 /* Completion of one data run (the io's arg is its struct wrun). */
 void wreq_run_done(struct uring_io *io, int res);
 /* Submit w's placed runs (if any), then ready its journal entry. */

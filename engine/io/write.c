@@ -29,10 +29,12 @@
 #include "engine/cleaner.h"
 #include "engine/io/readahead.h"
 #include "engine/io/wreq.h"
+#include "engine/io/zctx.h"
 #include "engine/io/write.h"
 #include "engine/log/ckpt.h"
 #include "engine/log/journal.h"
 #include "engine/log/meta.h"
+#include "engine/pack.h"
 #include "engine/place/blob.h"
 #include "engine/place/bufpool.h"
 #include "engine/place/object.h"
@@ -145,13 +147,112 @@ static void write_fail(struct coil_store *s, struct wreq *w, int err)
 	journal_ready(s, &w->je);
 }
 
+/* The write's blob descriptors (in memory for an inline write: the encoded
+ * bytes are copied out of the batch) and its journal record.  @return 0,
+ * -ENOMEM, or the record encoder's error. */
+static int write_describe(struct coil_store *s, struct wreq *w, bool inl)
+{
+	size_t need = FMT_JREC_HDR + FMT_JREC_WRITE_FIXED, mark;
+	uint64_t pos = w->off;
+	struct fmt_cursor c;
+	int rc = 0;
+
+	for (uint32_t k = 0; k < w->nblobs; k++) {
+		struct fmt_blob *fb = &w->fb[k];
+
+		need += FMT_EXTENT_FIXED + 8u * fb->n_csums;
+		if (inl)
+			need += fb->stored_len;
+		w->stored += fb->stored_len;
+		if (fb->codec == FMT_CODEC_RAW)
+			stat_add(&s->st.blobs_raw, 1);
+		else
+			stat_add(&s->st.blobs_zstd, 1);
+		w->bd[k] = inl ? blobd_new_mem(fb, w->batch + w->slot[k],
+					       &s->mem, w->obj->id, pos) :
+				 blobd_new(fb);
+		if (!w->bd[k])
+			rc = -ENOMEM;
+		pos += fb->logical_len;
+	}
+	stat_add(&s->st.enc_logical, w->len);
+	stat_add(&s->st.enc_stored, w->stored);
+	if (rc == 0 && need > w->rec_cap) {
+		uint8_t *nb = realloc(w->recbuf, need);
+		if (!nb)
+			return -ENOMEM;
+		w->recbuf = nb;
+		w->rec_cap = need;
+	}
+	if (rc < 0)
+		return rc;
+	pos = w->off;
+	fmt_cursor_init(&c, w->recbuf, w->rec_cap);
+	rc = fmt_jrec_write_begin(&c, &mark, 0, w->obj->id, w->off, w->len);
+	for (uint32_t k = 0; rc == 0 && k < w->nblobs; k++) {
+		struct fmt_extent ex;
+
+		rc = wreq_put_extent(&c, &ex, pos, w->fb[k].logical_len, 0,
+				     &w->fb[k],
+				     inl ? w->bd[k]->mem->bytes : NULL);
+		pos += w->fb[k].logical_len;
+	}
+	if (rc == 0)
+		rc = fmt_jrec_write_end(&c, mark, w->nblobs);
+	w->je.rec = w->recbuf;
+	w->je.rec_len = (uint32_t)c.pos;
+	return rc;
+}
+
+/* Stored bytes of in-memory blobs a store holds at most: they are written
+ * into every checkpoint until packed, so a small share of the checkpoint
+ * area, and memory.  Past it a small write takes the segment path. */
+static uint64_t write_mem_cap(const struct coil_store *s)
+{
+	return COIL_MIN((uint64_t)ENGINE_MEM_MAX, (s->sb.ckpt_len - FMT_BLOCK) / 8);
+}
+
+/* A small write completes at memory speed: its encoded blobs travel inside
+ * its journal record, which reaches the page cache (journal.c), and stay in
+ * memory (reads are served from there) until the packer writes them densely
+ * into a segment (engine/pack.c).  No data write, no placement.  @return
+ * false when the write does not qualify (the caller places it). */
+static bool write_inline(struct coil_store *s, struct wreq *w)
+{
+	uint64_t stored = 0;
+	int rc;
+
+	if (!s->inline_ok || w->len > ENGINE_INLINE_MAX || w->nblobs == 0)
+		return false;
+	for (uint32_t k = 0; k < w->nblobs; k++)
+		stored += w->fb[k].stored_len;
+	if (atomic_load(&s->mem.bytes) + stored > write_mem_cap(s)) {
+		pack_kick(s);
+		return false;
+	}
+	w->nruns = 0;
+	pthread_mutex_lock(&s->mlock);
+	rc = ckpt_reserve_write(s, w, true);
+	pthread_mutex_unlock(&s->mlock);
+	if (rc < 0)
+		return false; /* the segment path says -ENOSPC, or relieves */
+	rc = write_describe(s, w, true);
+	if (rc < 0) {
+		write_fail(s, w, rc);
+		return true;
+	}
+	stat_add(&s->st.inline_writes, 1);
+	if (atomic_load(&s->mem.bytes) >= ENGINE_PACK_AT)
+		pack_kick(s);
+	journal_ready(s, &w->je);
+	return true;
+}
+
 /* Encoded and holding its ticket: place, describe, submit (or fail).  Runs
  * on a pool worker, or on whichever thread encoded it or released it. */
 static void write_ticketed(struct coil_store *s, struct jent *e)
 {
 	struct wreq *w = (struct wreq *)e;
-	struct fmt_cursor c;
-	size_t mark, need;
 	uint64_t keep;
 	unsigned rep = 0;
 	int rc = w->enc_rc;
@@ -170,6 +271,8 @@ static void write_ticketed(struct coil_store *s, struct jent *e)
 	}
 	for (uint32_t k = 0; k < w->nblobs; k++)
 		w->bd[k] = NULL;
+	if (write_inline(s, w))
+		return;
 	keep = cleaner_write_keep(s, w);
 	rc = wreq_place(s, w, keep, &rep);
 	for (int tries = 0; rc == -ENOSPC && w->space_pending &&
@@ -197,48 +300,7 @@ static void write_ticketed(struct coil_store *s, struct jent *e)
 		write_fail(s, w, rc);
 		return;
 	}
-	need = FMT_JREC_HDR + 32;
-	for (uint32_t k = 0; k < w->nblobs; k++) {
-		struct fmt_blob *fb = &w->fb[k];
-		need += FMT_EXTENT_FIXED + 8u * fb->n_csums;
-		w->stored += fb->stored_len;
-		if (fb->codec == FMT_CODEC_RAW)
-			stat_add(&s->st.blobs_raw, 1);
-		else
-			stat_add(&s->st.blobs_zstd, 1);
-		w->bd[k] = blobd_new(fb);
-		if (!w->bd[k])
-			rc = -ENOMEM;
-	}
-	stat_add(&s->st.enc_logical, w->len);
-	stat_add(&s->st.enc_stored, w->stored);
-	if (rc == 0 && need > w->rec_cap) {
-		uint8_t *nb = realloc(w->recbuf, need);
-		if (nb) {
-			w->recbuf = nb;
-			w->rec_cap = need;
-		} else {
-			rc = -ENOMEM;
-		}
-	}
-	if (rc == 0) {
-		uint64_t pos = w->off;
-
-		fmt_cursor_init(&c, w->recbuf, w->rec_cap);
-		rc = fmt_jrec_write_begin(&c, &mark, 0, w->obj->id, w->off,
-					  w->len);
-		for (uint32_t k = 0; rc == 0 && k < w->nblobs; k++) {
-			struct fmt_extent ex;
-
-			rc = wreq_put_extent(&c, &ex, pos, w->fb[k].logical_len,
-					     0, &w->fb[k]);
-			pos += w->fb[k].logical_len;
-		}
-		if (rc == 0)
-			rc = fmt_jrec_write_end(&c, mark, w->nblobs);
-		w->je.rec = w->recbuf;
-		w->je.rec_len = (uint32_t)c.pos;
-	}
+	rc = write_describe(s, w, false);
 	if (rc < 0) {
 		/* Space was placed: the runs' inflight counts are released
 		 * when the failed entry is applied. */
@@ -326,18 +388,24 @@ static int write_split(struct coil_store *s, struct wreq *w, const void *buf,
  * pool (here too when the pool is full).  write_encoded_go follows. */
 static void write_encode(struct coil_store *s, struct wreq *w, uint32_t n)
 {
+	ZSTD_CCtx *cc = NULL;
 	int rc;
 
 	if (n == 0) {
 		write_encoded_go(w, 0);
 		return;
 	}
-	if (s->level == 0 && w->len <= ENGINE_RAW_INLINE_MAX) {
-		/* Storing raw is a copy and a checksum per 4 KiB: cheaper
-		 * here than the two thread hops a pool task costs. */
+	if ((s->level == 0 && w->len <= ENGINE_RAW_INLINE_MAX) ||
+	    (w->len <= ENGINE_INLINE_MAX && !engine_on_coil_thread(s) &&
+	     (cc = zctx_thread_c()))) {
+		/* Storing raw is a copy and a checksum per 4 KiB, and
+		 * compressing a page a few microseconds: cheaper here than
+		 * the two thread hops a pool task costs (a database's page
+		 * write then crosses one thread, the ring's). */
 		for (uint32_t k = 0; k < n; k++) {
 			struct pool_task *t = &w->tasks[k];
-			t->result = fmt_blob_encode(NULL, 0, NULL, 0,
+			t->result = fmt_blob_encode(cc, cc ? s->level : 0,
+						    NULL, 0,
 						    t->u.encode.src,
 						    t->u.encode.len,
 						    t->u.encode.dst,

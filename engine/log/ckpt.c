@@ -61,9 +61,12 @@ int super_write(struct coil_store *s, bool clean)
 
 uint64_t ckpt_payload_now(const struct coil_store *s)
 {
+	/* In-memory blobs are written whole with each extent that maps
+	 * them (ext_acct.inl). */
 	return (uint64_t)s->nseg * FMT_CKPT_SEG_SIZE +
 	       s->nobj * (FMT_CKPT_OBJ_MIN - 1) + s->name_bytes +
-	       s->ext_acct.n * FMT_EXTENT_FIXED + 8u * s->ext_acct.csums;
+	       s->ext_acct.n * FMT_EXTENT_FIXED + 8u * s->ext_acct.csums +
+	       s->ext_acct.inl;
 }
 
 /* What admission leaves free of the area: a sixteenth, for the cleaner's
@@ -76,15 +79,19 @@ static uint64_t payload_limit(const struct coil_store *s)
 	return area - area / 16;
 }
 
-int ckpt_reserve_write(struct coil_store *s, struct wreq *w)
+int ckpt_reserve_write(struct coil_store *s, struct wreq *w, bool inl)
 {
+	/* The extents at either end the write may split.  Splitting an
+	 * in-memory blob writes its bytes twice: rare (a small write over
+	 * part of another), and within the sixteenth payload_limit keeps. */
 	uint64_t need = 2u * (FMT_EXTENT_FIXED + 8u * FMT_CSUMS_MAX);
 
 	w->ckpt_res = 0;
 	if (w->use_reserve)
 		return 0;
 	for (uint32_t k = 0; k < w->nblobs; k++)
-		need += FMT_EXTENT_FIXED + 8u * w->fb[k].n_csums;
+		need += FMT_EXTENT_FIXED + 8u * w->fb[k].n_csums +
+			(inl ? w->fb[k].stored_len : 0);
 	if (ckpt_payload_now(s) + s->ckpt_reserved + need > payload_limit(s)) {
 		stat_add(&s->st.ckpt_area_full, 1);
 		return -ENOSPC;
@@ -142,7 +149,9 @@ static void snap_fill_blobs(struct snap_ext *x, uint64_t n)
 		x[i].codec = b->codec;
 		x[i].flags = b->flags;
 		x[i].n_csums = b->n_csums;
-		if (b->n_csums > SNAP_CSUMS) {
+		/* an in-memory blob's bytes go into the checkpoint: keep
+		 * them until it is encoded */
+		if (b->n_csums > SNAP_CSUMS || b->mem) {
 			blobd_ref(x[i].b);
 			continue;
 		}
@@ -158,8 +167,11 @@ static void ext_to_fmt(const struct snap_ext *x, struct fmt_extent *fe)
 	fe->obj_off = x->off;
 	fe->len = x->len;
 	fe->blob_skip = x->skip;
+	fe->inl = NULL;
 	if (x->b) {
 		blobd_to_fmt(x->b, fb);
+		if (x->b->mem)
+			fe->inl = x->b->mem->bytes;
 		return;
 	}
 	fb->dev_off = x->dev_off;
@@ -388,8 +400,11 @@ static int ckpt_encode(struct coil_store *s, const struct snap *sn,
 
 	for (uint64_t i = 0; i < sn->nobj; i++)
 		payload += FMT_CKPT_OBJ_MIN - 1 + sn->obj[i].name_len;
-	for (uint64_t i = 0; i < sn->next; i++)
+	for (uint64_t i = 0; i < sn->next; i++) {
 		payload += FMT_EXTENT_FIXED + 8u * sn->ext[i].n_csums;
+		if (sn->ext[i].flags & FMT_BLOB_INLINE)
+			payload += sn->ext[i].stored_len;
+	}
 	*payloadp = payload;
 	if (FMT_BLOCK + payload > s->sb.ckpt_len)
 		return -ENOSPC;

@@ -23,8 +23,9 @@ uint64_t ckpt_payload_now(const struct coil_store *s);
  * end) join the metadata and still fit the checkpoint area?  If so they
  * are reserved (w->ckpt_res, released by seg_inflight_done); if not,
  * -ENOSPC: a store whose metadata outgrew its checkpoint area could never
- * checkpoint again, its journal would fill and it would break. */
-int ckpt_reserve_write(struct coil_store *s, struct wreq *w);
+ * checkpoint again, its journal would fill and it would break.  @inl: the
+ * blobs are kept in memory, and written whole into checkpoints. */
+int ckpt_reserve_write(struct coil_store *s, struct wreq *w, bool inl);
 /* mlock held.  Room in the checkpoint area for one more object named with
  * @name_len bytes?  0 or -ENOSPC. */
 int ckpt_room_for_object(const struct coil_store *s, size_t name_len);

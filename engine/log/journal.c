@@ -451,7 +451,7 @@ static void cycle_measure(struct coil_store *s, uint64_t *t, uint64_t *size,
 			break;
 		*size += add;
 		if (add)
-			(*nrec)++;
+			*nrec += e->nrec ? e->nrec : 1;
 		if (e->need_sync)
 			*sync = true;
 	}
@@ -502,7 +502,17 @@ static void cycle_write(struct coil_store *s, struct jcycle *c, uint32_t nrec)
 	uring_io_prep(&c->jio, URING_OP_WRITE, c->chunk, c->chunk_len,
 		      s->sb.journal_off + c->chunk_lin % s->sb.journal_len,
 		      chunk_written, c);
-	if (uring_submit(s->ring, &c->jio) < 0)
+	/* Through the page cache: a chunk is complete once the kernel holds
+	 * it, which survives the process (kill -9) and is the contract of a
+	 * completed write; coil_flush's fdatasync makes it durable.  A
+	 * direct write would make every small write wait for the device. */
+	c->jio.flags = URING_IO_BUFFERED;
+	rc = uring_submit(s->ring, &c->jio);
+	if (rc == -EOPNOTSUPP) {
+		c->jio.flags = 0; /* no buffered descriptor: direct */
+		rc = uring_submit(s->ring, &c->jio);
+	}
+	if (rc < 0)
 		cycle_finish(c, -ESHUTDOWN);
 }
 

@@ -47,6 +47,7 @@ struct jent {
 	uint64_t ticket;
 	uint8_t *rec;          /* encoded record (may be NULL: failed op) */
 	uint32_t rec_len;
+	uint32_t nrec;         /* records in rec; 0 counts as 1 */
 	int status;            /* < 0: the op failed; no record */
 	bool need_sync;
 	/* A write's record may reach the journal before its data is on the

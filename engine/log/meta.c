@@ -26,17 +26,19 @@ int meta_apply_write(struct coil_store *s, struct object *o, uint64_t off,
 		     uint64_t len, const struct ext *ex, uint32_t n, bool remap)
 {
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t idx = seg_of(s, ex[i].b->dev_off);
+		bool mem = blobd_is_mem(ex[i].b);
+		uint32_t idx = mem ? 0 : seg_of(s, ex[i].b->dev_off);
 		int rc;
 
-		COIL_ASSERT(idx < s->nseg);
+		COIL_ASSERT(mem || idx < s->nseg);
 		rc = extmap_insert(&o->map, &ex[i], meta_extent_dropped, s);
 		if (rc < 0) {
 			for (uint32_t j = i; j < n; j++)
 				blobd_unref(ex[j].b);
 			return rc;
 		}
-		seg_live_add(s, idx, ex[i].b, ex[i].len);
+		if (!mem)
+			seg_live_add(s, idx, ex[i].b, ex[i].len);
 	}
 	if (!remap && len && off + len > o->size)
 		o->size = off + len;
@@ -236,8 +238,11 @@ int meta_truncate(struct coil_store *s, struct object *o, uint64_t size)
 void meta_extent_dropped(void *arg, struct blobd *b, uint32_t len)
 {
 	struct coil_store *s = arg;
-	uint32_t idx = seg_of(s, b->dev_off);
+	uint32_t idx;
 
+	if (blobd_is_mem(b))
+		return; /* in no segment, never in the cache */
+	idx = seg_of(s, b->dev_off);
 	COIL_ASSERT(idx < s->nseg);
 	bcache_drop_blob(s, b, len, s->segs[idx].gen);
 	seg_drop_live(arg, b, len);
@@ -247,7 +252,7 @@ void meta_extent_dropped(void *arg, struct blobd *b, uint32_t len)
 
 static bool blob_same_content(const struct blobd *a, const struct blobd *b)
 {
-	return a->codec == b->codec && a->flags == b->flags &&
+	return a->codec == b->codec &&
 	       a->n_csums == b->n_csums && a->stored_len == b->stored_len &&
 	       a->logical_len == b->logical_len && a->dict_id == b->dict_id &&
 	       !memcmp(a->csums, b->csums, (size_t)a->n_csums * 8u);
@@ -271,8 +276,10 @@ static bool extent_same_bytes(const struct ext *e, const struct ext *ex,
 	int64_t delta;
 	uint32_t j0, j1, d;
 
-	if (o->dev_off == n->dev_off || o->codec != n->codec ||
-	    o->dict_id != n->dict_id || o->flags != n->flags)
+	/* Where the bytes are (a segment, or memory: FMT_BLOB_INLINE) is not
+	 * what they are: only the content is compared. */
+	if ((o->dev_off == n->dev_off && !o->mem && !n->mem) ||
+	    o->codec != n->codec || o->dict_id != n->dict_id)
 		return false;
 	if (o->codec != FMT_CODEC_RAW)
 		return e->off + ex->skip == ex->off + e->skip &&
@@ -329,7 +336,9 @@ int64_t meta_apply_remap(struct coil_store *s, struct object *o,
 			blobd_unref(ex->b);
 			return rc;
 		}
-		seg_live_add(s, seg_of(s, ex->b->dev_off), ex->b, ne.len);
+		if (!blobd_is_mem(ex->b))
+			seg_live_add(s, seg_of(s, ex->b->dev_off), ex->b,
+				     ne.len);
 		done += ne.len;
 		cur = z;
 	}

@@ -51,17 +51,35 @@ static int blob_in_bounds(const struct coil_store *s, const struct fmt_blob *b)
 	return 0;
 }
 
+/* An inline blob (its bytes in the record, checked against its checksums
+ * by the decoder) obeys the store's blob size and sits at or after the
+ * object's start. */
+static int blob_inline_ok(const struct coil_store *s,
+			  const struct fmt_extent *fe)
+{
+	const struct fmt_blob *b = &fe->blob;
+
+	if (!(s->sb.incompat & FMT_INCOMPAT_INLINE) ||
+	    b->logical_len > s->sb.max_blob || b->stored_len > s->sb.max_blob ||
+	    b->dict_id != 0 || fe->obj_off < fe->blob_skip)
+		return -EIO;
+	return 0;
+}
+
 static int insert_fmt_extent(struct coil_store *s, struct object *o,
 			     const struct fmt_extent *fe)
 {
+	bool inl = fe->blob.flags & FMT_BLOB_INLINE;
 	struct ext e;
 
-	if (blob_in_bounds(s, &fe->blob) < 0)
+	if (inl ? blob_inline_ok(s, fe) < 0 : blob_in_bounds(s, &fe->blob) < 0)
 		return -EIO;
 	e.off = fe->obj_off;
 	e.len = fe->len;
 	e.skip = fe->blob_skip;
-	e.b = blobd_new(&fe->blob);
+	e.b = inl ? blobd_new_mem(&fe->blob, fe->inl, &s->mem, o->id,
+				  fe->obj_off - fe->blob_skip) :
+		    blobd_new(&fe->blob);
 	if (!e.b)
 		return -ENOMEM;
 	return meta_apply_write(s, o, 0, 0, &e, 1, true);
@@ -258,7 +276,17 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r)
 		/* Every blob first, so the write applies whole or not. */
 		w2 = w;
 		while ((rc = fmt_jrec_write_next(&w, &rp->fe)) == 1) {
-			int v = replay_verify_blob(rp, &rp->fe.blob);
+			int v;
+
+			if (rp->fe.blob.flags & FMT_BLOB_INLINE) {
+				/* the record carries it (checked on decode);
+				 * a relocation never moves into memory */
+				if ((w.flags & FMT_JREC_REMAP) ||
+				    blob_inline_ok(s, &rp->fe) < 0)
+					return 1;
+				continue;
+			}
+			v = replay_verify_blob(rp, &rp->fe.blob);
 
 			/* A salvage open applies the record anyway (unless
 			 * the blob lies outside the data area): a read of its

@@ -5,26 +5,64 @@
 #ifndef COIL_ENGINE_BLOB_H
 #define COIL_ENGINE_BLOB_H
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 struct fmt_blob;
 
+/* A blob kept in memory (FMT_BLOB_INLINE): a small write's encoded bytes,
+ * which the journal record (and checkpoints) carry until the packer
+ * (engine/pack.c) writes them densely into a segment.  Every live one is
+ * on its store's list, which the packer walks; where it was written
+ * (object, offset) is what the packer's relocation compares against. */
+struct memblob {
+	struct memlist *ml;
+	struct blobd *b;         /* the descriptor that owns it */
+	struct memblob *prev, *next;
+	uint64_t obj_id, obj_off;
+	uint8_t bytes[];
+};
+
+/* A store's in-memory blobs: the list and their stored bytes. */
+struct memlist {
+	pthread_mutex_t mu;
+	struct memblob head;     /* sentinel of a circular list */
+	_Atomic uint64_t bytes;  /* stored bytes of every live one */
+	_Atomic uint64_t count;
+};
+
 struct blobd {
 	_Atomic uint32_t refs;
 	uint8_t codec;
-	uint8_t flags;
+	uint8_t flags;           /* FMT_BLOB_INLINE: mem, not dev_off */
 	uint16_t n_csums;
 	uint32_t stored_len;
 	uint32_t logical_len;
 	uint32_t dict_id;
 	uint32_t pad_;
-	uint64_t dev_off;
+	uint64_t dev_off;        /* 0 for an in-memory blob */
+	struct memblob *mem;     /* NULL for a blob on the device */
 	uint64_t csums[];
 };
 
-/* A new descriptor (refs = 1) copied from @fb; NULL on ENOMEM. */
+void memlist_init(struct memlist *ml);
+void memlist_destroy(struct memlist *ml);
+
+/* A new descriptor (refs = 1) copied from @fb; NULL on ENOMEM.  @fb must
+ * not be FMT_BLOB_INLINE (blobd_new_mem makes those). */
 struct blobd *blobd_new(const struct fmt_blob *fb);
+/* A new in-memory blob: @fb's descriptor (flags become FMT_BLOB_INLINE,
+ * dev_off 0) and a copy of its @bytes, written at @obj_off of object
+ * @obj_id; on @ml's list until its last reference goes.  NULL on ENOMEM. */
+struct blobd *blobd_new_mem(const struct fmt_blob *fb, const uint8_t *bytes,
+			    struct memlist *ml, uint64_t obj_id,
+			    uint64_t obj_off);
+static inline bool blobd_is_mem(const struct blobd *b)
+{
+	return b->mem != NULL;
+}
 void blobd_ref(struct blobd *b);
 void blobd_unref(struct blobd *b);
 /* Fill a full format descriptor (for encoders/decoders of format/). */

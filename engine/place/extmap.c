@@ -24,6 +24,8 @@ static void acct_add(struct extmap *m, const struct ext *e)
 	if (m->acct) {
 		m->acct->n++;
 		m->acct->csums += e->b->n_csums;
+		if (e->b->mem)
+			m->acct->inl += e->b->stored_len;
 	}
 }
 
@@ -62,6 +64,10 @@ static void acct_sub(struct extmap *m, const struct ext *e)
 	if (m->acct) {
 		m->acct->n--;
 		m->acct->csums -= e->b->n_csums;
+		if (e->b->mem) {
+			COIL_ASSERT(m->acct->inl >= e->b->stored_len);
+			m->acct->inl -= e->b->stored_len;
+		}
 	}
 }
 

@@ -40,6 +40,8 @@ struct extmap_acct {
 	uint64_t csums;
 	uint64_t bytes;   /* logical bytes mapped */
 	uint64_t stored;  /* their share of the blobs' stored bytes */
+	uint64_t inl;     /* in-memory blobs' stored bytes, once per extent
+			     (a checkpoint writes them with each) */
 };
 
 struct extmap {

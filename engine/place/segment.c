@@ -46,7 +46,11 @@ void seg_maybe_pending(struct coil_store *s, uint32_t idx)
 void seg_drop_live(void *arg, struct blobd *b, uint32_t len)
 {
 	struct coil_store *s = arg;
-	uint32_t idx = seg_of(s, b->dev_off);
+	uint32_t idx;
+
+	if (blobd_is_mem(b))
+		return;
+	idx = seg_of(s, b->dev_off);
 
 	COIL_ASSERT(idx < s->nseg);
 	COIL_ASSERT(s->segs[idx].live >= len);
@@ -286,7 +290,9 @@ bool seg_recount_live(struct coil_store *s, uint64_t *live)
 			while ((e = extmap_iter_next(&it))) {
 				if (e->off + e->len > o->size)
 					past_size = true;
-				live[seg_of(s, e->b->dev_off)] += e->len;
+				if (!blobd_is_mem(e->b))
+					live[seg_of(s, e->b->dev_off)] +=
+						e->len;
 			}
 		}
 	}

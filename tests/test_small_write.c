@@ -1,0 +1,431 @@
+/* tests/test_small_write.c — small writes kept inline in the journal:
+ * they complete without a data write and are read back from memory; they
+ * survive kill -9 through the journal (replay) and through a checkpoint
+ * that carries them; the packer writes them densely into segments (pages
+ * compressed 2:1 share blocks) and relocates them by compare-and-swap, so
+ * overwrites, truncates and removes racing it always win; a read never
+ * returns a page's old bytes after an overwrite, whichever of memory, the
+ * cache or the device served the old one; the superblock says the store
+ * needs the inline-blob feature. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "coil.h"
+#include "engine/log/ckpt.h"
+#include "engine/pack.h"
+#include "engine/store.h"
+#include "format/format.h"
+#include "tests/engine_test_util.h"
+
+#define PG 4096u
+
+/* Page @p at version @v, about 2:1 compressible (a database's page). */
+static void page_fill(uint8_t *b, uint32_t p, uint32_t v)
+{
+	uint64_t x = ((uint64_t)p << 32 | v) * 0x9E3779B97F4A7C15ull + 11;
+
+	memcpy(b, &p, 4);
+	memcpy(b + 4, &v, 4);
+	for (uint32_t i = 8; i < PG / 2; i++) {
+		tu_xorshift(&x);
+		b[i] = (uint8_t)(' ' + x % 95);
+	}
+	for (uint32_t i = PG / 2; i < PG; i++)
+		b[i] = b[i - PG / 2 + 8];
+}
+
+/* @return the version page @p holds, UINT32_MAX when torn or foreign. */
+static uint32_t page_version(const uint8_t *b, uint32_t p)
+{
+	uint8_t want[PG];
+	uint32_t gp, v;
+
+	memcpy(&gp, b, 4);
+	memcpy(&v, b + 4, 4);
+	if (gp != p)
+		return UINT32_MAX;
+	page_fill(want, p, v);
+	return memcmp(want, b, PG) == 0 ? v : UINT32_MAX;
+}
+
+static uint64_t stat_of(coil_store *s, const char *section, const char *key)
+{
+	static char js[65536];
+
+	cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
+	return json_u64(js, section, key);
+}
+
+static coil_store *open_at(const char *path, bool create)
+{
+	struct coil_options o;
+	coil_store *s;
+
+	et_opts(&o, path);
+	o.size = 256ull << 20;
+	if (!create)
+		o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, &o, &s), 0, "open %s", path);
+	return s;
+}
+
+static void write_pages(coil_obj *h, uint32_t first, uint32_t n, uint32_t v)
+{
+	uint8_t b[PG];
+
+	for (uint32_t p = first; p < first + n; p++) {
+		page_fill(b, p, v);
+		cr_assert_eq(coil_pwrite(h, b, PG, (uint64_t)p * PG), PG);
+	}
+}
+
+static void check_pages(coil_obj *h, uint32_t first, uint32_t n, uint32_t v)
+{
+	uint8_t b[PG];
+
+	for (uint32_t p = first; p < first + n; p++) {
+		cr_assert_eq(coil_pread(h, b, PG, (uint64_t)p * PG), PG);
+		cr_assert_eq(page_version(b, p), v, "page %u: want v%u", p, v);
+	}
+}
+
+Test(small_write, completes_without_a_data_write)
+{
+	char path[256];
+	coil_store *s;
+	coil_obj *h;
+	uint64_t dev0, dev1;
+
+	et_path(path, sizeof(path), "sw-mem");
+	s = open_at(path, true);
+	cr_assert_eq(coil_obj_open(s, "db", COIL_CREATE, &h), 0);
+	dev0 = stat_of(s, "\"io\"", "device_bytes_written");
+	write_pages(h, 0, 64, 1);
+	dev1 = stat_of(s, "\"io\"", "device_bytes_written");
+	cr_assert_eq(stat_of(s, "small_writes", "inline"), 64);
+	cr_assert_eq(stat_of(s, "small_writes", "in_memory_blobs"), 64);
+	/* only journal chunks went out (one block each at queue depth 1,
+	 * a compressed page and its record); a data write per page would
+	 * double it */
+	cr_assert_leq(dev1 - dev0, 64ull * PG,
+		     "%llu device bytes for 64 small writes",
+		     (unsigned long long)(dev1 - dev0));
+	check_pages(h, 0, 64, 1);
+	/* a write over 16 KiB takes the segment path */
+	{
+		static uint8_t big[64 << 10];
+
+		et_fill(big, sizeof(big), 3, 1);
+		cr_assert_eq(coil_pwrite(h, big, sizeof(big), 1 << 20),
+			     (int64_t)sizeof(big));
+		cr_assert_eq(stat_of(s, "small_writes", "inline"), 64);
+	}
+	cr_assert_eq(coil_obj_close(h), 0);
+	/* close packs what is in memory */
+	cr_assert_eq(coil_close(s), 0);
+	s = open_at(path, false);
+	cr_assert_eq(stat_of(s, "small_writes", "in_memory_blobs"), 0);
+	cr_assert_eq(coil_obj_open(s, "db", 0, &h), 0);
+	check_pages(h, 0, 64, 1);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+}
+
+Test(small_write, superblock_needs_the_feature)
+{
+	char path[256];
+	uint8_t sb[2 * FMT_BLOCK];
+	struct fmt_super a, b;
+	int fd, ra, rb;
+	coil_store *s;
+
+	et_path(path, sizeof(path), "sw-feature");
+	s = open_at(path, true);
+	cr_assert_eq(coil_close(s), 0);
+	fd = open(path, O_RDONLY);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pread(fd, sb, sizeof(sb), 0), (ssize_t)sizeof(sb));
+	close(fd);
+	ra = fmt_super_decode(&a, sb, FMT_BLOCK);
+	rb = fmt_super_decode(&b, sb + FMT_BLOCK, FMT_BLOCK);
+	cr_assert(ra == 0 || rb == 0);
+	cr_assert(((ra == 0 ? a : b).incompat & FMT_INCOMPAT_INLINE) != 0);
+	unlink(path);
+}
+
+/* A child writes pages (small writes, in memory and the journal only),
+ * records each completed one in shared memory, then dies by SIGKILL: every
+ * completed write is back after reopen.  @ckpt: the child has the
+ * checkpoint thread write a checkpoint first, so the pages come back from
+ * the checkpoint's inline blobs rather than from replayed records. */
+static void kill_case(const char *tag, bool ckpt)
+{
+	char path[256];
+	_Atomic uint32_t *done = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+				      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	coil_store *s;
+	coil_obj *h;
+	pid_t pid;
+	int st;
+
+	cr_assert_neq(done, MAP_FAILED);
+	et_path(path, sizeof(path), tag);
+	s = open_at(path, true);
+	cr_assert_eq(coil_close(s), 0);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		uint8_t b[PG];
+
+		s = open_at(path, false);
+		if (coil_obj_open(s, "db", COIL_CREATE, &h) < 0)
+			_exit(2);
+		for (uint32_t p = 0; p < 96; p++) {
+			page_fill(b, p, 7);
+			if (coil_pwrite(h, b, PG, (uint64_t)p * PG) != PG)
+				_exit(3);
+			atomic_store(&done[0], p + 1);
+			if (ckpt && p == 63) {
+				/* every page so far into a checkpoint,
+				 * still in memory (not packed) */
+				if (ckpt_write(s, false) < 0)
+					_exit(4);
+				atomic_store(&done[1],
+					     (uint32_t)atomic_load(&s->mem.count));
+			}
+		}
+		kill(getpid(), SIGKILL);
+		_exit(5);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
+		  "child exit %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	cr_assert_eq(atomic_load(&done[0]), 96);
+	if (ckpt)
+		cr_assert_eq(atomic_load(&done[1]), 64,
+			     "the checkpoint held the 64 pages in memory");
+	s = open_at(path, false);
+	cr_assert_eq(coil_obj_open(s, "db", 0, &h), 0);
+	check_pages(h, 0, 96, 7);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	munmap((void *)done, 4096);
+	unlink(path);
+}
+
+Test(small_write, kill9_replays_inline_records)
+{
+	kill_case("sw-kill", false);
+}
+
+Test(small_write, kill9_after_checkpoint_of_inline_blobs)
+{
+	kill_case("sw-killck", true);
+}
+
+Test(small_write, packing_is_dense)
+{
+	char path[256];
+	coil_store *s;
+	coil_obj *h;
+	uint64_t stored, packed, blobs;
+	const uint32_t n = 1024;
+
+	et_path(path, sizeof(path), "sw-dense");
+	s = open_at(path, true);
+	cr_assert_eq(coil_obj_open(s, "db", COIL_CREATE, &h), 0);
+	write_pages(h, 0, n, 1);
+	cr_assert_eq(pack_now(s), 0);
+	cr_assert_eq(stat_of(s, "small_writes", "in_memory_blobs"), 0);
+	blobs = stat_of(s, "small_writes", "packed_blobs");
+	packed = stat_of(s, "small_writes", "packed_bytes");
+	stored = stat_of(s, "\"compression\"", "written_stored");
+	cr_assert_eq(blobs, n);
+	/* written_stored: the pages' compressed bytes; packed_bytes: the
+	 * batches' slots.  Placement puts compressed blobs back to back
+	 * in the segment, which the live accounting sees. */
+	cr_assert_lt(stored, (uint64_t)n * PG * 6 / 10, "pages compress");
+	cr_assert_geq(packed, stored);
+	{
+		uint64_t live = stat_of(s, "\"space\"", "stored");
+
+		cr_assert_eq(live, stored, "live %llu stored %llu",
+			     (unsigned long long)live,
+			     (unsigned long long)stored);
+	}
+	check_pages(h, 0, n, 1);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+}
+
+/* Writers overwrite, truncate and remove while the packer runs again and
+ * again: every page reads its last version (or zeros past a truncate). */
+struct race {
+	coil_store *s;
+	_Atomic bool stop;
+	_Atomic int err;
+};
+
+static void *packer_loop(void *arg)
+{
+	struct race *r = arg;
+
+	while (!atomic_load(&r->stop)) {
+		int rc = pack_now(r->s);
+
+		if (rc < 0)
+			atomic_store(&r->err, rc);
+	}
+	return NULL;
+}
+
+Test(small_write, packing_races_overwrites_truncates_removes)
+{
+	char path[256];
+	struct race r = { 0 };
+	pthread_t th;
+	coil_store *s;
+	coil_obj *h;
+	const uint32_t n = 128;
+	uint8_t b[PG];
+
+	et_path(path, sizeof(path), "sw-race");
+	s = open_at(path, true);
+	r.s = s;
+	cr_assert_eq(pthread_create(&th, NULL, packer_loop, &r), 0);
+	for (uint32_t round = 1; round <= 12; round++) {
+		coil_obj *t;
+
+		cr_assert_eq(coil_obj_open(s, "db", COIL_CREATE, &h), 0);
+		write_pages(h, 0, n, round);
+		/* half the pages again, the last one truncated away */
+		write_pages(h, 0, n / 2, round + 100);
+		cr_assert_eq(coil_obj_truncate(h, (uint64_t)(n - 1) * PG), 0);
+		check_pages(h, 0, n / 2, round + 100);
+		check_pages(h, n / 2, n / 2 - 1, round);
+		cr_assert_eq(coil_pread(h, b, PG, (uint64_t)(n - 1) * PG), 0);
+		cr_assert_eq(coil_obj_close(h), 0);
+		/* a scratch object written and removed at once */
+		cr_assert_eq(coil_obj_open(s, "tmp", COIL_CREATE, &t), 0);
+		write_pages(t, 0, 32, round);
+		cr_assert_eq(coil_obj_close(t), 0);
+		cr_assert_eq(coil_obj_remove(s, "tmp"), 0);
+	}
+	atomic_store(&r.stop, true);
+	pthread_join(th, NULL);
+	cr_assert_eq(atomic_load(&r.err), 0, "%s",
+		     coil_strerror(atomic_load(&r.err)));
+	cr_assert_eq(pack_now(s), 0);
+	cr_assert_eq(coil_obj_open(s, "db", 0, &h), 0);
+	check_pages(h, 0, n / 2, 112);
+	check_pages(h, n / 2, n / 2 - 1, 12);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	/* the same after recovery */
+	s = open_at(path, false);
+	cr_assert_eq(coil_obj_open(s, "db", 0, &h), 0);
+	check_pages(h, 0, n / 2, 112);
+	check_pages(h, n / 2, n / 2 - 1, 12);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+}
+
+/* A page read from memory, then from the device after packing (and kept
+ * in the cache), then overwritten: each read returns the newest bytes. */
+Test(small_write, no_stale_read_across_memory_cache_device)
+{
+	char path[256];
+	coil_store *s;
+	coil_obj *h;
+
+	et_path(path, sizeof(path), "sw-stale");
+	s = open_at(path, true);
+	cr_assert_eq(coil_obj_open(s, "db", COIL_CREATE, &h), 0);
+	for (uint32_t v = 1; v <= 6; v++) {
+		write_pages(h, 0, 8, v);
+		check_pages(h, 0, 8, v);          /* from memory */
+		cr_assert_eq(pack_now(s), 0);
+		check_pages(h, 0, 8, v);          /* device, then kept */
+		check_pages(h, 0, 8, v);          /* the cache */
+		write_pages(h, 0, 4, v + 50);     /* overwrite half */
+		check_pages(h, 0, 4, v + 50);
+		check_pages(h, 4, 4, v);
+	}
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+}
+
+/* Unaligned small writes over each other, reads of any range, truncates:
+ * the object always equals a byte model (compressible and random data,
+ * so both codecs and partial reads of both are exercised). */
+Test(small_write, unaligned_overwrites_match_a_model)
+{
+	enum { OBJ = 96 << 10, WMAX = 12 << 10 };
+	static uint8_t model[OBJ], buf[WMAX], rd[WMAX];
+	char path[256];
+	uint64_t x = 0x5eed, size = 0;
+	coil_store *s;
+	coil_obj *h;
+
+	et_path(path, sizeof(path), "sw-model");
+	s = open_at(path, true);
+	cr_assert_eq(coil_obj_open(s, "m", COIL_CREATE, &h), 0);
+	for (uint32_t n = 0; n < 4000; n++) {
+		uint64_t r = tu_xorshift(&x);
+		uint64_t off = (r >> 8) % (OBJ - 1);
+		uint32_t len = 1 + (uint32_t)((r >> 32) % WMAX);
+
+		if (off + len > OBJ)
+			len = (uint32_t)(OBJ - off);
+		switch (r % 8) {
+		case 0: case 1: case 2: case 3:
+			et_fill(buf, len, r, (int)(r >> 3) & 1);
+			if ((r >> 3) & 1)
+				memset(buf, 'a' + (int)(r % 26), len / 2);
+			cr_assert_eq(coil_pwrite(h, buf, len, off), len);
+			memcpy(model + off, buf, len);
+			if (off + len > size)
+				size = off + len;
+			break;
+		case 4: case 5: case 6: {
+			int64_t want = off >= size ? 0 :
+				(int64_t)COIL_MIN((uint64_t)len, size - off);
+
+			cr_assert_eq(coil_pread(h, rd, len, off), want);
+			for (int64_t i = 0; i < want; i++)
+				cr_assert_eq(rd[i], model[off + i],
+					     "op %u: byte %llu of [%llu, +%u)",
+					     n, (unsigned long long)(off + i),
+					     (unsigned long long)off, len);
+			break;
+		}
+		default:
+			if (r & (1u << 20)) {
+				cr_assert_eq(pack_now(s), 0);
+				break;
+			}
+			cr_assert_eq(coil_obj_truncate(h, off), 0);
+			if (off < size)
+				memset(model + off, 0, size - off);
+			size = off;
+			break;
+		}
+	}
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+}
