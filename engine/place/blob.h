@@ -22,6 +22,9 @@ struct memblob {
 	struct blobd *b;         /* the descriptor that owns it */
 	struct memblob *prev, *next;
 	uint64_t obj_id, obj_off;
+	/* its write was applied (the map points at it): before that the
+	 * packer leaves it, since its relocation would find nothing to swap */
+	atomic_bool mapped;
 	uint8_t bytes[];
 };
 
