@@ -101,7 +101,7 @@ static uint32_t pack_collect(struct packer *pk)
 
 		if (bytes + slot > PACK_BATCH_BYTES)
 			break;
-		if (!atomic_load(&m->mapped) || !blobd_tryref(m->b))
+		if (!atomic_load(&m->maprefs) || !blobd_tryref(m->b))
 			continue;
 		pk->items[n++] = (struct pitem){ .b = m->b,
 						 .obj_id = m->obj_id,

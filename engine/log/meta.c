@@ -31,8 +31,6 @@ int meta_apply_write(struct coil_store *s, struct object *o, uint64_t off,
 		int rc;
 
 		COIL_ASSERT(mem || idx < s->nseg);
-		if (mem)
-			atomic_store(&ex[i].b->mem->mapped, true);
 		rc = extmap_insert(&o->map, &ex[i], meta_extent_dropped, s);
 		if (rc < 0) {
 			for (uint32_t j = i; j < n; j++)

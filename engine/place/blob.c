@@ -68,7 +68,7 @@ struct blobd *blobd_new_mem(const struct fmt_blob *fb, const uint8_t *bytes,
 	m->b = b;
 	m->obj_id = obj_id;
 	m->obj_off = obj_off;
-	atomic_init(&m->mapped, false);
+	atomic_init(&m->maprefs, 0);
 	memcpy(m->bytes, bytes, fb->stored_len);
 	pthread_mutex_lock(&ml->mu);
 	m->next = &ml->head;

@@ -22,9 +22,11 @@ struct memblob {
 	struct blobd *b;         /* the descriptor that owns it */
 	struct memblob *prev, *next;
 	uint64_t obj_id, obj_off;
-	/* its write was applied (the map points at it): before that the
-	 * packer leaves it, since its relocation would find nothing to swap */
-	atomic_bool mapped;
+	/* extents that map it (extmap.c): the packer takes only a blob a map
+	 * points at.  Before its write applies, or after an overwrite while a
+	 * reader or a checkpoint still holds it, a relocation would find
+	 * nothing to swap, or swap an earlier copy for another. */
+	_Atomic uint32_t maprefs;
 	uint8_t bytes[];
 };
 

@@ -21,6 +21,8 @@ void extmap_init(struct extmap *m, struct extmap_acct *acct)
 
 static void acct_add(struct extmap *m, const struct ext *e)
 {
+	if (e->b->mem)
+		atomic_fetch_add(&e->b->mem->maprefs, 1);
 	if (m->acct) {
 		m->acct->n++;
 		m->acct->csums += e->b->n_csums;
@@ -61,6 +63,8 @@ static void span_sub(struct extmap *m, const struct ext *e)
 
 static void acct_sub(struct extmap *m, const struct ext *e)
 {
+	if (e->b->mem)
+		atomic_fetch_sub(&e->b->mem->maprefs, 1);
 	if (m->acct) {
 		m->acct->n--;
 		m->acct->csums -= e->b->n_csums;
