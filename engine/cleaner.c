@@ -996,6 +996,10 @@ static void *cleaner_main(void *arg)
 				pthread_mutex_unlock(&cl->mu);
 				if (free_now(s) < goal)
 					cl->want = true;
+				/* the journal's share follows the metadata */
+				if (s->grows)
+					(void)grow_journal(s,
+						grow_journal_target(s, s->nseg));
 				pthread_mutex_lock(&cl->mu);
 			}
 		}

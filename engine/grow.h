@@ -14,7 +14,7 @@ struct coil_store;
 /* The smallest growth step (cleaner.c decides the steps). */
 #define GROW_STEP_BYTES (64ull << 20)
 /* Journal bytes allocated at least (when the ring is that long). */
-#define GROW_JOURNAL_MIN (4ull << 20)
+#define GROW_JOURNAL_MIN (8ull << 20)
 
 /* Journal bytes to allocate for a data area of @nseg segments. */
 uint64_t grow_journal_target(const struct coil_store *s, uint32_t nseg);

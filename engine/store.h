@@ -77,6 +77,7 @@ struct engine_stats {
 	_Atomic uint64_t inline_writes; /* small writes kept in the journal */
 	_Atomic uint64_t pack_batches, pack_blobs, pack_bytes, pack_installed;
 	_Atomic uint64_t rd_mem; /* blobs reads took from memory */
+	_Atomic uint64_t ckpt_last_bytes; /* the last checkpoint's size */
 	_Atomic uint64_t enc_logical, enc_stored;
 	_Atomic uint64_t dev_bytes_written, dev_bytes_read;
 	_Atomic uint64_t flushes, fsyncs;

@@ -541,6 +541,7 @@ int ckpt_write(struct coil_store *s, bool clean)
 		ckpt_release(s, snap_lin);
 		stat_add(&s->st.ckpts, 1);
 		stat_add(&s->st.ckpt_bytes, FMT_BLOCK + payload);
+		atomic_store(&s->st.ckpt_last_bytes, FMT_BLOCK + payload);
 		atomic_store(&s->st.ckpt_ns_last, coil_now_ns() - t0);
 	}
 	pthread_mutex_unlock(&s->ckpt_mu);

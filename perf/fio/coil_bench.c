@@ -420,7 +420,9 @@ static int cmd_pages(int argc, char **argv)
 	shuffle(order, n, &rng);
 
 	unlink(argv[2]);
-	s = store_open(argv[2], COIL_CREATE, argv[6], n * PAGE * 3 + (64u << 20));
+	/* The default size: a store that grows as the pages arrive, as a
+	 * database embedding coil opens it. */
+	s = store_open(argv[2], COIL_CREATE, argv[6], 0);
 	ret = coil_obj_open(s, "pages", COIL_CREATE, &o);
 	if (ret < 0)
 		die("pages", ret);
