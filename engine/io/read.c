@@ -252,11 +252,15 @@ int read_io_result(struct coil_store *s, int res, const struct fmt_blob *fb,
 		return res;
 	if (b->codec == FMT_CODEC_RAW) {
 		/* Raw sectors are checked here (the decoder checks the
-		 * others): those read, from the first one in the buffer. */
-		uint64_t first = (rd_off - b->dev_off) / FMT_BLOCK;
-		uint64_t have = COIL_MIN((uint64_t)rd_len,
+		 * others): those read, from the first one in the buffer.  A
+		 * blob shorter than a block may start anywhere (packed): the
+		 * read covers it whole, from before its start. */
+		uint64_t first = rd_off > b->dev_off ?
+				 (rd_off - b->dev_off) / FMT_BLOCK : 0;
+		uint64_t skip = rd_off < b->dev_off ? b->dev_off - rd_off : 0;
+		uint64_t have = COIL_MIN((uint64_t)rd_len - skip,
 					 b->logical_len - first * FMT_BLOCK);
-		if (fmt_blob_verify_sectors(fb, (uint32_t)first, iobuf,
+		if (fmt_blob_verify_sectors(fb, (uint32_t)first, iobuf + skip,
 					    have) < 0) {
 			stat_add(&s->st.csum_failures, 1);
 			return -EIO;
@@ -703,10 +707,10 @@ static void read_ranges(struct coil_store *s, struct rreq *r)
 		if (bcache_lookup(s, rb))
 			continue;
 		blobd_to_fmt(b, &rb->fb);
-		if (b->codec == FMT_CODEC_RAW) {
+		if (b->codec == FMT_CODEC_RAW && b->dev_off % FMT_BLOCK == 0) {
 			a = b->dev_off + COIL_ALIGN_DOWN(rb->lo, FMT_BLOCK);
 			z = b->dev_off + COIL_ALIGN_UP(rb->hi, FMT_BLOCK);
-		} else {
+		} else { /* compressed, or a packed raw blob under a block */
 			a = COIL_ALIGN_DOWN(b->dev_off, FMT_BLOCK);
 			z = COIL_ALIGN_UP(b->dev_off + b->stored_len, FMT_BLOCK);
 		}

@@ -221,8 +221,12 @@ static uint32_t unit_map(struct coil_store *s, struct object *o, uint64_t u,
 
 		for (uint32_t i = 0; i < n; i++)
 			dup |= bv[i] == e->b;
-		if (dup || blobd_is_mem(e->b))
-			continue; /* in memory: nothing to fetch */
+		/* in memory: nothing to fetch; a packed raw blob under a
+		 * block (unaligned): left to the demand read, which reads
+		 * around it */
+		if (dup || blobd_is_mem(e->b) ||
+		    (e->b->codec == FMT_CODEC_RAW && e->b->dev_off % FMT_BLOCK))
+			continue;
 		bv[n] = e->b;
 		gv[n] = s->segs[seg_of(s, e->b->dev_off)].gen;
 		n++;

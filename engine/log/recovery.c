@@ -44,7 +44,11 @@ static int blob_in_bounds(const struct coil_store *s, const struct fmt_blob *b)
 	end = s->sb.data_off + (idx + 1) * s->sb.segment_size;
 	if (b->dev_off + b->stored_len > end)
 		return -EIO;
-	if (b->codec == FMT_CODEC_RAW && b->dev_off % FMT_BLOCK)
+	/* a raw blob starts on a block, unless it is shorter than one
+	 * (packed with others: stores with the INLINE feature) */
+	if (b->codec == FMT_CODEC_RAW && b->dev_off % FMT_BLOCK &&
+	    (b->logical_len >= FMT_BLOCK ||
+	     !(s->sb.incompat & FMT_INCOMPAT_INLINE)))
 		return -EIO;
 	if (b->dict_id != 0)
 		return -EIO; /* dictionaries: not in this version */

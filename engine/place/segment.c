@@ -228,7 +228,12 @@ int seg_place_write(struct coil_store *s, struct wreq *w, unsigned *rep)
 				run_dev = seg_base(s, s->active) + s->active_head;
 				open = true;
 			}
-			q = raw ? COIL_ALIGN_UP(p, FMT_BLOCK) : p;
+			/* raw blobs start on a block (a partial read takes
+			 * just its sectors), except one shorter than a block:
+			 * packed like a compressed one (small objects, the
+			 * packer's batches) */
+			q = raw && fb->logical_len >= FMT_BLOCK ?
+			    COIL_ALIGN_UP(p, FMT_BLOCK) : p;
 			seg_end = seg_base(s, s->active) + s->sb.segment_size;
 			if (run_dev + (q - start) + fb->stored_len <= seg_end)
 				break;
