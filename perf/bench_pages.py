@@ -143,13 +143,43 @@ def run_coil_qd1():
     d = bc.json.loads(p.stdout)
     rd, space = d['read'], d.get('stats', {}).get('space', {})
     return {'write_ops_s': d['write']['ops_s'], 'read_ops_s': rd['ops_s'],
+            'write_p50_us': d['write']['latency']['p50_us'],
+            'write_p99_us': d['write']['latency']['p99_us'],
             'read_p50_us': rd['latency']['p50_us'], 'read_p99_us': rd['latency']['p99_us'],
             'uncached_p50_us': rd['latency_first']['p50_us'],
             'uncached_p99_us': rd['latency_first']['p99_us'],
             'cached_p50_us': rd['latency_again']['p50_us'],
             'cached_p99_us': rd['latency_again']['p99_us'],
             'cache_hit_ratio': d['stats']['cache'].get('hit_ratio', 0),
-            'disk_bytes': space.get('allocated', 0)}
+            # bytes on disk: the store file's allocated blocks (du), as
+            # for RocksDB's directory; the segments holding data beside
+            'disk_bytes': space.get('disk_bytes', 0),
+            'segment_bytes': space.get('allocated', 0)}
+
+
+def run_rocksdb_sync():
+    """The same fill with a sync every 100 writes: db_bench batches of
+    100 (--batch_size) written with --sync=1."""
+    bc.fresh(DB)
+    w = db_bench(['--num=%d' % N, '--value_size=4096', '--key_size=16',
+                  '--compression_type=zstd', '--compression_ratio=%g' % RATIO,
+                  '--db=' + DB, '--threads=1', '--histogram=1',
+                  '--benchmarks=filluniquerandom', '--sync=1',
+                  '--batch_size=100'])['filluniquerandom']
+    # db_bench counts a batch of 100 as 100 ops
+    return {'write_ops_s': w['ops_s']}
+
+
+def run_coil_sync():
+    """coil_write at QD 1 with a coil_sync after every 100 writes."""
+    bc.fresh(STORE)
+    p = subprocess.run([TOOL, 'pages', STORE, str(N), '1', str(RATIO),
+                        'zstd:1', '12345', '1', '100'], capture_output=True,
+                       text=True)
+    if p.returncode:
+        raise RuntimeError('coil_bench pages: ' + p.stderr[-2000:])
+    d = bc.json.loads(p.stdout)
+    return {'write_ops_s': d['write']['ops_s']}
 
 
 def run_fio_qd1():
@@ -168,7 +198,13 @@ def run_fio_qd1():
     bc.fio(['--name=warm', '--filename=' + PLAIN, '--size=%d' % size,
             '--rw=read', '--bs=1M', '--ioengine=psync', '--invalidate=0'])
     hot = bc.fio_summary(bc.fio(base + ['--direct=0', '--invalidate=0']), 'read')
+    wbase = [a.replace('randread', 'randwrite') for a in base]
+    wdev = bc.fio_summary(bc.fio(wbase + ['--direct=1']), 'write')
+    wbuf = bc.fio_summary(bc.fio([a.replace('io_uring', 'psync') for a in wbase] +
+                                 ['--direct=0']), 'write')
     return {'uncached_p50_us': dev['p50_us'], 'uncached_p99_us': dev['p99_us'],
+            'write_direct_p50_us': wdev['p50_us'], 'write_direct_p99_us': wdev['p99_us'],
+            'write_buffered_p50_us': wbuf['p50_us'], 'write_buffered_p99_us': wbuf['p99_us'],
             'read_ops_s': dev['iops'],
             'cached_p50_us': hot['p50_us'], 'cached_p99_us': hot['p99_us'],
             'cached_ops_s': hot['iops']}
@@ -178,7 +214,8 @@ def main_qd1():
     bc.log('== 5b. pages at QD 1, defaults: %d x 4 KiB pages written, cold reopen, '
            '%d random reads; coil vs RocksDB db_bench (zstd, sync=false), '
            'fio io_uring QD 1 beside (%d repeats)' % (N, N * READS, bc.REPEATS))
-    sides = {'rocksdb': run_rocksdb_qd1, 'coil': run_coil_qd1, 'fio': run_fio_qd1}
+    sides = {'rocksdb': run_rocksdb_qd1, 'coil': run_coil_qd1, 'fio': run_fio_qd1,
+             'rocksdb_sync100': run_rocksdb_sync, 'coil_sync100': run_coil_sync}
     runs = {k: [] for k in sides}
     for r, side, fn in bc.alternate(bc.REPEATS, sides):
         s = fn()
@@ -187,12 +224,16 @@ def main_qd1():
             '%s=%.4g' % (k, v) for k, v in sorted(s.items()))))
     keys = ['write_ops_s', 'read_ops_s', 'read_p50_us', 'read_p99_us',
             'uncached_p50_us', 'uncached_p99_us', 'cached_p50_us',
-            'cached_p99_us', 'cached_ops_s', 'cache_hit_ratio', 'disk_bytes']
+            'cached_p99_us', 'cached_ops_s', 'cache_hit_ratio', 'disk_bytes',
+            'segment_bytes', 'write_p50_us', 'write_p99_us', 'write_direct_p50_us',
+            'write_direct_p99_us', 'write_buffered_p50_us', 'write_buffered_p99_us']
     med = bc.summarize(runs, keys)
     c, k, f = med['coil'], med['rocksdb'], med['fio']
     doc = {'comparison': 'pages_qd1_vs_rocksdb', 'pages': N, 'reads': N * READS,
            'ratio': RATIO, 'runs': runs, 'median': med, 'ratios': {
                'write_ops': bc.ratio(c['write_ops_s'], k['write_ops_s']),
+               'write_ops_sync100': bc.ratio(med['coil_sync100']['write_ops_s'],
+                                             med['rocksdb_sync100']['write_ops_s']),
                'read_ops': bc.ratio(c['read_ops_s'], k['read_ops_s']),
                'disk_bytes': bc.ratio(c['disk_bytes'], k['disk_bytes']),
                'uncached_p50_vs_fio': bc.ratio(c['uncached_p50_us'], f['uncached_p50_us']),
@@ -207,6 +248,13 @@ def main_qd1():
            % (c['uncached_p50_us'], c['uncached_p99_us'], c['cached_p50_us'], c['cached_p99_us'],
               f['uncached_p50_us'], f['uncached_p99_us'], f['cached_p50_us'], f['cached_p99_us'],
               k['read_p50_us'], k['read_p99_us']))
+    bc.log('   median writes/s with a sync every 100: coil %.0f, rocksdb %.0f = %.2fx'
+           % (med['coil_sync100']['write_ops_s'], med['rocksdb_sync100']['write_ops_s'],
+              x['write_ops_sync100']))
+    bc.log('   median QD1 4 KiB write latency p50/p99 us: coil %.1f/%.1f; fio io_uring '
+           'O_DIRECT %.1f/%.1f, psync buffered %.1f/%.1f'
+           % (c['write_p50_us'], c['write_p99_us'], f['write_direct_p50_us'],
+              f['write_direct_p99_us'], f['write_buffered_p50_us'], f['write_buffered_p99_us']))
     bc.save('pages_qd1_vs_rocksdb', doc)
 
 

@@ -257,10 +257,17 @@ def pages_qd1_section(d, L):
              % (c['read_ops_s'], k['read_ops_s'], x['read_ops']))
     L.append('| read p50 / p99 µs, all reads | %.1f / %.1f | %.1f / %.1f | |'
              % (c['read_p50_us'], c['read_p99_us'], k['read_p50_us'], k['read_p99_us']))
-    L.append('| random writes / s (QD 1) | %.0f | %.0f | %.2f× |'
+    L.append('| random writes / s (QD 1) | %.0f | %.0f | **%.2f×** |'
              % (c['write_ops_s'], k['write_ops_s'], x['write_ops']))
-    L.append('| bytes on disk (MiB) | %.1f | %.1f | %.2f× |'
+    if 'write_ops_sync100' in x:
+        L.append('| random writes / s, a sync every 100 (coil_sync / db_bench --sync=1 --batch_size=100) | %.0f | %.0f | %.2f× |'
+                 % (m['coil_sync100']['write_ops_s'], m['rocksdb_sync100']['write_ops_s'],
+                    x['write_ops_sync100']))
+    L.append('| bytes on disk (MiB, du) | %.1f | %.1f | **%.2f×** |'
              % (c['disk_bytes'] / 1048576.0, k['disk_bytes'] / 1048576.0, x['disk_bytes']))
+    if c.get('segment_bytes'):
+        L.append('| coil: segments holding the data (MiB) | %.1f | | %.2f× |'
+                 % (c['segment_bytes'] / 1048576.0, c['segment_bytes'] / k['disk_bytes']))
     L.append('')
     L.append('| 4 KiB read at QD 1, p50 / p99 µs | coil | fio io_uring, plain file | coil / fio (p50) |')
     L.append('|---|---|---|---|')
@@ -270,6 +277,11 @@ def pages_qd1_section(d, L):
     L.append('| cached (memory) | %.1f / %.1f | %.1f / %.1f (page cache) | %.2f× |'
              % (c['cached_p50_us'], c['cached_p99_us'], f['cached_p50_us'],
                 f['cached_p99_us'], x['cached_p50_vs_fio']))
+    if c.get('write_p50_us') and f.get('write_direct_p50_us'):
+        L.append('| write (coil_write, completes at memory speed) | %.1f / %.1f | %.1f / %.1f (O_DIRECT); %.1f / %.1f (psync, buffered) | %.2f× (buffered) |'
+                 % (c['write_p50_us'], c['write_p99_us'], f['write_direct_p50_us'],
+                    f['write_direct_p99_us'], f['write_buffered_p50_us'],
+                    f['write_buffered_p99_us'], c['write_p50_us'] / f['write_buffered_p50_us']))
 def disk_section(d, L):
     L.append('### 6. disk bytes of a default store\n')
     L.append('`coil create STORE 0` (no maximum), %d MiB of incompressible data written through '
@@ -382,6 +394,11 @@ def main():
         x = d['ratios']
         summary.append('| 5b | pages at QD 1, defaults, coil / RocksDB: reads after a cold reopen, writes | %.2f×, %.2f× | ≥ 1.0×, ≥ 1.0× | %s, %s |'
                        % (x['read_ops'], x['write_ops'], bc_verdict(x['read_ops']), bc_verdict(x['write_ops'])))
+        if 'write_ops_sync100' in x:
+            summary.append('| 5b | the same writes with a sync every 100 | %.2f× | ≥ 1.0× | %s |'
+                           % (x['write_ops_sync100'], bc_verdict(x['write_ops_sync100'])))
+        summary.append('| 5b | bytes on disk (du), coil / RocksDB | %.2f× | ≤ 1.0× | %s |'
+                       % (x['disk_bytes'], 'meets' if x['disk_bytes'] <= 1.0 else 'misses'))
     d = load('disk_space')
     if d:
         summary.append('| 6 | empty default store on disk | %.1f MiB | ≤ 64 MiB | %s |'

@@ -15,12 +15,13 @@
  *       caches from the compress pass, as zstd -b does, and from blocks
  *       flushed out of every cache level first, as bytes a device has
  *       just written into memory are (read_cold_mb_per_cpu_s)
- *   coil_bench pages    STORE N QD RATIO COMPRESSION SEED [READS]
+ *   coil_bench pages    STORE N QD RATIO COMPRESSION SEED [READS [SYNC]]
  *       N unique 4 KiB pages written in random order, then READS x N
  *       (default 1) random page reads after a cold reopen (QD 1: coil_pread,
  *       with first reads and rereads timed apart); values are made like
  *       db_bench's (RATIO of each value random printable bytes, the rest
- *       repeats)
+ *       repeats).  SYNC > 0: a coil_sync after every SYNC writes (a
+ *       database's commit), timed with the writes
  *
  * Times are wall clock; cpu_s is the whole process (every coil thread);
  * page_faults counts the minor faults of the timed part (on a guest with
@@ -388,7 +389,7 @@ static int cmd_pages(int argc, char **argv)
 {
 	struct op ops[QD_MAX];
 	struct win w = { 0 }, wfirst = { 0 }, wagain = { 0 };
-	uint64_t n, nr, i, *order, rng, t0, tw, tr;
+	uint64_t n, nr, i, *order, rng, t0, tw, tr, sync_every;
 	uint8_t *seen;
 	uint8_t *vals, *rd;
 	double ratio, cw, cr;
@@ -405,6 +406,7 @@ static int cmd_pages(int argc, char **argv)
 	ratio = strtod(argv[5], NULL);
 	rng = strtoull(argv[7], NULL, 0) | 1;
 	nr = n * (argc > 8 ? strtoull(argv[8], NULL, 0) : 1);
+	sync_every = argc > 9 ? strtoull(argv[9], NULL, 0) : 0;
 	if (!n || !nr || !qd || qd > QD_MAX)
 		die("n/qd", EINVAL);
 	/* Each in-flight write needs its own value buffer until it completes;
@@ -441,6 +443,12 @@ static int cmd_pages(int argc, char **argv)
 		ret = coil_write(o, v, PAGE, order[i] * PAGE, op_cb, op);
 		if (ret < 0)
 			die("coil_write", ret);
+		if (sync_every && (i + 1) % sync_every == 0) {
+			win_drain(&w);
+			ret = coil_sync(s);
+			if (ret < 0)
+				die("coil_sync", ret);
+		}
 	}
 	win_drain(&w);
 	ret = coil_sync(s);
