@@ -271,6 +271,22 @@ static int discard_sync(struct uring *r, const struct uring_io *io)
 	return ioctl(r->fd, BLKDISCARD, range) < 0 ? -errno : 0;
 }
 
+/* A buffered write, done here on the ring thread: a copy into the page
+ * cache.  Through the ring, a file system without asynchronous buffered
+ * writes (ext4 here) hands it to an io-wq worker: a thread wake-up each
+ * way, most of a queue-depth-1 page write's latency.  Honours a forced
+ * short length (the fault seam's) like prep_rw.  @return bytes or -errno. */
+static int buffered_write_sync(struct uring *r, struct uring_io *io)
+{
+	uint32_t rest = io->len - io->_done;
+	uint32_t n = io->_sub_len && io->_sub_len < rest ? io->_sub_len : rest;
+	ssize_t w = pwrite(r->bfd, (uint8_t *)io->buf + io->_done, n,
+			   (off_t)(io->off + io->_done));
+
+	io->_sub_len = n;
+	return w < 0 ? -errno : (int)w;
+}
+
 /* @return 0, or -EBUSY when the SQ is full (io untouched). */
 static int issue_one(struct uring *r, struct uring_io *io)
 {
@@ -315,6 +331,12 @@ static int issue_one(struct uring *r, struct uring_io *io)
 						     io->off);
 			}
 			io->_sub_len = io->len;
+		} else if ((io->flags & URING_IO_BUFFERED) &&
+			   io->op == URING_OP_WRITE) {
+			io_uring_prep_nop(sqe);
+			io->_inject = buffered_write_sync(r, io);
+			io->_iflags |= IF_INJECT;
+			goto out;
 		} else if (io->flags & URING_IO_BUFFERED) {
 			prep_rw(r, sqe, io, r->st.fixed_file ? 1 : r->bfd);
 		} else {
