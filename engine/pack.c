@@ -39,11 +39,29 @@
 #include "engine/place/segment.h"
 #include "engine/store.h"
 
-/* One batch: its stored bytes (slots rounded up to 4 KiB), its blobs.  A
- * quarter of a default segment: a foreground read queued behind the
- * batch's write waits for all of it (see the cleaner's batch bound). */
+/* One batch: its stored bytes, its blobs.  A quarter of a default
+ * segment: a foreground read queued behind the batch's write waits for all
+ * of it (see the cleaner's batch bound); 512 tiny objects of 10-160 bytes
+ * still share a few blocks. */
 #define PACK_BATCH_BYTES (256u << 10)
-#define PACK_BATCH_BLOBS 256u
+#define PACK_BATCH_BLOBS 512u
+/* Where the first blob's copy starts in the batch buffer: placement packs
+ * blobs down towards the front (seg_place_write), and a run it closes at a
+ * segment's end is padded to a block; a batch this size spans at most two
+ * segments, so this gap keeps every blob's packed place at or before its
+ * copy. */
+#define PACK_LEAD (2u * FMT_BLOCK)
+
+/* A blob's slot in the batch: back to back, except a raw blob of a block
+ * or more, which placement starts on a block. */
+static size_t pack_slot(const struct blobd *b, size_t *total)
+{
+	size_t at = b->codec == FMT_CODEC_RAW && b->logical_len >= FMT_BLOCK ?
+		    COIL_ALIGN_UP(*total, FMT_BLOCK) : *total;
+
+	*total = at + b->stored_len;
+	return at;
+}
 
 struct pitem {
 	struct object *o;
@@ -94,22 +112,23 @@ static uint32_t pack_collect(struct packer *pk)
 {
 	struct coil_store *s = pk->s;
 	struct memlist *ml = &s->mem;
-	uint64_t bytes = 0;
+	size_t total = PACK_LEAD;
 	uint32_t n = 0, keep = 0;
 
 	pthread_mutex_lock(&ml->mu);
 	for (struct memblob *m = ml->head.next;
 	     m != &ml->head && n < PACK_BATCH_BLOBS; m = m->next) {
-		uint64_t slot = COIL_ALIGN_UP(m->b->stored_len, FMT_BLOCK);
+		size_t t = total;
 
-		if (bytes + slot > PACK_BATCH_BYTES)
+		(void)pack_slot(m->b, &t);
+		if (t > PACK_BATCH_BYTES + PACK_LEAD)
 			break;
 		if (!atomic_load(&m->maprefs) || !blobd_tryref(m->b))
 			continue;
 		pk->items[n++] = (struct pitem){ .b = m->b,
 						 .obj_id = m->obj_id,
 						 .off = m->obj_off };
-		bytes += slot;
+		total = t;
 	}
 	pthread_mutex_unlock(&ml->mu);
 
@@ -293,7 +312,8 @@ static int pack_batch(struct packer *pk)
 {
 	struct coil_store *s = pk->s;
 	struct wreq *w = &pk->w;
-	size_t total = 0;
+	size_t total = PACK_LEAD;
+	uint64_t dev_bytes = 0;
 	unsigned rep = 0;
 	int rc, nrec;
 
@@ -306,10 +326,10 @@ static int pack_batch(struct packer *pk)
 		blobd_to_fmt(b, &w->fb[i]);
 		w->fb[i].flags = 0;
 		w->fb[i].dev_off = 0;
-		w->slot[i] = (uint32_t)total;
+		w->slot[i] = (uint32_t)pack_slot(b, &total);
 		w->bd[i] = NULL;
-		total += COIL_ALIGN_UP(b->stored_len, FMT_BLOCK);
 	}
+	total = COIL_ALIGN_UP(total, FMT_BLOCK); /* the last run's padding */
 	w->batch = bufpool_get(&s->bp, total);
 	if (!w->batch) {
 		pack_release(pk);
@@ -330,6 +350,8 @@ static int pack_batch(struct packer *pk)
 		cleaner_kick(s);
 	if (rc < 0)
 		goto out;
+	for (uint32_t i = 0; i < w->nruns; i++)
+		dev_bytes += w->runs[i].io.len;
 	for (uint32_t k = 0; k < w->nblobs; k++) {
 		w->bd[k] = blobd_new(&w->fb[k]);
 		if (!w->bd[k])
@@ -366,7 +388,7 @@ static int pack_batch(struct packer *pk)
 	if (rc == 0) {
 		stat_add(&s->st.pack_batches, 1);
 		stat_add(&s->st.pack_blobs, pk->nitems);
-		stat_add(&s->st.pack_bytes, total);
+		stat_add(&s->st.pack_bytes, dev_bytes);
 	}
 out:
 	bufpool_put(&s->bp, w->batch);
