@@ -206,16 +206,9 @@ static void pack_done(struct coil_store *s, struct jent *e, int res)
 static void pack_run_done(struct uring_io *io, int res)
 {
 	struct wrun *r = io->arg;
-	struct wreq *w = r->w;
-	struct packer *pk = w->s->pk;
+	struct packer *pk = r->w->s->pk;
 
-	if (res >= 0 && (uint32_t)res != io->len)
-		res = -EIO;
-	if (res < 0) {
-		int zero = 0;
-		atomic_compare_exchange_strong(&w->io_status, &zero, res);
-	}
-	if (atomic_fetch_sub(&w->runs_pending, 1) != 1)
+	if (!wreq_run_result(r, res))
 		return;
 	pthread_mutex_lock(&pk->mu);
 	pk->data_fin = true;
@@ -238,19 +231,7 @@ static int pack_send_data(struct packer *pk)
 	pthread_mutex_lock(&pk->mu);
 	pk->data_fin = false;
 	pthread_mutex_unlock(&pk->mu);
-	atomic_store(&w->runs_pending, w->nruns);
-	atomic_store(&w->io_status, 0);
-	for (uint32_t i = 0; i < w->nruns; i++) {
-		struct wrun *r = &w->runs[i];
-		int rc;
-
-		r->io.cb = pack_run_done;
-		r->io.arg = r;
-		stat_add(&s->st.dev_bytes_written, r->io.len);
-		rc = uring_submit(s->ring, &r->io);
-		if (rc < 0)
-			pack_run_done(&r->io, rc);
-	}
+	wreq_submit_runs(s, w, pack_run_done);
 	pthread_mutex_lock(&pk->mu);
 	while (!pk->data_fin)
 		pthread_cond_wait(&pk->done_cv, &pk->mu);

@@ -178,14 +178,39 @@ void wreq_run_done(struct uring_io *io, int res)
 	struct wrun *r = io->arg;
 	struct wreq *w = r->w;
 
-	if (res >= 0 && (uint32_t)res != io->len)
+	if (wreq_run_result(r, res))
+		journal_data_done(w->s, &w->je, atomic_load(&w->io_status));
+}
+
+void wreq_submit_runs(struct coil_store *s, struct wreq *w,
+		      void (*cb)(struct uring_io *io, int res))
+{
+	atomic_store(&w->runs_pending, w->nruns);
+	atomic_store(&w->io_status, 0);
+	for (uint32_t i = 0; i < w->nruns; i++) {
+		struct wrun *r = &w->runs[i];
+		int rc;
+
+		r->io.cb = cb;
+		r->io.arg = r;
+		stat_add(&s->st.dev_bytes_written, r->io.len);
+		rc = uring_submit(s->ring, &r->io);
+		if (rc < 0)
+			cb(&r->io, rc);
+	}
+}
+
+bool wreq_run_result(struct wrun *r, int res)
+{
+	struct wreq *w = r->w;
+
+	if (res >= 0 && (uint32_t)res != r->io.len)
 		res = -EIO;
 	if (res < 0) {
 		int zero = 0;
 		atomic_compare_exchange_strong(&w->io_status, &zero, res);
 	}
-	if (atomic_fetch_sub(&w->runs_pending, 1) == 1)
-		journal_data_done(w->s, &w->je, atomic_load(&w->io_status));
+	return atomic_fetch_sub(&w->runs_pending, 1) == 1;
 }
 
 void wreq_send(struct coil_store *s, struct wreq *w)
@@ -194,21 +219,8 @@ void wreq_send(struct coil_store *s, struct wreq *w)
 	 * submitted after the runs, so an fsync after the chunk is held by
 	 * the ring until the runs are done too.  The record does not wait
 	 * for the data (see struct jent). */
-	if (w->nruns) {
-		atomic_store(&w->runs_pending, w->nruns);
-		atomic_store(&w->io_status, 0);
-		w->je.data_pending = true;
-	}
-	for (uint32_t i = 0; i < w->nruns; i++) {
-		struct wrun *r = &w->runs[i];
-		int rc;
-
-		r->io.cb = wreq_run_done;
-		r->io.arg = r;
-		stat_add(&s->st.dev_bytes_written, r->io.len);
-		rc = uring_submit(s->ring, &r->io);
-		if (rc < 0)
-			wreq_run_done(&r->io, rc);
-	}
+	if (w->nruns)
+		w->je.data_pending = true; /* before a run can complete */
+	wreq_submit_runs(s, w, wreq_run_done);
 	journal_ready(s, &w->je);
 }

@@ -105,6 +105,13 @@ int wreq_put_extent(struct fmt_cursor *c, struct fmt_extent *fe,
 		    const struct fmt_blob *fb, const uint8_t *inl);
 /* Completion of one data run (the io's arg is its struct wrun). */
 void wreq_run_done(struct uring_io *io, int res);
+/* Submit w's placed runs (none: nothing), each completing through @cb,
+ * which calls wreq_run_result. */
+void wreq_submit_runs(struct coil_store *s, struct wreq *w,
+		      void (*cb)(struct uring_io *io, int res));
+/* A run's result (a short write is -EIO; the first error is kept in
+ * w->io_status).  @return true for the last run of the write. */
+bool wreq_run_result(struct wrun *r, int res);
 /* Submit w's placed runs (if any), then ready its journal entry. */
 void wreq_send(struct coil_store *s, struct wreq *w);
 /* Free the arrays a context owns (not w->batch: whose it is varies). */
