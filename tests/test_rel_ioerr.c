@@ -250,6 +250,11 @@ static void recovery_faults(const char *path, const struct rel_image *golden,
 	struct uring_fault_spec sp;
 	coil_store *s;
 	char what[160];
+	/* Under the sanitizer pass (a small scale) every third op of each
+	 * kind, from an offset the seed picks: another seed covers the
+	 * others.  At scale 0.3 and above, every op. */
+	const uint64_t stride = rel_scale() < 0.3 ? 3 : 1;
+	const uint64_t first = 1 + seed % stride;
 
 	/* dry run: how many ops of each kind does this recovery issue? */
 	cr_assert_geq(rel_image_restore(golden, path), 0);
@@ -262,7 +267,8 @@ static void recovery_faults(const char *path, const struct rel_image *golden,
 	/* fail faults: the n-th op of each kind in turn */
 	for (int k = F_EIO_ONCE; k <= F_ENOSPC_STICKY; k++) {
 		for (unsigned j = 0; j < sizeof(ops) / sizeof(ops[0]); j++) {
-			for (uint64_t n = 1; n <= count[ops[j]]; n++) {
+			for (uint64_t n = first; n <= count[ops[j]];
+			     n += stride) {
 				snprintf(what, sizeof(what), "ioerr recovery %s "
 					 "at %s %llu", fkind_name[k],
 					 uring_op_name(ops[j]),
@@ -278,7 +284,7 @@ static void recovery_faults(const char *path, const struct rel_image *golden,
 		uint64_t lim = k == F_SHORT ? count[URING_OP_READ] +
 					      count[URING_OP_WRITE] : nops;
 
-		for (uint64_t n = 1; n <= lim; n++) {
+		for (uint64_t n = first; n <= lim; n += stride) {
 			snprintf(what, sizeof(what), "ioerr recovery %s at op %llu",
 				 fkind_name[k], (unsigned long long)n);
 			fault_spec(&sp, k, n, URING_FAULT_ANY);

@@ -7,6 +7,7 @@
 #   tools/dev.sh demo    load a real corpus into a store and report what happened
 #   tools/dev.sh bench   the side-by-side benchmarks under perf/
 #   tools/dev.sh sqlite-suite [FILE...]  SQLite's TCL tests, default VFS vs coil
+#   tools/dev.sh soak    the release suites with the crash/fault loops at full count
 #
 # Everything it makes lives under the checkout (build/, .cache/, var/).
 set -euo pipefail
@@ -263,7 +264,11 @@ cmd_test() {
 	cmd_deps
 	log "release build (-Wall -Wextra -Werror)"
 	build_release
-	run_suites build/release release || rc=1
+	# The crash/fault loops run at half their full count here, to keep
+	# the whole command near ten minutes on two cores; `tools/dev.sh
+	# soak` runs them at full count (COIL_REL_SCALE=1).
+	COIL_REL_SCALE=${COIL_TEST_SCALE:-0.5} \
+		run_suites build/release release || rc=1
 	run_sqlite_suite_quick || rc=1
 	log "ASan+UBSan build"
 	build_asan
@@ -386,8 +391,24 @@ cmd_sqlite_suite() {
 	run_sqlite_suite --timeout "${SQLITE_SUITE_TIMEOUT:-1200}" "$@"
 }
 
+# The release suites with every crash/fault loop at full count (or
+# COIL_REL_SCALE's, e.g. 4 for an overnight soak).
+cmd_soak() {
+	local t0=$SECONDS rc=0 totals
+	cmd_deps
+	build_release
+	COIL_REL_SCALE=${COIL_REL_SCALE:-1} run_suites build/release soak || rc=1
+	totals=$(criterion_totals build/testlog-soak.txt)
+	read -r p f <<<"$totals"
+	log "done in $((SECONDS - t0))s"
+	tail -n +2 <<<"$totals" | head -n 40
+	echo "tests: $p passed, $f failed"
+	[ "$f" = 0 ] || rc=1
+	return $rc
+}
+
 usage() {
-	sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 case "${1:-}" in
@@ -397,5 +418,6 @@ test) cmd_test ;;
 demo) shift; cmd_demo "$@" ;;
 bench) shift; cmd_bench "$@" ;;
 sqlite-suite) shift; cmd_sqlite_suite "$@" ;;
+soak) cmd_soak ;;
 *) usage; exit 2 ;;
 esac
