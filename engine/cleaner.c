@@ -1252,13 +1252,13 @@ static int grow_policy(struct coil_store *s, uint64_t need, bool force)
 		pthread_mutex_unlock(&s->grow_mu);
 		return 0;
 	}
-	/* A step: a thirty-second of the store, at least GROW_STEP_BYTES
+	/* A step: a thirty-second of the store, at least grow_step_bytes
 	 * and what the low mark and the write need (a step costs two
 	 * superblock writes and three fdatasyncs, in a writer's path: 2 MiB
 	 * steps halved fio's sequential writes; the free space it leaves is
 	 * disk the store holds beyond its data). */
 	want = (uint32_t)COIL_MAX(COIL_MAX(2ull, nseg / 32),
-				 GROW_STEP_BYTES / s->sb.segment_size);
+				 grow_step_bytes(s, nseg) / s->sb.segment_size);
 	want = COIL_MAX(want, lo > f ? lo - f + 1 : 0);
 	if (cap < need)
 		want = COIL_MAX(want, (uint32_t)COIL_MIN(

@@ -42,6 +42,13 @@ int grow_truncate(struct coil_store *s, uint32_t keep)
 	return 0;
 }
 
+uint64_t grow_step_bytes(const struct coil_store *s, uint32_t nseg)
+{
+	uint64_t quarter = (uint64_t)nseg * s->sb.segment_size / 4;
+
+	return COIL_MIN(GROW_STEP_BYTES, COIL_MAX(GROW_STEP_MIN_BYTES, quarter));
+}
+
 uint64_t grow_journal_target(const struct coil_store *s, uint32_t nseg)
 {
 	uint64_t jlen = s->sb.journal_len;
@@ -53,8 +60,11 @@ uint64_t grow_journal_target(const struct coil_store *s, uint32_t nseg)
 	 * the journal bytes.  Small writes use the journal for their data
 	 * (a block each at queue depth 1): at a sixty-fourth of 96 MiB of
 	 * pages, 20,000 page writes took 62 checkpoints of 2.5 MB and
-	 * waited for a full journal 17 times. */
-	t = COIL_MAX(t, COIL_ALIGN_UP(8 * atomic_load(&s->st.ckpt_last_bytes),
+	 * waited for a full journal 17 times.  The metadata part only: the
+	 * small writes' blobs a checkpoint also carries (up to 16 MiB) are
+	 * bounded by the packer, not by the store's size, and counting
+	 * them made a 33 MB page store allocate a 128 MiB journal. */
+	t = COIL_MAX(t, COIL_ALIGN_UP(8 * atomic_load(&s->st.ckpt_last_meta),
 				      1ull << 20));
 	t = COIL_MAX(t, COIL_MIN(jlen, GROW_JOURNAL_MIN));
 	return COIL_MIN(t, jlen);

@@ -11,11 +11,16 @@ struct coil_store;
 /* Segments a new growing store starts with (the data area's share of its
  * first 64 MiB on disk). */
 #define GROW_INITIAL_BYTES (32ull << 20)
-/* The smallest growth step (cleaner.c decides the steps). */
+/* Growth steps (cleaner.c decides them) are at least a quarter of the data area,
+ * between these bounds: a small store stays near its data (a 33 MB page
+ * store grew to 96 MiB in one 64 MiB step), a large one pays few steps. */
+#define GROW_STEP_MIN_BYTES (8ull << 20)
 #define GROW_STEP_BYTES (64ull << 20)
 /* Journal bytes allocated at least (when the ring is that long). */
 #define GROW_JOURNAL_MIN (8ull << 20)
 
+/* The smallest growth step for a data area of @nseg segments. */
+uint64_t grow_step_bytes(const struct coil_store *s, uint32_t nseg);
 /* Journal bytes to allocate for a data area of @nseg segments. */
 uint64_t grow_journal_target(const struct coil_store *s, uint32_t nseg);
 /* Allocate the journal ring up to @target bytes from its start and raise

@@ -78,6 +78,7 @@ struct engine_stats {
 	_Atomic uint64_t pack_batches, pack_blobs, pack_bytes, pack_installed;
 	_Atomic uint64_t rd_mem; /* blobs reads took from memory */
 	_Atomic uint64_t ckpt_last_bytes; /* the last checkpoint's size */
+	_Atomic uint64_t ckpt_last_meta;  /* the same without in-memory blobs */
 	_Atomic uint64_t enc_logical, enc_stored;
 	_Atomic uint64_t dev_bytes_written, dev_bytes_read;
 	_Atomic uint64_t flushes, fsyncs;

@@ -202,6 +202,7 @@ struct snap {
 			       * may add more before the encode) */
 	uint64_t nobj, next;
 	uint64_t lin, next_seq, next_obj_id;
+	uint64_t inl;         /* stored bytes of in-memory blobs it carries */
 };
 
 /* The arrays of a snapshot and the checkpoint's write buffer, grown as
@@ -327,6 +328,7 @@ static int snap_take(struct coil_store *s, struct snap *sn)
 			return -ENOMEM;
 		pthread_mutex_lock(&s->mlock);
 	}
+	sn->inl = s->ext_acct.inl;
 	sn->obj = m->obj;
 	sn->ext = m->ext;
 	sn->names = m->names;
@@ -504,7 +506,7 @@ static void ckpt_release(struct coil_store *s, uint64_t snap_lin)
 
 int ckpt_write(struct coil_store *s, bool clean)
 {
-	uint64_t t0 = coil_now_ns(), payload = 0, snap_lin;
+	uint64_t t0 = coil_now_ns(), payload = 0, snap_lin, inl = 0;
 	struct fmt_extent *fe = NULL;
 	struct snap sn = { 0 };
 	struct fmt_ckpt h;
@@ -524,6 +526,7 @@ int ckpt_write(struct coil_store *s, bool clean)
 	rc = snap_take(s, &sn);
 	memset(&h, 0, sizeof(h));
 	snap_lin = sn.lin;
+	inl = sn.inl;
 	h.replay_off = sn.lin % s->sb.journal_len;
 	h.replay_seq = sn.next_seq;
 	h.next_obj_id = sn.next_obj_id;
@@ -542,6 +545,8 @@ int ckpt_write(struct coil_store *s, bool clean)
 		stat_add(&s->st.ckpts, 1);
 		stat_add(&s->st.ckpt_bytes, FMT_BLOCK + payload);
 		atomic_store(&s->st.ckpt_last_bytes, FMT_BLOCK + payload);
+		atomic_store(&s->st.ckpt_last_meta,
+			     FMT_BLOCK + payload - COIL_MIN(inl, payload));
 		atomic_store(&s->st.ckpt_ns_last, coil_now_ns() - t0);
 	}
 	pthread_mutex_unlock(&s->ckpt_mu);
