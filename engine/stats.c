@@ -163,7 +163,8 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  "\"flush_slots\":%u,\"flushes_in_flight_max\":%llu,"
 		  "\"flush_fsyncs_in_flight_max\":%llu,\"inline_encodes\":%llu,"
 		  "\"inline_decodes\":%llu,\"read_splits\":%llu,"
-		  "\"small_blobs_kept\":%llu,\"reads_finished_by_caller\":%llu,"
+		  "\"small_blobs_kept\":%llu,\"packed_blocks_kept\":%llu,"
+		  "\"packed_block_hits\":%llu,\"reads_finished_by_caller\":%llu,"
 		  "\"local_decodes\":%llu,"
 		  "\"buffer_pool_misses\":%llu,"
 		  "\"ring_ops\":{\"read\":%llu,\"write\":%llu,\"fsync\":%llu,"
@@ -178,6 +179,7 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  LD(s->st.flush_fsyncs_inflight_max),
 		  LD(s->st.inline_encodes), LD(s->st.inline_decodes),
 		  LD(s->st.read_splits), LD(s->st.rd_small_kept),
+		  LD(s->st.rd_blocks_kept), LD(s->st.rd_block_hits),
 		  LD(s->st.rd_caller_finished), LD(s->st.rd_local_decodes),
 		  LD(s->bp.misses),
 		  (unsigned long long)us.ops[URING_OP_READ],

@@ -111,6 +111,7 @@ struct engine_stats {
 	 * device read; blobs decoded by the thread that found them ready
 	 * (caller or ring) instead of handed to the pool */
 	_Atomic uint64_t rd_small_kept, rd_caller_finished, rd_local_decodes;
+	_Atomic uint64_t rd_blocks_kept, rd_block_hits;
 };
 
 struct coil_store {

@@ -538,8 +538,10 @@ Test(small_write, power_cut_at_every_step, .timeout = 240)
 			uint8_t b[PG];
 			uint32_t v;
 
-			cr_assert_eq(coil_pread(h, b, PG, (uint64_t)p * PG), PG,
-				     "cut %llu: page %u", (unsigned long long)k, p);
+			int64_t got = coil_pread(h, b, PG, (uint64_t)p * PG);
+
+			cr_assert_eq(got, PG, "cut %llu: page %u: %lld",
+				     (unsigned long long)k, p, (long long)got);
 			v = page_version(b, p);
 			cr_assert(v != UINT32_MAX && v >= floor[p] && v <= ceil[p],
 				  "cut at I/O %llu (mode %d): page %u reads v%u, "

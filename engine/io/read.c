@@ -123,6 +123,7 @@ static void read_release(struct coil_store *s, struct rreq *r)
 		bufpool_put(&s->bp, rb->dec); /* not pooled: freed */
 		rb->iobuf = rb->dec = NULL;
 		rb->io_owner = false;
+		rb->blk = false;
 		bcache_release(s, rb);
 		bcache_put_stored(s, rb);
 		if (!rb->mem)
@@ -551,7 +552,7 @@ void read_blob_resume(struct rblob *rb)
 {
 	struct rreq *r = rb->r;
 
-	if (rb->res == 0 && !rb->ce && !rb->direct) {
+	if (rb->res == 0 && !rb->ce && !rb->sce && !rb->blk && !rb->direct) {
 		/* the prefetch did not bring it (evicted, no memory, or a
 		 * different blob by now): read it ourselves (rb->direct: the
 		 * job decoded it into the caller's buffer); it never joined
@@ -651,6 +652,7 @@ static int add_piece(struct coil_store *s, struct rreq *r, struct blobd *b,
 			blobd_to_fmt(b, &rb->fb); /* the decoder's */
 		rb->ce = NULL;
 		rb->sce = NULL;
+		rb->blk = false;
 		rb->pf_next = NULL;
 	} else {
 		struct rblob *rb = &r->rb[bi];

@@ -62,6 +62,10 @@ struct rblob {
 	 * packed, FMT_BLOB_INLINE): served like a cache hit, the blob's
 	 * reference keeping them */
 	const uint8_t *mem;
+	/* blk: a packed small blob whose device blocks the cache held
+	 * (bcache.c): copied into iobuf as if just read, and verified by its
+	 * decode like any device read */
+	bool blk;
 	struct rblob *pf_next;
 	uint64_t pf_wait_ns;
 };
@@ -102,7 +106,7 @@ struct rreq {
 /* The blob needs no device read: the cache holds it, decoded or stored. */
 static inline bool read_blob_cached(const struct rblob *rb)
 {
-	return rb->ce || rb->sce || rb->mem;
+	return rb->ce || rb->sce || rb->mem || rb->blk;
 }
 
 /* The read wants all of @rb's blob, in one piece: it can be decoded

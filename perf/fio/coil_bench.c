@@ -533,6 +533,43 @@ static int cmd_pages(int argc, char **argv)
 	ret = coil_close(s);
 	if (ret < 0)
 		die("coil_close", ret);
+	if (qd == 1) {
+		/* A page's first read above may be served by the block a
+		 * neighbouring page's read brought (packed pages share
+		 * blocks).  The device's latency: a fresh open (empty
+		 * cache), a few hundred random pages, few of them sharing a
+		 * block. */
+		struct win wdev;
+		uint64_t ndev = n / 40 > 0 ? n / 40 : 1;
+
+		win_init(&wdev, ndev);
+		s = store_open(argv[2], 0, NULL, 0);
+		ret = coil_obj_open(s, "pages", 0, &o);
+		if (ret < 0)
+			die("pages", ret);
+		for (i = 0; i < ndev; i++) {
+			uint64_t a, pg;
+			int64_t got;
+
+			rng ^= rng << 13;
+			rng ^= rng >> 7;
+			rng ^= rng << 17;
+			pg = rng % n;
+			a = now_ns();
+			got = coil_pread(o, rd, PAGE, pg * PAGE);
+			wdev.lat_ns[wdev.nlat++] = now_ns() - a;
+			if (got != PAGE)
+				die("coil_pread", got < 0 ? (int)got : EIO);
+		}
+		printf(", \"read_device\": {");
+		lat_print("latency", &wdev);
+		printf("}");
+		coil_obj_close(o);
+		ret = coil_close(s);
+		if (ret < 0)
+			die("coil_close", ret);
+		free(wdev.lat_ns);
+	}
 	if (stat(argv[2], &st) < 0)
 		die(argv[2], errno);
 	printf(", \"file_bytes\": %" PRIu64 ", \"file_allocated_bytes\": %" PRIu64
