@@ -242,6 +242,7 @@ static void win_init(struct win *w, size_t nops)
 {
 	unsigned i;
 
+	memset(w, 0, sizeof(*w));
 	for (i = 0; i < QD_MAX; i++)
 		w->free_slots[i] = QD_MAX - 1 - i;
 	w->nfree = QD_MAX;
