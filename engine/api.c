@@ -435,7 +435,9 @@ COIL_API int64_t coil_pwrite(coil_obj *ho, const void *buf, size_t len,
 		return -EDEADLK;
 	}
 	store_waiter_init(&w);
+	engine_tls_waiter = &w;
 	rc = write_submit(h, buf, len, off, store_waiter_cb, &w);
+	engine_tls_waiter = NULL;
 	ret = store_waiter_wait(&w, rc);
 	handle_leave(h);
 	return ret;

@@ -165,7 +165,7 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  "\"inline_decodes\":%llu,\"read_splits\":%llu,"
 		  "\"small_blobs_kept\":%llu,\"packed_blocks_kept\":%llu,"
 		  "\"packed_block_hits\":%llu,\"reads_finished_by_caller\":%llu,"
-		  "\"local_decodes\":%llu,"
+		  "\"device_reads_by_caller\":%llu,\"local_decodes\":%llu,"
 		  "\"buffer_pool_misses\":%llu,"
 		  "\"ring_ops\":{\"read\":%llu,\"write\":%llu,\"fsync\":%llu,"
 		  "\"nop\":%llu},\"ring_errors\":%llu,"
@@ -180,7 +180,8 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  LD(s->st.inline_encodes), LD(s->st.inline_decodes),
 		  LD(s->st.read_splits), LD(s->st.rd_small_kept),
 		  LD(s->st.rd_blocks_kept), LD(s->st.rd_block_hits),
-		  LD(s->st.rd_caller_finished), LD(s->st.rd_local_decodes),
+		  LD(s->st.rd_caller_finished), LD(s->st.rd_now),
+		  LD(s->st.rd_local_decodes),
 		  LD(s->bp.misses),
 		  (unsigned long long)us.ops[URING_OP_READ],
 		  (unsigned long long)us.ops[URING_OP_WRITE],
@@ -218,12 +219,12 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  "\"chunks\":%llu,\"chunk_bytes\":%llu,\"records\":%llu,"
 		  "\"full_waits\":%llu,\"replayed_chunks\":%llu,"
 		  "\"replayed_records\":%llu,\"chunks_overlapped\":%llu,"
-		  "\"turn_waits\":%llu},",
+		  "\"chunks_by_writer\":%llu,\"turn_waits\":%llu},",
 		  (unsigned long long)jlen, (unsigned long long)jused,
 		  LD(s->st.chunks), LD(s->st.chunk_bytes), LD(s->st.records),
 		  LD(s->st.journal_waits), LD(s->st.replayed_chunks),
 		  LD(s->st.replayed_records), LD(s->st.chunks_overlapped),
-		  LD(s->st.turn_waits));
+		  LD(s->st.chunks_now), LD(s->st.turn_waits));
 	sb_printf(&b, "\"checkpoint\":{\"count\":%llu,\"bytes_written\":%llu,"
 		  "\"last_ns\":%llu,\"snapshot_lock_ns_last\":%llu,"
 		  "\"snapshot_lock_ns_max\":%llu,\"failures\":%llu,\"seq\":%llu,"

@@ -760,6 +760,9 @@ fail:
 
 /* ---- the synchronous waiter (coil_pwrite, coil_pread, coil_sync, close) -- */
 
+_Thread_local const void *engine_tls_waiter;
+_Thread_local bool engine_tls_now;
+
 void store_waiter_init(struct store_waiter *w)
 {
 	pthread_mutex_init(&w->mu, NULL);

@@ -91,6 +91,8 @@ struct engine_stats {
 	_Atomic uint64_t flush_waiters_max, flush_fsyncs_inflight_max;
 	_Atomic uint64_t chunks, chunk_bytes, records;
 	_Atomic uint64_t chunks_overlapped; /* started with another in flight */
+	_Atomic uint64_t chunks_now; /* written by their own writer's thread */
+	_Atomic uint64_t rd_now;     /* device reads done by their reader */
 	/* encoded before a write submitted earlier to its object: waited for
 	 * that one's ticket (journal_take_turn) */
 	_Atomic uint64_t turn_waits;
@@ -190,6 +192,10 @@ struct coil_store {
 	struct flushq *fq;       /* coil_flush's groups (flush.c) */
 	struct jent *aq_first, *aq_last; /* chunk written, waiting to apply */
 	bool draining, drain_again;
+	/* a drain handed to the ring thread by a thread that completed its
+	 * own write (journal.c): others' callbacks run on coil threads */
+	struct uring_io drain_io;
+	bool drain_posted;
 	int apply_err;           /* under mlock: a data write failed */
 	/* cycles in flight, oldest first: cyc[(cyc_head + i) % ENGINE_JCYCLES]
 	 * for i < cyc_n */
@@ -296,10 +302,20 @@ void store_waiter_init(struct store_waiter *w);
 void store_waiter_cb(void *arg, int64_t res);
 int64_t store_waiter_wait(struct store_waiter *w, int rc);
 
-/* A ring or pool thread: it must never block on its own completions. */
+/* The waiter of the synchronous write this thread is submitting
+ * (coil_pwrite), or NULL: its journal record may be written and completed
+ * on this thread (journal.c, "now" cycles). */
+extern _Thread_local const void *engine_tls_waiter;
+/* This thread is completing journal entries in place of the ring thread:
+ * it counts as a coil thread meanwhile. */
+extern _Thread_local bool engine_tls_now;
+
+/* A ring or pool thread (or a thread completing its own write in their
+ * place): it must never block on its own completions. */
 static inline bool engine_on_coil_thread(struct coil_store *s)
 {
-	return uring_on_ring_thread(s->ring) || pool_worker_index() >= 0;
+	return uring_on_ring_thread(s->ring) || pool_worker_index() >= 0 ||
+	       engine_tls_now;
 }
 
 static inline void stat_add(_Atomic uint64_t *c, uint64_t v)

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -208,6 +209,10 @@ static void kill_case(const char *tag, bool ckpt)
 					     (uint32_t)atomic_load(&s->mem.count));
 			}
 		}
+		/* the writes were completed on this thread (the journal's
+		 * chunk written by its writer), the path under test */
+		atomic_store(&done[2], (uint32_t)stat_of(s, "\"journal\"",
+							"chunks_by_writer"));
 		kill(getpid(), SIGKILL);
 		_exit(5);
 	}
@@ -215,6 +220,7 @@ static void kill_case(const char *tag, bool ckpt)
 	cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
 		  "child exit %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 	cr_assert_eq(atomic_load(&done[0]), 96);
+	cr_assert_gt(atomic_load(&done[2]), 0);
 	if (ckpt)
 		cr_assert_eq(atomic_load(&done[1]), 64,
 			     "the checkpoint held the 64 pages in memory");
@@ -650,5 +656,102 @@ Test(small_write, tiny_overwrites_are_packed, .timeout = 240)
 	cr_assert_eq(coil_close(s), 0);
 	free(model);
 	free(rd);
+	unlink(path);
+}
+
+/* A coil_pwrite alone at the head of the journal is written and completed
+ * on its caller's thread (no hand-off to the ring thread and back).  Other
+ * writers' callbacks still never run there, nor inside their own submitting
+ * call: a thread writing pages with coil_pwrite while another submits
+ * asynchronous writes of other pages, and every callback checks the
+ * thread it runs on.  Every page reads back at its last version. */
+struct mix {
+	coil_obj *h;
+	pthread_t pw;              /* the coil_pwrite thread */
+	_Atomic bool pw_set;
+	_Atomic uint32_t inflight, bad_thread, bad_res, done;
+};
+
+static _Thread_local bool tls_submitting;
+
+static void mix_cb(void *arg, int64_t res)
+{
+	struct mix *m = arg;
+
+	if (tls_submitting ||
+	    (atomic_load(&m->pw_set) && pthread_equal(pthread_self(), m->pw)))
+		atomic_fetch_add(&m->bad_thread, 1);
+	if (res != PG)
+		atomic_fetch_add(&m->bad_res, 1);
+	atomic_fetch_add(&m->done, 1);
+	atomic_fetch_sub(&m->inflight, 1);
+}
+
+static void *mix_pwriter(void *arg)
+{
+	struct mix *m = arg;
+	uint8_t b[PG];
+
+	for (uint32_t i = 0; i < 1500; i++) {
+		uint32_t p = i % 64;
+
+		page_fill(b, p, 1 + i / 64);
+		if (coil_pwrite(m->h, b, PG, (uint64_t)p * PG) != PG)
+			atomic_fetch_add(&m->bad_res, 1);
+	}
+	return NULL;
+}
+
+Test(small_write, own_thread_completion_keeps_others_callbacks_off_it,
+     .timeout = 120)
+{
+	char path[256];
+	static uint8_t vals[8][PG];
+	struct mix m = { 0 };
+	coil_store *s;
+	pthread_t t;
+	uint32_t slot = 0;
+
+	et_path(path, sizeof(path), "sw-own");
+	s = open_at(path, true);
+	cr_assert_eq(coil_obj_open(s, "db", COIL_CREATE, &m.h), 0);
+	/* alone first: completed on this thread */
+	write_pages(m.h, 0, 64, 1);
+	cr_assert_gt(stat_of(s, "\"journal\"", "chunks_by_writer"), 0);
+
+	cr_assert_eq(pthread_create(&t, NULL, mix_pwriter, &m), 0);
+	m.pw = t;
+	atomic_store(&m.pw_set, true);
+	for (uint32_t i = 0; i < 1500; i++) {
+		uint32_t p = 64 + i % 64;
+		uint8_t *v = vals[slot++ % 8];
+
+		while (atomic_load(&m.inflight) >= 8)
+			sched_yield();
+		page_fill(v, p, 1 + i / 64);
+		atomic_fetch_add(&m.inflight, 1);
+		tls_submitting = true;
+		cr_assert_eq(coil_write(m.h, v, PG, (uint64_t)p * PG, mix_cb,
+					&m), 0);
+		tls_submitting = false;
+	}
+	cr_assert_eq(pthread_join(t, NULL), 0);
+	while (atomic_load(&m.inflight))
+		sched_yield();
+	cr_assert_eq(atomic_load(&m.done), 1500);
+	cr_assert_eq(atomic_load(&m.bad_res), 0);
+	cr_assert_eq(atomic_load(&m.bad_thread), 0,
+		     "%u callbacks ran on a submitting or coil_pwrite thread",
+		     atomic_load(&m.bad_thread));
+	/* 1500 = 23 x 64 + 28: pages below 28 reached version 24 */
+	for (uint32_t p = 0; p < 128; p++) {
+		uint8_t b[PG];
+		uint32_t want = 1 + (1499 - ((1499 - p % 64 + 64) % 64)) / 64;
+
+		cr_assert_eq(coil_pread(m.h, b, PG, (uint64_t)p * PG), PG);
+		cr_assert_eq(page_version(b, p), want, "page %u", p);
+	}
+	cr_assert_eq(coil_obj_close(m.h), 0);
+	cr_assert_eq(coil_close(s), 0);
 	unlink(path);
 }

@@ -386,6 +386,67 @@ int uring_submit(struct uring *r, struct uring_io *io)
 	return uring_submit_many(r, &io, 1);
 }
 
+int uring_io_now(struct uring *r, struct uring_io *io)
+{
+	bool rd, buffered;
+	uint32_t done = 0;
+	int fd, res;
+
+	if (!r || !io || !io->buf || !io->len)
+		return -EINVAL;
+	rd = io->op == URING_OP_READ;
+	buffered = io->flags & URING_IO_BUFFERED;
+	if (!rd && (io->op != URING_OP_WRITE || !buffered))
+		return -EINVAL;
+	if (uring_on_ring_thread(r))
+		return -EDEADLK;
+	fd = buffered ? r->bfd : r->fd;
+	if (fd < 0)
+		return -EOPNOTSUPP;
+	if (!buffered && r->direct &&
+	    ((uintptr_t)io->buf % r->dio_align || io->off % r->dio_align ||
+	     io->len % r->dio_align))
+		return -EINVAL;
+	if (__atomic_load_n(&r->stopping, __ATOMIC_RELAXED))
+		return -ESHUTDOWN;
+#ifdef COIL_FAULT_SEAM
+	if (!fault_on_now(r, io))
+		return -EOPNOTSUPP;
+#endif
+	/* as the ring does: resume a short transfer; a read stops at EOF, a
+	 * write gets a bounded number of zero-progress tries, then -EIO */
+	for (unsigned tries = 0; done < io->len;) {
+		uint8_t *p = (uint8_t *)io->buf + done;
+		off_t off = (off_t)(io->off + done);
+		ssize_t n = rd ? pread(fd, p, io->len - done, off) :
+				 pwrite(fd, p, io->len - done, off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			res = -errno;
+			goto out;
+		}
+		if (n == 0 && rd)
+			break;
+		if (n == 0 && tries++ >= URING_RETRY_MAX) {
+			res = -EIO;
+			goto out;
+		}
+		done += (uint32_t)n;
+	}
+	res = (int)done;
+out:
+	STAT_ADD(r, ops[io->op], 1);
+	if (res < 0)
+		STAT_ADD(r, errors, 1);
+	else if (rd)
+		STAT_ADD(r, bytes_read, (uint64_t)res);
+	else
+		STAT_ADD(r, bytes_written, (uint64_t)res);
+	return res;
+}
+
 struct sync_wait {
 	sem_t sem;
 	int res;

@@ -136,6 +136,19 @@ void uring_destroy(struct uring *r);
  * -ESHUTDOWN if uring_destroy has begun. */
 int uring_submit(struct uring *r, struct uring_io *io);
 
+/* A read, or a URING_IO_BUFFERED write, done now on the calling thread
+ * (any thread but the ring's), with pread/pwrite on the ring's descriptor
+ * (the direct one, or the buffered one): no thread hand-off, for a caller
+ * that waits for the result anyway.  The ring's order rules hold
+ * trivially: the I/O is complete before the call returns, so an fsync
+ * posted afterwards covers a write.  io->cb is never called.  @return
+ * bytes (a read short only at EOF), or -errno; -EINVAL as uring_submit
+ * (and for a direct write: those stay on the ring), -EOPNOTSUPP when the
+ * I/O must go through uring_submit instead (no such descriptor, or, in
+ * test builds, the fault seam armed: its faults and power cuts act on the
+ * ring's I/O; unarmed it is counted as one). */
+int uring_io_now(struct uring *r, struct uring_io *io);
+
 /* Post n ios in order.  All are validated first: if any is malformed, none
  * is posted and -EINVAL is returned.  A batch that fits the inbox's free
  * space is posted under one lock; a larger one in parts (other producers'

@@ -520,6 +520,29 @@ void fault_on_finish(struct uring *r, struct uring_io *io, int res)
 	}
 }
 
+/* uring_io_now's I/O: counted like one through the ring, or refused
+ * (false) while anything is armed, so faults and power cuts see it on the
+ * ring instead. */
+bool fault_on_now(struct uring *r, struct uring_io *io)
+{
+	struct uring_fault *f = r->fault;
+	const struct uring_fault_spec *s;
+	bool armed;
+
+	if (!f)
+		return true;
+	pthread_mutex_lock(&f->lock);
+	s = &f->spec;
+	armed = f->cut || f->eagain_io || s->fail_nth || s->short_nth ||
+		s->eagain_nth || s->tear_nth || s->record || s->cut_nth;
+	if (!armed) {
+		f->count[io->op]++;
+		f->count[URING_FAULT_ANY]++;
+	}
+	pthread_mutex_unlock(&f->lock);
+	return !armed;
+}
+
 bool fault_armed(struct uring *r)
 {
 	struct uring_fault *f = r->fault;

@@ -81,11 +81,10 @@ struct io_list {
 
 struct uring_fault;
 
-/* single-writer counters, read relaxed by uring_stats() */
+/* counters, read relaxed by uring_stats(); mostly the ring thread's, but
+ * uring_io_now counts from its caller's thread too */
 #define STAT_ADD(r, field, v) \
-	__atomic_store_n(&(r)->st.field, \
-			 __atomic_load_n(&(r)->st.field, __ATOMIC_RELAXED) + (v), \
-			 __ATOMIC_RELAXED)
+	__atomic_fetch_add(&(r)->st.field, (v), __ATOMIC_RELAXED)
 
 struct uring {
 	struct io_uring ring;
@@ -180,6 +179,7 @@ int fault_on_issue(struct uring *r, struct uring_io *io);
 int fault_on_cqe(struct uring *r, struct uring_io *io, int res);
 void fault_on_finish(struct uring *r, struct uring_io *io, int res);
 void fault_poll(struct uring *r);
+bool fault_on_now(struct uring *r, struct uring_io *io);
 bool fault_busy(struct uring *r);
 /* a spec is armed or a cut has begun: ios go to the kernel one by one */
 bool fault_armed(struct uring *r);

@@ -517,8 +517,14 @@ static void read_group_split(struct coil_store *s, struct rblob *lead)
 	}
 }
 
+/* The coil_pread waiter of this thread while it plans its read. */
+static _Thread_local const struct read_waiter *tls_pread;
+
 /* Start the device read of @lead and the blobs chained on it, which lie in
- * [lead->rd_off, end). */
+ * [lead->rd_off, end).  A coil_pread caller planning its own read does it
+ * right here (uring_io_now): it waits for it anyway, and through the ring
+ * the read costs two thread wake-ups, the ring thread's and then the
+ * caller's (docs/readahead.md). */
 static void read_group_submit(struct coil_store *s, struct rblob *lead,
 			      uint64_t end)
 {
@@ -535,6 +541,14 @@ static void read_group_submit(struct coil_store *s, struct rblob *lead,
 	lead->io_owner = true;
 	for (struct rblob *rb = lead; rb; rb = rb->io_next)
 		rb->iobuf = buf + (rb->rd_off - lead->rd_off);
+	if (lead->r->waiter && lead->r->waiter == tls_pread) {
+		rc = uring_io_now(s->ring, &lead->io);
+		if (rc != -EOPNOTSUPP) {
+			stat_add(&s->st.rd_now, 1);
+			read_io_done(&lead->io, rc);
+			return;
+		}
+	}
 	rc = uring_submit(s->ring, &lead->io);
 	if (rc < 0)
 		read_io_done(&lead->io, rc);
@@ -845,7 +859,9 @@ int64_t engine_pread(struct coil_obj *h, void *buf, size_t len,
 
 	pthread_mutex_init(&w.mu, NULL);
 	pthread_cond_init(&w.cv, NULL);
+	tls_pread = &w;
 	rc = read_begin(h, buf, len, off, pread_done, &w, true, &w);
+	tls_pread = NULL;
 	if (rc < 0) {
 		w.res = rc;
 		goto out;

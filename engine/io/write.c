@@ -451,6 +451,7 @@ int engine_write(struct coil_obj *h, const void *buf, size_t len, uint64_t off,
 	w->je.done = write_done;
 	w->je.ticketed = write_ticketed;
 	w->je.need_sync = s->sync_writes;
+	w->je.owner = engine_tls_waiter && arg == engine_tls_waiter ? arg : NULL;
 	w->s = s;
 	w->h = h;
 	w->obj = h->obj;

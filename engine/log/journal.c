@@ -207,12 +207,51 @@ void journal_usage(struct coil_store *s, uint64_t *used, uint64_t *len)
 	pthread_mutex_unlock(&s->jlock);
 }
 
+static void journal_drain(struct coil_store *s);
+
+static void drain_nop_done(struct uring_io *io, int res)
+{
+	struct coil_store *s = io->arg;
+
+	(void)res;
+	pthread_mutex_lock(&s->jlock);
+	s->drain_posted = false;
+	pthread_mutex_unlock(&s->jlock);
+	journal_drain(s);
+}
+
+/* A thread completing its own write leaves the rest of the apply queue to
+ * the ring thread: other callers' callbacks run on coil threads (coil.h),
+ * never inside someone's coil_pwrite.  jlock held; returns with it
+ * released.  @return false if the ring took it, true if the caller must
+ * drain after all (the ring is shutting down). */
+static bool drain_hand_off(struct coil_store *s)
+{
+	bool post = !s->drain_posted;
+
+	s->drain_posted = true;
+	pthread_mutex_unlock(&s->jlock);
+	if (!post)
+		return false;
+	uring_io_prep(&s->drain_io, URING_OP_NOP, NULL, 0, 0, drain_nop_done, s);
+	if (uring_submit(s->ring, &s->drain_io) == 0)
+		return false;
+	pthread_mutex_lock(&s->jlock);
+	s->drain_posted = false;
+	pthread_mutex_unlock(&s->jlock);
+	return true;
+}
+
 /* Apply and complete, in ticket order, every entry at the head of the apply
  * queue whose data is on the device.  One drainer at a time (others leave a
  * note and return), so completions keep ticket order without anyone waiting
- * on a lock across user callbacks. */
+ * on a lock across user callbacks.  A thread completing its own write
+ * (engine_tls_now) takes only its own entries from the head, and hands
+ * whatever else is ready to the ring thread. */
 static void journal_drain(struct coil_store *s)
 {
+	bool now = engine_tls_now;
+
 	pthread_mutex_lock(&s->jlock);
 	if (s->draining) {
 		s->drain_again = true;
@@ -223,8 +262,22 @@ static void journal_drain(struct coil_store *s)
 	for (;;) {
 		struct jent *first = s->aq_first, *last = NULL, *e, *next;
 
-		for (e = s->aq_first; e && !e->data_pending; e = e->next)
+		for (e = s->aq_first; e && !e->data_pending; e = e->next) {
+			if (now && e->owner != engine_tls_waiter)
+				break;
 			last = e;
+		}
+		if (!last && now && s->aq_first && !s->aq_first->data_pending) {
+			/* ready entries that are not ours */
+			s->draining = false;
+			s->drain_again = false;
+			if (!drain_hand_off(s))
+				return;
+			now = false; /* shutting down: drain them here */
+			pthread_mutex_lock(&s->jlock);
+			s->draining = true;
+			continue;
+		}
 		if (!last) {
 			if (s->drain_again) {
 				s->drain_again = false;
@@ -507,6 +560,26 @@ static void cycle_write(struct coil_store *s, struct jcycle *c, uint32_t nrec)
 	 * completed write; coil_flush's fdatasync makes it durable.  A
 	 * direct write would make every small write wait for the device. */
 	c->jio.flags = URING_IO_BUFFERED;
+	if (c->now) {
+		/* The caller's own write alone: copy it into the page cache
+		 * and complete it here.  Through the ring it costs two thread
+		 * wake-ups (the ring's, then the caller's), most of a QD 1
+		 * page write (docs/architecture.md, "Small writes"). */
+		c->now = false;
+		rc = uring_io_now(s->ring, &c->jio);
+		if (rc != -EOPNOTSUPP) {
+			bool was = engine_tls_now;
+
+			stat_add(&s->st.chunks_now, 1);
+			engine_tls_now = true;
+			if (rc == -ESHUTDOWN)
+				cycle_finish(c, rc);
+			else
+				chunk_written(&c->jio, rc);
+			engine_tls_now = was;
+			return;
+		}
+	}
 	rc = uring_submit(s->ring, &c->jio);
 	if (rc == -EOPNOTSUPP) {
 		c->jio.flags = 0; /* no buffered descriptor: direct */
@@ -579,6 +652,13 @@ static bool cycle_start(struct coil_store *s)
 	s->jwait_space = false;
 	c = &s->cyc[(s->cyc_head + s->cyc_n) % ENGINE_JCYCLES];
 	COIL_ASSERT(!c->done && !c->first);
+	/* Written and completed on this thread: one record, this thread's
+	 * own synchronous write, at the head of everything (no cycle before
+	 * it, nothing waiting to apply), no fdatasync. */
+	c->now = nrec && !sync && s->cyc_n == 0 && !s->aq_first &&
+		 t == s->head_ticket + 1 && engine_tls_waiter &&
+		 s->jslot[s->head_ticket % ENGINE_JSLOTS]->owner ==
+		 engine_tls_waiter;
 	cycle_take(s, c, t, nrec);
 	s->cyc_n++;
 	c->sync = sync;

@@ -72,6 +72,9 @@ struct jent {
 	uint64_t turn;
 	struct jent *turn_next;
 	void (*ticketed)(struct coil_store *s, struct jent *e);
+	/* a synchronous caller's waiter (engine_tls_waiter at submission):
+	 * that thread may write and complete the entry itself */
+	const void *owner;
 };
 
 struct flush_waiter {
@@ -94,6 +97,7 @@ struct jcycle {
 	uint32_t chunk_len;     /* 0: nothing to write (a NOP carries it) */
 	uint64_t chunk_lin;     /* linear journal offset of the chunk */
 	uint64_t chunk_seq;
+	bool now;               /* written and completed by its owner's thread */
 	struct uring_io jio;
 	struct uring_io fio;
 };

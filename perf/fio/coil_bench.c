@@ -432,6 +432,25 @@ static int cmd_pages(int argc, char **argv)
 	cw = cpu_s();
 	t0 = now_ns();
 	for (i = 0; i < n; i++) {
+		if (qd == 1) {
+			/* a database writing one page at a time: the
+			 * synchronous call, as reads use coil_pread */
+			uint64_t a;
+			int64_t got;
+
+			value_fill(vals, PAGE, ratio, &rng);
+			a = now_ns();
+			got = coil_pwrite(o, vals, PAGE, order[i] * PAGE);
+			w.lat_ns[w.nlat++] = now_ns() - a;
+			if (got != PAGE)
+				die("coil_pwrite", got < 0 ? (int)got : EIO);
+			if (sync_every && (i + 1) % sync_every == 0) {
+				ret = coil_sync(s);
+				if (ret < 0)
+					die("coil_sync", ret);
+			}
+			continue;
+		}
 		unsigned slot = win_wait(&w, qd);
 		struct op *op = &ops[slot];
 		uint8_t *v = vals + (size_t)slot * PAGE;
