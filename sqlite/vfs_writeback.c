@@ -8,18 +8,34 @@
 #include "vfs.h"
 
 /* Completion of a sent piece, on a coil thread: only cmu. */
+/* A piece's result: the send's first error (st->cmu held). */
+static void wpiece_result_locked(struct vstore *st, struct vfile *f,
+				 int64_t res)
+{
+	if (res < 0 && !st->werr) {
+		st->werr = res;
+		st->werr_node = f->node;
+	}
+}
+
 static void wpiece_done(void *arg, int64_t res)
 {
 	struct vfile *f = arg;
 	struct vstore *st = f->st;
 
 	pthread_mutex_lock(&st->cmu);
-	if (res < 0 && !st->werr) {
-		st->werr = res;
-		st->werr_node = f->node;
-	}
+	wpiece_result_locked(st, f, res);
 	st->inflight--;
 	pthread_cond_broadcast(&st->ccv);
+	pthread_mutex_unlock(&st->cmu);
+}
+
+/* A piece written with coil_pwrite: its result, as wpiece_done records
+ * an asynchronous one's. */
+static void wpiece_sync_done(struct vstore *st, struct vfile *f, int64_t res)
+{
+	pthread_mutex_lock(&st->cmu);
+	wpiece_result_locked(st, f, res);
 	pthread_mutex_unlock(&st->cmu);
 }
 
@@ -113,11 +129,23 @@ static int64_t wb_send(struct vstore *st, int db)
 					memcpy(dst + (a - p0),
 					       st->wb + r->at + (a - r->off), b - a);
 			}
-			pthread_mutex_lock(&st->cmu);
-			st->inflight++;
-			pthread_mutex_unlock(&st->cmu);
 			st->n_write_calls++;
 			st->b_sent += p1 - p0;
+			pthread_mutex_lock(&st->cmu);
+			if (st->inflight == 0 && p1 == end && j == n) {
+				/* The send's only piece (a small commit's
+				 * WAL frames or journal record): the
+				 * synchronous call, which coil completes on
+				 * this thread, no ring round trip. */
+				int64_t w;
+
+				pthread_mutex_unlock(&st->cmu);
+				w = coil_pwrite(f->obj, dst, p1 - p0, p0);
+				wpiece_sync_done(st, f, w);
+				break;
+			}
+			st->inflight++;
+			pthread_mutex_unlock(&st->cmu);
 			rc = coil_write(f->obj, dst, p1 - p0, p0, wpiece_done, f);
 			if (rc < 0)
 				wpiece_done(f, rc); /* not submitted: no callback */
