@@ -89,10 +89,10 @@ def run_coil(qd):
         raise RuntimeError('coil_bench pages: ' + p.stderr[-2000:])
     d = bc.json.loads(p.stdout)
     space = d.get('stats', {}).get('space', {})
-    # Bytes on disk: what coil has allocated in its data segments (the file
-    # itself is preallocated to its capacity, so its blocks say nothing);
-    # stored = the compressed bytes those segments hold.
-    disk = space.get('allocated') or space.get('allocated_bytes') or d['file_allocated_bytes']
+    # Bytes on disk: the store file's allocated blocks (du), as for the
+    # peer (a default store grows with its data); stored = the compressed
+    # bytes its segments hold.
+    disk = d['file_allocated_bytes']
     return {'write_ops_s': d['write']['ops_s'], 'write_p99_us': d['write']['latency']['p99_us'],
             'read_ops_s': d['read']['ops_s'], 'read_p99_us': d['read']['latency']['p99_us'],
             'disk_bytes': disk, 'file_allocated_bytes': d['file_allocated_bytes'],

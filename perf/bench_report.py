@@ -244,7 +244,7 @@ def pages_qd1_section(d, L):
              'one thread at QD 1, a cold reopen (page cache dropped for RocksDB; coil reads O_DIRECT), '
              'then %d uniformly random page reads at QD 1. RocksDB: db_bench filluniquerandom, then '
              'readrandom with --use_existing_db, zstd, sync=false, every other option its default '
-             '(buffered reads, 8 MiB block cache). coil: coil_write, then coil_pread, default options '
+             '(buffered reads, 8 MiB block cache). coil: coil_pwrite, then coil_pread (the synchronous calls a database makes), default options '
              '(64 MiB cache). Latency of a 4 KiB QD 1 read: coil\'s reads of random pages just after a '
              'fresh open (uncached), its rereads (cached), and a page\'s first read in the run (the '
              'device, or the cached block a neighbouring page\'s read brought), beside fio\'s io_uring engine at QD 1 on a plain file of the same '
@@ -282,7 +282,7 @@ def pages_qd1_section(d, L):
         L.append('| a page\'s first read in the run | %.1f / %.1f | | |'
                  % (c['first_p50_us'], c['first_p99_us']))
     if c.get('write_p50_us') and f.get('write_direct_p50_us'):
-        L.append('| write (coil_write, completes at memory speed) | %.1f / %.1f | %.1f / %.1f (O_DIRECT); %.1f / %.1f (psync, buffered) | %.2f× (buffered) |'
+        L.append('| write (coil_pwrite, completes at memory speed) | %.1f / %.1f | %.1f / %.1f (O_DIRECT); %.1f / %.1f (psync, buffered) | %.2f× (buffered) |'
                  % (c['write_p50_us'], c['write_p99_us'], f['write_direct_p50_us'],
                     f['write_direct_p99_us'], f['write_buffered_p50_us'],
                     f['write_buffered_p99_us'], c['write_p50_us'] / f['write_buffered_p50_us']))
