@@ -226,6 +226,8 @@ static void render(const struct jdoc *d, const char *store)
 	    jsize(d, "space.allocated"));
 	row("free", "%-12s %llu free segments", jsize(d, "space.free"),
 	    ju(d, "space.segments_free"));
+	row("on disk", "%-12s the store file's allocated blocks (du): segments, "
+	    "journal, checkpoints", jsize(d, "space.disk_bytes"));
 
 	printf("\nmetadata\n");
 	row("journal", "%s, %s in use", jsize(d, "journal.bytes"),

@@ -203,21 +203,27 @@ def main():
 
     log('')
     log('| mode | default s | coil s | speed (default/coil) | paired median | '
-        'CPU default s | CPU coil s | default file | coil stored | coil allocated |')
-    log('|---|---|---|---|---|---|---|---|---|---|')
+        'CPU default s | CPU coil s | default file | coil stored | coil allocated | '
+        'on disk (du) default / coil |')
+    log('|---|---|---|---|---|---|---|---|---|---|---|')
     for c in cases:
         d, k = c['default'], c['coil']
 
         def b(n):
             return '-' if n is None else '%.2f MiB' % (n / 1048576)
-        log('| %s | %.3f | %.3f | %.2fx | %.2fx | %.2f | %.2f | %s | %s%s | %s%s |' % (
+        du = ''
+        if d['disk_bytes'] and k['disk_bytes']:
+            du = '%s / %s (%.2fx)' % (b(d['disk_bytes']), b(k['disk_bytes']),
+                                      k['disk_bytes'] / d['disk_bytes'])
+        log('| %s | %.3f | %.3f | %.2fx | %.2fx | %.2f | %.2f | %s | %s%s | %s%s | %s |' % (
             c['mode'], d['wall_s'], k['wall_s'], c['speed_ratio'],
             c['speed_ratio_paired_median'], d['cpu_s'], k['cpu_s'],
             b(d['file_bytes']),
             b(k['stored_bytes']),
             ' (%.2fx)' % c['stored_over_file'] if 'stored_over_file' in c else '',
             b(k['allocated_bytes']),
-            ' (%.2fx)' % c['allocated_over_file'] if 'allocated_over_file' in c else ''))
+            ' (%.2fx)' % c['allocated_over_file'] if 'allocated_over_file' in c else '',
+            du))
     res = {'bench': 'sqlite', 'rows': ROWS, 'repeats': REPEATS,
            'sqlite': subprocess.run([SHELL, '--version'], capture_output=True,
                                     text=True).stdout.split()[0],
