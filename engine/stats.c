@@ -159,7 +159,7 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  "\"write_errors\":%llu,\"reads\":%llu,\"read_bytes\":%llu,"
 		  "\"read_errors\":%llu,\"checksum_failures\":%llu,"
 		  "\"device_bytes_written\":%llu,\"device_bytes_read\":%llu,"
-		  "\"flushes\":%llu,\"fsyncs\":%llu,"
+		  "\"flushes\":%llu,\"fsyncs\":%llu,\"fsyncs_by_caller\":%llu,"
 		  "\"flush_slots\":%u,\"flushes_in_flight_max\":%llu,"
 		  "\"flush_fsyncs_in_flight_max\":%llu,\"inline_encodes\":%llu,"
 		  "\"inline_decodes\":%llu,\"read_splits\":%llu,"
@@ -175,6 +175,7 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  LD(s->st.reads), LD(s->st.read_bytes), LD(s->st.read_errors),
 		  LD(s->st.csum_failures), LD(s->st.dev_bytes_written),
 		  LD(s->st.dev_bytes_read), LD(s->st.flushes), LD(s->st.fsyncs),
+		  LD(s->st.fsyncs_now),
 		  ENGINE_FLUSH_MAX, LD(s->st.flush_waiters_max),
 		  LD(s->st.flush_fsyncs_inflight_max),
 		  LD(s->st.inline_encodes), LD(s->st.inline_decodes),

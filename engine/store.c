@@ -806,7 +806,9 @@ int coil_sync_internal(struct coil_store *s)
 	int rc;
 
 	store_waiter_init(&w);
+	engine_tls_waiter = &w;
 	rc = journal_flush(s, store_waiter_cb, &w);
+	engine_tls_waiter = NULL;
 	return (int)store_waiter_wait(&w, rc);
 }
 

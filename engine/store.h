@@ -93,6 +93,7 @@ struct engine_stats {
 	_Atomic uint64_t chunks_overlapped; /* started with another in flight */
 	_Atomic uint64_t chunks_now; /* written by their own writer's thread */
 	_Atomic uint64_t rd_now;     /* device reads done by their reader */
+	_Atomic uint64_t fsyncs_now; /* a coil_sync's own, on its thread */
 	/* encoded before a write submitted earlier to its object: waited for
 	 * that one's ticket (journal_take_turn) */
 	_Atomic uint64_t turn_waits;

@@ -660,12 +660,14 @@ Test(small_write, tiny_overwrites_are_packed, .timeout = 240)
 }
 
 /* A coil_pwrite alone at the head of the journal is written and completed
- * on its caller's thread (no hand-off to the ring thread and back).  Other
- * writers' callbacks still never run there, nor inside their own submitting
- * call: a thread writing pages with coil_pwrite while another submits
- * asynchronous writes of other pages, and every callback checks the
- * thread it runs on.  Every page reads back at its last version. */
+ * on its caller's thread (no hand-off to the ring thread and back), and a
+ * coil_sync alone does its fdatasync there.  Other callers' callbacks still
+ * never run there, nor inside their own submitting call: a thread writing
+ * pages with coil_pwrite (and coil_sync every 50) while another submits
+ * asynchronous writes of other pages (and a coil_flush every 50), and
+ * every callback checks the thread it runs on.  Every page reads back at its last version. */
 struct mix {
+	coil_store *s;
 	coil_obj *h;
 	pthread_t pw;              /* the coil_pwrite thread */
 	_Atomic bool pw_set;
@@ -687,6 +689,12 @@ static void mix_cb(void *arg, int64_t res)
 	atomic_fetch_sub(&m->inflight, 1);
 }
 
+/* An asynchronous coil_flush's callback: the same checks. */
+static void mix_flush_cb(void *arg, int64_t res)
+{
+	mix_cb(arg, res == 0 ? (int64_t)PG : (int64_t)-EIO);
+}
+
 static void *mix_pwriter(void *arg)
 {
 	struct mix *m = arg;
@@ -697,6 +705,8 @@ static void *mix_pwriter(void *arg)
 
 		page_fill(b, p, 1 + i / 64);
 		if (coil_pwrite(m->h, b, PG, (uint64_t)p * PG) != PG)
+			atomic_fetch_add(&m->bad_res, 1);
+		if (i % 50 == 49 && coil_sync(m->s) != 0)
 			atomic_fetch_add(&m->bad_res, 1);
 	}
 	return NULL;
@@ -714,6 +724,7 @@ Test(small_write, own_thread_completion_keeps_others_callbacks_off_it,
 
 	et_path(path, sizeof(path), "sw-own");
 	s = open_at(path, true);
+	m.s = s;
 	cr_assert_eq(coil_obj_open(s, "db", COIL_CREATE, &m.h), 0);
 	/* alone first: completed on this thread */
 	write_pages(m.h, 0, 64, 1);
@@ -733,12 +744,19 @@ Test(small_write, own_thread_completion_keeps_others_callbacks_off_it,
 		tls_submitting = true;
 		cr_assert_eq(coil_write(m.h, v, PG, (uint64_t)p * PG, mix_cb,
 					&m), 0);
+		if (i % 50 == 25) {
+			atomic_fetch_add(&m.inflight, 1);
+			cr_assert_eq(coil_flush(s, mix_flush_cb, &m), 0);
+		}
 		tls_submitting = false;
 	}
 	cr_assert_eq(pthread_join(t, NULL), 0);
 	while (atomic_load(&m.inflight))
 		sched_yield();
-	cr_assert_eq(atomic_load(&m.done), 1500);
+	cr_assert_eq(atomic_load(&m.done), 1500 + 30);
+	/* coil_sync alone: its fdatasync done on its own thread */
+	cr_assert_eq(coil_sync(s), 0);
+	cr_assert_gt(stat_of(s, "\"io\"", "fsyncs_by_caller"), 0);
 	cr_assert_eq(atomic_load(&m.bad_res), 0);
 	cr_assert_eq(atomic_load(&m.bad_thread), 0,
 		     "%u callbacks ran on a submitting or coil_pwrite thread",

@@ -386,13 +386,41 @@ int uring_submit(struct uring *r, struct uring_io *io)
 	return uring_submit_many(r, &io, 1);
 }
 
+/* uring_io_now's fdatasync: the descriptors share one inode, so either
+ * covers what both wrote. */
+static int fsync_now(struct uring *r, struct uring_io *io)
+{
+	int res;
+
+	(void)io; /* counted by the fault seam only */
+	if (uring_on_ring_thread(r))
+		return -EDEADLK;
+	if (__atomic_load_n(&r->stopping, __ATOMIC_RELAXED))
+		return -ESHUTDOWN;
+#ifdef COIL_FAULT_SEAM
+	if (!fault_on_now(r, io))
+		return -EOPNOTSUPP;
+#endif
+	while ((res = fdatasync(r->fd)) < 0 && errno == EINTR)
+		;
+	res = res < 0 ? -errno : 0;
+	STAT_ADD(r, ops[URING_OP_FSYNC], 1);
+	if (res < 0)
+		STAT_ADD(r, errors, 1);
+	return res;
+}
+
 int uring_io_now(struct uring *r, struct uring_io *io)
 {
 	bool rd, buffered;
 	uint32_t done = 0;
 	int fd, res;
 
-	if (!r || !io || !io->buf || !io->len)
+	if (!r || !io)
+		return -EINVAL;
+	if (io->op == URING_OP_FSYNC)
+		return fsync_now(r, io);
+	if (!io->buf || !io->len)
 		return -EINVAL;
 	rd = io->op == URING_OP_READ;
 	buffered = io->flags & URING_IO_BUFFERED;

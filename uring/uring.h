@@ -136,13 +136,15 @@ void uring_destroy(struct uring *r);
  * -ESHUTDOWN if uring_destroy has begun. */
 int uring_submit(struct uring *r, struct uring_io *io);
 
-/* A read, or a URING_IO_BUFFERED write, done now on the calling thread
- * (any thread but the ring's), with pread/pwrite on the ring's descriptor
- * (the direct one, or the buffered one): no thread hand-off, for a caller
- * that waits for the result anyway.  The ring's order rules hold
- * trivially: the I/O is complete before the call returns, so an fsync
- * posted afterwards covers a write.  io->cb is never called.  @return
- * bytes (a read short only at EOF), or -errno; -EINVAL as uring_submit
+/* A read, a URING_IO_BUFFERED write or an fsync, done now on the calling
+ * thread (any thread but the ring's), with pread/pwrite/fdatasync on the
+ * ring's descriptor (the direct one, or the buffered one): no thread
+ * hand-off, for a caller that waits for the result anyway.  A write is
+ * complete before the call returns, so an fsync posted afterwards covers
+ * it; an fsync done here does NOT wait for writes in flight on the ring
+ * (the caller must need only completed ones covered).  io->cb is never
+ * called.  @return bytes (a read short only at EOF; 0 for an fsync), or
+ * -errno; -EINVAL as uring_submit
  * (and for a direct write: those stay on the ring), -EOPNOTSUPP when the
  * I/O must go through uring_submit instead (no such descriptor, or, in
  * test builds, the fault seam armed: its faults and power cuts act on the

@@ -22,7 +22,9 @@
  * -EAGAIN on a coil thread, which must not block; a caller that loops on
  * coil_flush without waiting cannot queue unbounded work and callbacks
  * ahead of the writers.  Writes with sync_writes still make their journal
- * cycle fdatasync (journal.c).  Tests: tests/test_engine_flush_fair.c;
+ * cycle fdatasync (journal.c).  A coil_sync that starts a group of its own
+ * alone does the fdatasync on its own thread (group_now): no ring round
+ * trip for a database's commit.  Tests: tests/test_engine_flush_fair.c;
  * perf/bench_flush.sh measures writers next to flush loops. */
 #include <errno.h>
 #include <stdlib.h>
@@ -131,6 +133,31 @@ static void group_submit(struct coil_store *s, struct flushq *q)
 		fsync_group_done(&q->io, -ESHUTDOWN);
 }
 
+/* A group that is only this thread's own synchronous flush (coil_sync):
+ * its fdatasync done here (uring_io_now), no ring round trip.  Safe
+ * without the ring's ordering: what a flush covers (writes completed and
+ * records retired before the call) is already written.  @return false if
+ * the group must take the ring. */
+static bool group_now(struct coil_store *s, struct flushq *q,
+		      const struct flush_waiter *fw)
+{
+	bool was;
+	int rc;
+
+	if (!engine_tls_waiter || fw->arg != engine_tls_waiter ||
+	    q->group != fw || fw->next)
+		return false;
+	rc = uring_io_now(s->ring, &q->io);
+	if (rc == -EOPNOTSUPP)
+		return false;
+	stat_add(&s->st.fsyncs_now, 1);
+	was = engine_tls_now;
+	engine_tls_now = true;
+	fsync_group_done(&q->io, rc);
+	engine_tls_now = was;
+	return true;
+}
+
 static void fsync_group_done(struct uring_io *io, int res)
 {
 	struct coil_store *s = io->arg;
@@ -209,6 +236,8 @@ int journal_flush(struct coil_store *s, coil_cb cb, void *arg)
 	stat_add(&s->st.flushes, 1);
 	start = group_start(s, q);
 	pthread_mutex_unlock(&q->mu);
+	if (start && group_now(s, q, fw))
+		return 0;
 	if (start)
 		group_submit(s, q);
 	else
