@@ -1335,6 +1335,7 @@ int cleaner_compact(struct coil_store *s, uint64_t *returned)
 	if (keep < n) {
 		pthread_mutex_lock(&s->ckpt_mu);
 		s->sb.segment_count = keep;
+		atomic_store(&s->seg_count_grown, keep);
 		pthread_mutex_unlock(&s->ckpt_mu);
 		rc = ckpt_write(s, false);
 		if (rc == 0)

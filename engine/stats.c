@@ -126,14 +126,15 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  "\"segments_active\":%llu,\"reserve_failures\":%llu,"
 		  "\"grows\":%s,\"segments_max\":%u,\"grow_steps\":%llu,"
 		  "\"grow_segments\":%llu,\"grow_failures\":%llu,"
-		  "\"disk_bytes\":%llu},",
+		  "\"grow_replayed\":%llu,\"disk_bytes\":%llu},",
 		  (unsigned long long)logical, (unsigned long long)stored,
 		  (unsigned long long)allocated, (unsigned long long)free_b,
 		  (unsigned long long)nfree, (unsigned long long)nsealed,
 		  (unsigned long long)npending, (unsigned long long)nactive,
 		  LD(s->st.reserve_fails), s->grows ? "true" : "false",
 		  s->seg_cap, LD(s->st.grows), LD(s->st.grow_segs),
-		  LD(s->st.grow_fails), (unsigned long long)disk);
+		  LD(s->st.grow_fails), LD(s->st.grow_replayed),
+		  (unsigned long long)disk);
 	{
 		uint64_t el = atomic_load(&s->st.enc_logical);
 		uint64_t es = atomic_load(&s->st.enc_stored);

@@ -673,6 +673,12 @@ static int store_start(struct coil_store *s, const struct coil_options *o)
 		 * (allocating allocated blocks is free). */
 		s->j_alloc = COIL_MIN(s->sb.journal_len, GROW_JOURNAL_MIN);
 		(void)grow_journal(s, grow_journal_target(s, s->nseg));
+		/* Segments replay found in use past the superblock's count
+		 * (a growth step leaves the count to the next checkpoint):
+		 * this checkpoint writes the count that holds them.  Their
+		 * blocks are allocated when the allocator first uses them
+		 * (reserve.c), like any segment not yet reserved. */
+		atomic_store(&s->seg_count_grown, s->nseg);
 	}
 	/* Conversion to the inline-blob format: this checkpoint writes the
 	 * superblock with the bit before any record can carry such a blob,

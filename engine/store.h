@@ -86,6 +86,9 @@ struct engine_stats {
 	/* growth of the data area (engine/grow.c): steps taken, segments
 	 * added, steps the file system refused (-ENOSPC) */
 	_Atomic uint64_t grows, grow_segs, grow_fails;
+	/* segments replay found in use past the superblock's count (a
+	 * growth step's count is written by the next checkpoint) */
+	_Atomic uint64_t grow_replayed;
 	/* high-water marks of coil_flush calls waiting or in flight (bound:
 	 * ENGINE_FLUSH_MAX) and of their fdatasyncs in flight (bound: 1) */
 	_Atomic uint64_t flush_waiters_max, flush_fsyncs_inflight_max;
@@ -255,6 +258,11 @@ struct coil_store {
 	/* ---- growth (engine/grow.c) ---- */
 	pthread_mutex_t grow_mu; /* one growth step at a time; taken before
 				  * every other lock */
+	/* The segment count growth steps have reached: the next superblock
+	 * write records it (super_write).  A step does not take ckpt_mu,
+	 * which a checkpoint holds through its fdatasyncs; lowered only by
+	 * compaction, under grow_mu and ckpt_mu. */
+	_Atomic uint32_t seg_count_grown;
 	/* Journal bytes from the start of the ring whose blocks are
 	 * allocated (journal_len when all are): the ring wraps early at it,
 	 * so a journal write never needs space from the file system.  jlock. */

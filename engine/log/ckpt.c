@@ -43,6 +43,15 @@ int super_write(struct coil_store *s, bool clean)
 	 * one clears it, since what it describes may be stale after this
 	 * session's writes (docs/format.md, "Format changes"). */
 	s->sb.compat &= FMT_COMPAT_KNOWN;
+	/* Growth steps since the last write (grow.c): their blocks are
+	 * made durable before a superblock names them. */
+	uint32_t grown = atomic_load(&s->seg_count_grown);
+
+	if (grown > s->sb.segment_count) {
+		rc = store_io_sync(s, URING_OP_FSYNC, NULL, 0, 0);
+		if (rc == 0)
+			s->sb.segment_count = grown;
+	}
 	for (int i = 0; i < 2 && rc == 0; i++) {
 		s->sb.seq++;
 		rc = fmt_super_encode(&s->sb, buf, FMT_BLOCK);
