@@ -998,8 +998,7 @@ static void *cleaner_main(void *arg)
 					cl->want = true;
 				/* the journal's share follows the metadata */
 				if (s->grows)
-					(void)grow_journal(s,
-						grow_journal_target(s, s->nseg));
+					grow_journal_follow(s);
 				pthread_mutex_lock(&cl->mu);
 			}
 		}

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "engine/grow.h"
+#include "engine/io/wreq.h"
 #include "engine/log/ckpt.h"
 #include "engine/place/dev.h"
 #include "engine/place/reserve.h"
@@ -76,6 +77,22 @@ uint64_t grow_journal_target(const struct coil_store *s, uint32_t nseg)
 	 * them made a 33 MB page store allocate a 128 MiB journal. */
 	t = COIL_MAX(t, COIL_ALIGN_UP(8 * atomic_load(&s->st.ckpt_last_meta),
 				      1ull << 20));
+	/* In-memory blobs the last checkpoint carried beyond what a packer
+	 * that keeps up holds (twice the mark it starts at) are a backlog
+	 * of small writes, and each checkpoint writes them again: give it
+	 * journal room in the same proportion.  Without this, fio's 4 KiB
+	 * random writes into a fresh store took 57 checkpoints carrying
+	 * ~10 MB each for 256 MiB of data (93 MiB/s; 141-168 MiB/s with it),
+	 * while a QD 1 page store, whose packer keeps up, keeps its 8 MiB. */
+	{
+		uint64_t all = atomic_load(&s->st.ckpt_last_bytes);
+		uint64_t meta = atomic_load(&s->st.ckpt_last_meta);
+		uint64_t inl = all > meta ? all - meta : 0;
+		uint64_t kept = 2ull * ENGINE_PACK_AT;
+
+		if (inl > kept)
+			t = COIL_MAX(t, COIL_ALIGN_UP(8 * inl, 1ull << 20));
+	}
 	t = COIL_MAX(t, COIL_MIN(jlen, GROW_JOURNAL_MIN));
 	return COIL_MIN(t, jlen);
 }
@@ -98,6 +115,16 @@ int grow_journal(struct coil_store *s, uint64_t target)
 		s->j_alloc = target;
 	pthread_mutex_unlock(&s->jlock);
 	return 0;
+}
+
+void grow_journal_follow(struct coil_store *s)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&s->mlock);
+	n = s->nseg;
+	pthread_mutex_unlock(&s->mlock);
+	(void)grow_journal(s, grow_journal_target(s, n));
 }
 
 int grow_step(struct coil_store *s, uint32_t want)

@@ -27,6 +27,8 @@ uint64_t grow_journal_target(const struct coil_store *s, uint32_t nseg);
  * s->j_alloc; best effort (the ring keeps wrapping at what it has).
  * @return 0 or -errno of the allocation. */
 int grow_journal(struct coil_store *s, uint64_t target);
+/* grow_journal to the target for the store's current size (best effort). */
+void grow_journal_follow(struct coil_store *s);
 
 /* One growth step of at least @want segments (fewer if the maximum is
  * near): allocate them, fdatasync, write the superblock with the new count,

@@ -211,6 +211,10 @@ struct coil_store {
 	uint32_t chunk_cap;
 	uint64_t j_head_lin;     /* next chunk's linear offset */
 	uint64_t j_tail_lin;     /* replay point of the durable checkpoint */
+	/* The last early wrap (a ring allocated in part wraps at its
+	 * allocated end): linear offset where the skipped bytes start, and
+	 * how many.  Only one wrap can lie between tail and head. */
+	uint64_t j_wrap_lin, j_wrap_len;
 	uint64_t j_next_seq;
 	uint32_t nonwrite_out;   /* metadata ops holding tickets */
 

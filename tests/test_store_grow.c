@@ -24,6 +24,11 @@
  *   kill9_while_growing  a child grows a store with synced writes and is
  *           killed at random moments: every synced write comes back, and
  *           some kills fall between a step and the checkpoint recording it
+ *   small_writes_journal_share  4 KiB writes (the journal carries their
+ *           data) through a journal allocated in part: the ring wraps at
+ *           its allocated end, its use as reported stays within what is
+ *           allocated, the share grows past its 8 MiB start, and every page
+ *           reads back after a reopen
  *   compact_gives_back_the_tail  removing the last-written object and
  *           compacting cuts the file; content exact, the store grows again
  *   powercut_during_compact  the fault seam cuts power at each I/O of a
@@ -45,6 +50,7 @@
 #include "coil.h"
 #include "engine/cleaner.h"
 #include "engine/grow.h"
+#include "engine/log/journal.h"
 #include "engine/store.h"
 #include "format/format.h"
 #include "tests/engine_test_util.h"
@@ -580,6 +586,80 @@ Test(store_grow, kill9_while_growing, .timeout = 300)
 	cr_assert_gt(replayed, 0, "a kill came between a growth step and the "
 		     "checkpoint that records it");
 	munmap(pr, sizeof(*pr));
+	unlink(path);
+}
+
+/* ---- the journal's share under small writes ---- */
+
+Test(store_grow, small_writes_journal_share, .timeout = 120)
+{
+	char path[256], js[8192];
+	struct coil_options o;
+	static uint8_t page[4096], got[4096];
+	static uint32_t last[8192]; /* the write each page holds */
+	uint32_t npages = 8192, nwrites = (uint32_t)tu_scaled(40000, 12000);
+	uint64_t seed = 0x5a11, used, jalloc0, jalloc;
+	coil_store *s;
+	coil_obj *h;
+
+	et_path(path, sizeof(path), "grow-journal");
+	opts(&o, 0);
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	jalloc0 = s->j_alloc;
+	cr_assert_eq(coil_obj_open(s, "pages", COIL_CREATE, &h), 0);
+	/* every page once, then random overwrites: 4 KiB records, many
+	 * times the allocated ring */
+	for (uint32_t i = 0; i < npages + nwrites; i++) {
+		uint32_t p = i < npages ? i :
+			     (uint32_t)(tu_xorshift(&seed) % npages);
+
+		last[p] = i;
+		et_fill(page, sizeof(page), ((uint64_t)i << 20) | p, 0);
+		cr_assert_eq(coil_pwrite(h, page, sizeof(page),
+					 (uint64_t)p * sizeof(page)),
+			     (int64_t)sizeof(page));
+		if (i % 64 == 0) {
+			uint64_t len, a;
+
+			/* the bytes an early wrap skips are distance, not
+			 * use (they made every retire trigger a checkpoint) */
+			journal_usage(s, &used, &len);
+			pthread_mutex_lock(&s->jlock);
+			a = s->j_alloc;
+			pthread_mutex_unlock(&s->jlock);
+			cr_assert_leq(used, a, "write %u: journal use %llu of "
+				      "%llu allocated", i,
+				      (unsigned long long)used,
+				      (unsigned long long)a);
+		}
+	}
+	cr_assert_eq(coil_sync(s), 0);
+	cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
+	pthread_mutex_lock(&s->jlock);
+	jalloc = s->j_alloc;
+	pthread_mutex_unlock(&s->jlock);
+	cr_assert_lt(jalloc, s->sb.journal_len, "the ring is allocated in part");
+	/* checkpoints that carry a backlog of in-memory blobs get journal
+	 * room for it (grow.c) */
+	cr_assert_gt(jalloc, jalloc0, "the share grew past its start");
+	cr_log_info("journal share %llu -> %llu MiB, %llu checkpoints",
+		    (unsigned long long)(jalloc0 >> 20),
+		    (unsigned long long)(jalloc >> 20),
+		    (unsigned long long)json_u64(js, "\"checkpoint\"", "count"));
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(coil_obj_open(s, "pages", 0, &h), 0);
+	for (uint32_t p = 0; p < npages; p++) {
+		et_fill(page, sizeof(page), ((uint64_t)last[p] << 20) | p, 0);
+		cr_assert_eq(coil_pread(h, got, sizeof(got),
+					(uint64_t)p * sizeof(got)),
+			     (int64_t)sizeof(got));
+		cr_assert_eq(memcmp(got, page, sizeof(got)), 0, "page %u", p);
+	}
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
 	unlink(path);
 }
 

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "engine/io/wreq.h"
+#include "engine/grow.h"
 #include "engine/log/ckpt.h"
 #include "engine/log/journal.h"
 #include "engine/place/blob.h"
@@ -615,6 +616,10 @@ static void *ckpt_main(void *arg)
 		s->ck_running = true;
 		pthread_mutex_unlock(&s->ck_mu);
 		rc = atomic_load(&s->broken) ? -EIO : ckpt_write(s, false);
+		/* The journal's share follows what checkpoints cost (grow.c):
+		 * a share too small for the writes makes them back to back. */
+		if (rc == 0 && s->grows)
+			grow_journal_follow(s);
 		pthread_mutex_lock(&s->jlock);
 		waiting = s->jwait_space;
 		pthread_mutex_unlock(&s->jlock);

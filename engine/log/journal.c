@@ -199,10 +199,22 @@ void journal_ready(struct coil_store *s, struct jent *e)
 	journal_kick(s);
 }
 
+/* Journal bytes between tail and head that hold chunks: not the bytes an
+ * early wrap skipped (they are linear distance, not use).  jlock held. */
+static uint64_t journal_used_locked(const struct coil_store *s)
+{
+	uint64_t used = s->j_head_lin - s->j_tail_lin;
+
+	if (s->j_wrap_len && s->j_wrap_lin >= s->j_tail_lin &&
+	    s->j_wrap_lin + s->j_wrap_len <= s->j_head_lin)
+		used -= s->j_wrap_len;
+	return used;
+}
+
 void journal_usage(struct coil_store *s, uint64_t *used, uint64_t *len)
 {
 	pthread_mutex_lock(&s->jlock);
-	*used = s->j_head_lin - s->j_tail_lin;
+	*used = journal_used_locked(s);
 	*len = s->sb.journal_len;
 	pthread_mutex_unlock(&s->jlock);
 }
@@ -374,8 +386,11 @@ static void cycle_retire(struct coil_store *s, struct jcycle *c)
 	s->cyc_n--;
 	pthread_cond_broadcast(&s->jcond);
 	/* A ring allocated in part wraps early (cycle_start): fill that
-	 * part, not the whole ring, to the mark. */
-	trigger = (s->j_head_lin - s->j_tail_lin) * 100 >
+	 * part, not the whole ring, to the mark, and count only what holds
+	 * chunks (the bytes a wrap skips made every retire trigger another
+	 * checkpoint until the tail passed them: 58 checkpoints for fio's
+	 * 256 MiB of 4 KiB random writes, against 8 with the ring whole). */
+	trigger = journal_used_locked(s) * 100 >
 		  COIL_MIN(s->sb.journal_len, s->j_alloc) * ENGINE_CKPT_PERCENT;
 	pthread_mutex_unlock(&s->jlock);
 
@@ -667,6 +682,10 @@ static bool cycle_start(struct coil_store *s)
 	if (chunk_len) {
 		if (s->cyc_n > 1)
 			stat_add(&s->st.chunks_overlapped, 1);
+		if (waste) {
+			s->j_wrap_lin = s->j_head_lin;
+			s->j_wrap_len = waste;
+		}
 		c->chunk_lin = s->j_head_lin + waste;
 		c->chunk_seq = s->j_next_seq++;
 		s->j_head_lin = c->chunk_lin + chunk_len;
