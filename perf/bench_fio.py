@@ -20,7 +20,11 @@ to show where coil's time goes; default 1 when perf works).
 Every case also runs a third side, coil_defaults: a fresh store made and
 driven with only coil_store, coil_size and coil_compression=none (what a new
 user types), alternating with the other two in the same run; its ratios are
-the "defaults" rows (BENCH_FIO_DEFAULTS=0 leaves it out).
+the "defaults" rows (BENCH_FIO_DEFAULTS=0 leaves it out).  The write cases
+also run io_uring_new: fio's io_uring engine writing a new file it lays out
+with fallocate, as a fresh coil store's first writes land in allocated but
+never written blocks; its ratio to the prefilled file is what the file
+system charges any engine for first writes (unwritten-extent conversion).
 """
 import os
 import re
@@ -37,6 +41,7 @@ POLL_US = os.environ.get('BENCH_FIO_POLL_US', '50')
 DEFAULTS = os.environ.get('BENCH_FIO_DEFAULTS', '1') != '0'
 
 PLAIN = os.path.join(bc.VAR, 'plain.dat')
+PLAIN_NEW = os.path.join(bc.VAR, 'plain-new.dat')
 STORE_R = os.path.join(bc.VAR, 'fio-read.coil')
 STORE_W = os.path.join(bc.VAR, 'fio-write.coil')
 STORE_RD = os.path.join(bc.VAR, 'fio-read-defaults.coil')
@@ -104,6 +109,13 @@ def run_case(case, side):
     if side == 'io_uring':
         doc = bc.fio(args + ['--ioengine=io_uring', '--direct=1',
                              '--filename=' + PLAIN])
+        return bc.fio_summary(doc), None
+    if side == 'io_uring_new':
+        # a new file, laid out by fio with fallocate (unwritten extents)
+        bc.fresh(PLAIN_NEW)
+        doc = bc.fio(args + ['--ioengine=io_uring', '--direct=1',
+                             '--fallocate=native', '--filename=' + PLAIN_NEW])
+        bc.fresh(PLAIN_NEW)
         return bc.fio_summary(doc), None
     opts = default_opts() if side == 'coil_defaults' else coil_opts()
     store = STORE_RD if side == 'coil_defaults' else STORE_R
@@ -184,6 +196,9 @@ def main():
         if DEFAULTS:
             runs['coil_defaults'] = []
             sides['coil_defaults'] = lambda c=case: run_case(c, 'coil_defaults')
+            if case[1] != 'randread':
+                runs['io_uring_new'] = []
+                sides['io_uring_new'] = lambda c=case: run_case(c, 'io_uring_new')
         for r, side, fn in bc.alternate(bc.REPEATS, sides):
             s, stats = fn()
             runs[side].append(s)
@@ -213,6 +228,14 @@ def main():
                    % (name, d['ratio_bw_defaults'], d['verdict_defaults'],
                       med['coil_defaults']['cpu_us_per_io'],
                       med['io_uring']['cpu_us_per_io'], d['ratio_cpu_per_io_defaults']))
+            if 'io_uring_new' in med:
+                d['ratio_bw_new_file'] = bc.ratio(med['io_uring_new']['bw_mib_s'],
+                                                  med['io_uring']['bw_mib_s'])
+                d['ratio_bw_defaults_vs_new_file'] = bc.ratio(
+                    med['coil_defaults']['bw_mib_s'], med['io_uring_new']['bw_mib_s'])
+                bc.log('   %-20s first writes: io_uring into a new fallocated file / '
+                       'prefilled %.2fx; coil defaults / that %.2fx'
+                       % (name, d['ratio_bw_new_file'], d['ratio_bw_defaults_vs_new_file']))
         bc.log('   %-20s median coil/io_uring bandwidth %.2fx (target >= %.2fx: %s), '
                'cpu per io %.2fx' % (name, rat, target, bc.verdict(rat, target),
                                       results['cases'][name]['ratio_cpu_per_io']))

@@ -85,6 +85,20 @@ def fio_section(d, L):
                         c['verdict_defaults'], a['p99_us'], b['p99_us'], a['cpu_us_per_io'],
                         b['cpu_us_per_io']))
         L.append('')
+        new = [(n, c) for n, c in d['cases'].items() if 'ratio_bw_new_file' in c]
+        if new:
+            L.append('First writes: fio\'s io_uring engine writing a new file it lays out with '
+                     'fallocate (blocks allocated, never written, as a fresh store\'s are), same run:\n')
+            L.append('| workload | io_uring prefilled MiB/s | io_uring new file MiB/s | new / prefilled | '
+                     'coil defaults MiB/s | coil defaults / new file |')
+            L.append('|---|---|---|---|---|---|')
+            for n, c in new:
+                m = c['median']
+                L.append('| %s | %.1f | %.1f | %.2f× | %.1f | %.2f× |'
+                         % (n, m['io_uring']['bw_mib_s'], m['io_uring_new']['bw_mib_s'],
+                            c['ratio_bw_new_file'], m['coil_defaults']['bw_mib_s'],
+                            c['ratio_bw_defaults_vs_new_file']))
+            L.append('')
     prof = [(n, c) for n, c in d['cases'].items() if c.get('profile')]
     if prof:
         L.append('Where coil\'s time goes (one extra coil run per workload under `perf record -F 999`, '
