@@ -5,8 +5,10 @@
  * data area) is sized from the maximum, and the file holds only what has
  * been written or allocated: holes elsewhere.  A step:
  *
- *   1. allocate the new segments' blocks (fallocate; the file grows),
- *      and the journal's share for the larger store;
+ *   1. check the file system has room for the new segments and extend
+ *      the file (their blocks are allocated when each first takes writes,
+ *      reserve.c: free segments ahead of the writer take no disk), and
+ *      allocate the journal's share for the larger store;
  *   2. raise the segment count the next superblock write records
  *      (seg_count_grown: a checkpoint writes it after its fdatasync);
  *   3. hand the segments to the allocator (mlock).
@@ -156,7 +158,7 @@ int grow_step_locked(struct coil_store *s, uint32_t want)
 	(void)grow_journal(s, grow_journal_target(s, old + n));
 	off = seg_base(s, old);
 	len = (uint64_t)n * s->sb.segment_size;
-	rc = reserve_range(s, off, len);
+	rc = reserve_extend(s, off + len, len);
 	if (rc == 0)
 		atomic_store(&s->seg_count_grown, old + n);
 	if (rc < 0) {
@@ -171,7 +173,7 @@ int grow_step_locked(struct coil_store *s, uint32_t want)
 		g->inflight = 0;
 		g->state = SEG_FREE;
 		g->in_ckpt = 0;
-		g->reserved = true; /* allocated just now */
+		g->reserved = false; /* allocated at first use */
 	}
 	s->nseg = old + n;
 	s->free_segs += n;

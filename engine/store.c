@@ -439,8 +439,9 @@ out:
 
 /* A new growing store file: the layout for the maximum @max, a file that
  * ends after the first segments, and blocks allocated only for the first
- * part of the journal and those segments (the rest of the journal and the
- * checkpoint areas are holes until needed).  A failure leaves it empty. */
+ * part of the journal (segments when they first take writes, the rest of
+ * the journal and the checkpoint areas are holes until needed).  A failure
+ * leaves it empty. */
 static int grow_file_create(struct coil_store *s, uint64_t max,
 			    uint32_t max_blob)
 {
@@ -459,9 +460,8 @@ static int grow_file_create(struct coil_store *s, uint64_t max,
 		return -ENOSPC;
 	if (ftruncate(s->fd, (off_t)end) < 0)
 		return -errno;
+	/* the segments' blocks: when each first takes writes (reserve.c) */
 	rc = reserve_range(s, sb.journal_off, jlen);
-	if (rc == 0)
-		rc = reserve_range(s, sb.data_off, end - sb.data_off);
 	if (rc < 0 && ftruncate(s->fd, 0) < 0)
 		rc = -errno;
 	return rc;

@@ -36,6 +36,7 @@
  *           everything, and compacts and grows again
  * COIL_REL_SCALE scales the loops. */
 #include <criterion/criterion.h>
+#include <sched.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -540,6 +541,7 @@ Test(store_grow, kill9_while_growing, .timeout = 300)
 	uint64_t seed = 0x419 ^ (uint64_t)time(NULL);
 	int cycles = (int)tu_scaled(10, 3);
 	uint64_t replayed = 0;
+	uint32_t n0, grew = 0;
 	coil_store *s;
 
 	cr_assert_neq(pr, MAP_FAILED);
@@ -547,11 +549,12 @@ Test(store_grow, kill9_while_growing, .timeout = 300)
 	opts(&o, 0);
 	o.size = 512 * MiB;
 	cr_assert_eq(coil_open(path, &o, &s), 0);
+	n0 = s->nseg;
 	cr_assert_eq(coil_close(s), 0);
 	o.flags &= ~COIL_CREATE;
 	pr->synced = 0;
 	for (int c = 0; c < cycles; c++) {
-		uint64_t before = pr->synced;
+		uint64_t before = pr->synced, nbefore = pr->nseg;
 		pid_t pid = fork();
 		int st;
 
@@ -569,6 +572,8 @@ Test(store_grow, kill9_while_growing, .timeout = 300)
 		 * the records that use them (replay raises the count); the
 		 * open's checkpoint records what replay found. */
 		replayed += atomic_load(&s->st.grow_replayed);
+		if (pr->nseg > nbefore && nbefore)
+			grew++; /* grew this cycle after a synced write */
 		cr_assert_geq(s->sb.segment_count, s->nseg);
 		if (pr->synced) /* else it may have died before making "g" */
 			check(s, "g", pr->synced, 77);
@@ -579,17 +584,46 @@ Test(store_grow, kill9_while_growing, .timeout = 300)
 			    (unsigned long long)(pr->synced >> 20),
 			    (unsigned)pr->nseg);
 	}
-	cr_assert_gt(pr->synced, tu_scale() < 0.5 ? 0 : 64 * MiB,
-		     "the store grew past its start");
-	cr_log_info("replay raised the segment count %llu times",
-		    (unsigned long long)replayed);
-	cr_assert_gt(replayed, 0, "a kill came between a growth step and the "
-		     "checkpoint that records it");
+	cr_assert(tu_scale() < 0.5 || pr->nseg > n0,
+		  "the store grew past its start (%u segments)", n0);
+	cr_log_info("replay raised the segment count %llu times; %u cycles "
+		    "grew the store", (unsigned long long)replayed, grew);
+	/* a kill in a cycle that grew the store falls between a step and
+	 * the checkpoint recording it unless a checkpoint came last */
+	cr_assert(grew < 2 || replayed > 0, "no kill after a growth step was "
+		  "replayed past the superblock's count (%u cycles grew)", grew);
 	munmap(pr, sizeof(*pr));
 	unlink(path);
 }
 
 /* ---- the journal's share under small writes ---- */
+
+/* An asynchronous 4 KiB write in flight (small_writes_journal_share). */
+struct aslot {
+	uint8_t page[4096];
+	uint32_t p;		/* its page; UINT32_MAX when idle */
+	_Atomic int done;
+	int64_t res;
+};
+
+static void aslot_cb(void *arg, int64_t res)
+{
+	struct aslot *a = arg;
+
+	a->res = res;
+	atomic_store(&a->done, 1);
+}
+
+static void aslot_wait(struct aslot *a)
+{
+	if (a->p == UINT32_MAX)
+		return;
+	while (!atomic_load(&a->done))
+		sched_yield();
+	cr_assert_eq(a->res, (int64_t)sizeof(a->page), "page %u: %lld", a->p,
+		     (long long)a->res);
+	a->p = UINT32_MAX;
+}
 
 Test(store_grow, small_writes_journal_share, .timeout = 120)
 {
@@ -597,6 +631,7 @@ Test(store_grow, small_writes_journal_share, .timeout = 120)
 	struct coil_options o;
 	static uint8_t page[4096], got[4096];
 	static uint32_t last[8192]; /* the write each page holds */
+	static struct aslot sl[32];
 	uint32_t npages = 8192, nwrites = (uint32_t)tu_scaled(40000, 12000);
 	uint64_t seed = 0x5a11, used, jalloc0, jalloc;
 	coil_store *s;
@@ -607,45 +642,59 @@ Test(store_grow, small_writes_journal_share, .timeout = 120)
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	jalloc0 = s->j_alloc;
 	cr_assert_eq(coil_obj_open(s, "pages", COIL_CREATE, &h), 0);
-	/* every page once, then random overwrites: 4 KiB records, many
-	 * times the allocated ring */
+	for (uint32_t k = 0; k < 32; k++)
+		sl[k].p = UINT32_MAX;
+	/* every page once, then random overwrites, 32 in flight as fio's
+	 * jobs do: 4 KiB records, many times the allocated ring, faster
+	 * than the packer takes them */
 	for (uint32_t i = 0; i < npages + nwrites; i++) {
 		uint32_t p = i < npages ? i :
 			     (uint32_t)(tu_xorshift(&seed) % npages);
+		struct aslot *a = &sl[i % 32];
 
+		aslot_wait(a);
+		for (uint32_t k = 0; k < 32; k++)
+			if (sl[k].p == p) /* one write a page in flight */
+				aslot_wait(&sl[k]);
 		last[p] = i;
-		et_fill(page, sizeof(page), ((uint64_t)i << 20) | p, 0);
-		cr_assert_eq(coil_pwrite(h, page, sizeof(page),
-					 (uint64_t)p * sizeof(page)),
-			     (int64_t)sizeof(page));
+		et_fill(a->page, sizeof(a->page), ((uint64_t)i << 20) | p, 0);
+		a->p = p;
+		atomic_store(&a->done, 0);
+		cr_assert_eq(coil_write(h, a->page, sizeof(a->page),
+					(uint64_t)p * sizeof(a->page),
+					aslot_cb, a), 0);
 		if (i % 64 == 0) {
-			uint64_t len, a;
+			uint64_t len, al;
 
 			/* the bytes an early wrap skips are distance, not
 			 * use (they made every retire trigger a checkpoint) */
 			journal_usage(s, &used, &len);
 			pthread_mutex_lock(&s->jlock);
-			a = s->j_alloc;
+			al = s->j_alloc;
 			pthread_mutex_unlock(&s->jlock);
-			cr_assert_leq(used, a, "write %u: journal use %llu of "
+			cr_assert_leq(used, al, "write %u: journal use %llu of "
 				      "%llu allocated", i,
 				      (unsigned long long)used,
-				      (unsigned long long)a);
+				      (unsigned long long)al);
 		}
 	}
+	for (uint32_t k = 0; k < 32; k++)
+		aslot_wait(&sl[k]);
 	cr_assert_eq(coil_sync(s), 0);
 	cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
 	pthread_mutex_lock(&s->jlock);
 	jalloc = s->j_alloc;
 	pthread_mutex_unlock(&s->jlock);
-	cr_assert_lt(jalloc, s->sb.journal_len, "the ring is allocated in part");
-	/* checkpoints that carry a backlog of in-memory blobs get journal
-	 * room for it (grow.c) */
-	cr_assert_gt(jalloc, jalloc0, "the share grew past its start");
 	cr_log_info("journal share %llu -> %llu MiB, %llu checkpoints",
 		    (unsigned long long)(jalloc0 >> 20),
 		    (unsigned long long)(jalloc >> 20),
 		    (unsigned long long)json_u64(js, "\"checkpoint\"", "count"));
+	cr_assert_lt(jalloc, s->sb.journal_len, "the ring is allocated in part");
+	/* checkpoints that carry a backlog of in-memory blobs get journal
+	 * room for it (grow.c); a sanitizer build writes too slowly for the
+	 * packer to fall behind */
+	cr_assert(tu_scale() < 0.5 || jalloc > jalloc0,
+		  "the share grew past its start");
 	cr_assert_eq(coil_obj_close(h), 0);
 	cr_assert_eq(coil_close(s), 0);
 	o.flags &= ~COIL_CREATE;

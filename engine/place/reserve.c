@@ -6,8 +6,9 @@
  * write breaks the store for the rest of the session.  Running out of space
  * must instead be an ordinary -ENOSPC for the write that needed it, with the
  * store still usable once space comes back.  So the blocks are allocated
- * before anything is written to them: the whole file when it is created
- * (refused up front when the file system has not that much free), and a
+ * before anything is written to them: the whole file when a fixed-size
+ * store is created (refused up front when the file system has not that
+ * much free), a growing store's segment when it first takes writes, and a
  * segment again before it is reused after it was punched (the cleaner gives
  * freed segments back to the file system; see seg_discard_range) or
  * after the store was opened (an earlier session may have punched it).  A
@@ -66,17 +67,36 @@ int reserve_file_create(int fd, const char *path, uint64_t size)
 	return rc;
 }
 
+/* Segments a reservation takes at once: the next free ones that are not
+ * allocated either, up to this many bytes.  One fallocate per 1 MiB
+ * segment, under mlock, cost a fresh store's sequential writes a few
+ * percent; what is reserved ahead is disk a store keeps beyond its data. */
+#define RESERVE_AHEAD_BYTES (4ull << 20)
+
 int reserve_seg(struct coil_store *s, uint32_t idx, uint64_t off)
 {
 	struct seg *g = &s->segs[idx];
+	uint32_t n = 1;
 	int rc;
 
 	if (g->reserved || s->is_blk || s->filled)
 		return 0;
+	while (idx + n < s->nseg &&
+	       (uint64_t)(n + 1) * s->sb.segment_size <= RESERVE_AHEAD_BYTES &&
+	       !s->segs[idx + n].reserved &&
+	       s->segs[idx + n].state == SEG_FREE)
+		n++;
 	do
 		rc = fallocate(s->fd, 0, (off_t)off,
-			       (off_t)s->sb.segment_size);
+			       (off_t)((uint64_t)n * s->sb.segment_size));
 	while (rc < 0 && errno == EINTR);
+	if (rc < 0 && n > 1 && (errno == ENOSPC || errno == EDQUOT)) {
+		n = 1; /* the one that is needed, if it fits */
+		do
+			rc = fallocate(s->fd, 0, (off_t)off,
+				       (off_t)s->sb.segment_size);
+		while (rc < 0 && errno == EINTR);
+	}
 	if (rc < 0 && no_fallocate(errno)) {
 		/* nothing to reserve with: never ask again */
 		for (uint32_t i = 0; i < s->nseg; i++)
@@ -87,7 +107,8 @@ int reserve_seg(struct coil_store *s, uint32_t idx, uint64_t off)
 		stat_add(&s->st.reserve_fails, 1);
 		return errno == ENOSPC || errno == EDQUOT ? -ENOSPC : -EIO;
 	}
-	g->reserved = true;
+	for (uint32_t i = 0; i < n; i++)
+		s->segs[idx + i].reserved = true;
 	return 0;
 }
 
@@ -99,6 +120,28 @@ static int fault_errno(struct coil_store *s)
 	(void)s;
 	return 0;
 #endif
+}
+
+int reserve_extend(struct coil_store *s, uint64_t end, uint64_t len)
+{
+	struct statvfs sv;
+	struct stat st;
+	int err = fault_errno(s);
+
+	if (s->is_blk)
+		return 0;
+	if (err)
+		return err == ENOSPC || err == EDQUOT ? -ENOSPC : -EIO;
+	if (fstatvfs(s->fd, &sv) == 0 &&
+	    len > (uint64_t)sv.f_bavail * sv.f_frsize) {
+		stat_add(&s->st.reserve_fails, 1);
+		return -ENOSPC;
+	}
+	if (fstat(s->fd, &st) < 0)
+		return -EIO;
+	if ((uint64_t)st.st_size < end && ftruncate(s->fd, (off_t)end) < 0)
+		return errno == EFBIG ? -ENOSPC : -EIO;
+	return 0;
 }
 
 int reserve_range(struct coil_store *s, uint64_t off, uint64_t len)

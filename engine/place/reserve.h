@@ -21,6 +21,14 @@ int reserve_file_create(int fd, const char *path, uint64_t size);
  *   -EIO. */
 int reserve_seg(struct coil_store *s, uint32_t idx, uint64_t off);
 
+/* A growing store's data area reaches file offset @end, @len bytes more
+ * than before (a growth step, engine/grow.c).  The new segments' blocks are
+ * allocated when each first takes writes (reserve_seg), so free segments
+ * ahead of the writer take no disk; a step only asks that the file system
+ * has @len bytes free now, and extends the file's length.  @return 0,
+ * -ENOSPC, -EIO. */
+int reserve_extend(struct coil_store *s, uint64_t end, uint64_t len);
+
 /* Allocate [@off, @off + @len) of a growing store's file (a checkpoint
  * area before it is written, the journal ring, a new stretch of segments;
  * engine/grow.c): 0, -ENOSPC, -EIO.  A file system without fallocate is not
