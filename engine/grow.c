@@ -25,8 +25,8 @@
  *     the count to hold it (recovery.c); a record whose blocks were never
  *     made durable fails that check and replay stops there, as at any
  *     torn tail;
- *   - open's first checkpoint allocates the segments replay added and
- *     writes the count durably (store.c).
+ *   - open's first checkpoint writes the count replay found (store.c);
+ *     those segments are allocated when they first take writes.
  * A crash leaves at most a longer file, whose tail the next step
  * allocates again (fallocate of allocated blocks is a no-op).  A file
  * system that is full fails step 1 with -ENOSPC: nothing changed, the

@@ -31,10 +31,10 @@ int grow_journal(struct coil_store *s, uint64_t target);
 void grow_journal_follow(struct coil_store *s);
 
 /* One growth step of at least @want segments (fewer if the maximum is
- * near): allocate them, fdatasync, write the superblock with the new count,
- * then hand them to the allocator (the caller updates its marks).  Not
- * from the ring thread.  @return segments added, 0 at the
- * maximum, -ENOSPC, -EIO. */
+ * near): check the file system has room, extend the file, raise the count
+ * the next superblock write records, then hand them to the allocator (the
+ * caller updates its marks).  Not from the ring thread.  @return segments
+ * added, 0 at the maximum, -ENOSPC, -EIO. */
 int grow_step(struct coil_store *s, uint32_t want);
 /* Shrink a growing store to @keep segments (the caller made sure every
  * segment from @keep on is FREE, took them out of the table and wrote a

@@ -35,6 +35,17 @@ static bool no_fallocate(int err)
 	return err == EOPNOTSUPP || err == ENOSYS;
 }
 
+/* fallocate(@fd, 0, @off, @len), again after a signal. */
+static int falloc(int fd, uint64_t off, uint64_t len)
+{
+	int rc;
+
+	do
+		rc = fallocate(fd, 0, (off_t)off, (off_t)len);
+	while (rc < 0 && errno == EINTR);
+	return rc;
+}
+
 int reserve_file_create(int fd, const char *path, uint64_t size)
 {
 	struct statvfs sv;
@@ -86,16 +97,10 @@ int reserve_seg(struct coil_store *s, uint32_t idx, uint64_t off)
 	       !s->segs[idx + n].reserved &&
 	       s->segs[idx + n].state == SEG_FREE)
 		n++;
-	do
-		rc = fallocate(s->fd, 0, (off_t)off,
-			       (off_t)((uint64_t)n * s->sb.segment_size));
-	while (rc < 0 && errno == EINTR);
+	rc = falloc(s->fd, off, (uint64_t)n * s->sb.segment_size);
 	if (rc < 0 && n > 1 && (errno == ENOSPC || errno == EDQUOT)) {
 		n = 1; /* the one that is needed, if it fits */
-		do
-			rc = fallocate(s->fd, 0, (off_t)off,
-				       (off_t)s->sb.segment_size);
-		while (rc < 0 && errno == EINTR);
+		rc = falloc(s->fd, off, s->sb.segment_size);
 	}
 	if (rc < 0 && no_fallocate(errno)) {
 		/* nothing to reserve with: never ask again */
@@ -152,9 +157,7 @@ int reserve_range(struct coil_store *s, uint64_t off, uint64_t len)
 		return 0;
 	if (err)
 		return err == ENOSPC || err == EDQUOT ? -ENOSPC : -EIO;
-	do
-		rc = fallocate(s->fd, 0, (off_t)off, (off_t)len);
-	while (rc < 0 && errno == EINTR);
+	rc = falloc(s->fd, off, len);
 	if (rc == 0)
 		return 0;
 	if (errno == EOPNOTSUPP || errno == ENOSYS) {
