@@ -1336,6 +1336,11 @@ int cleaner_compact(struct coil_store *s, uint64_t *returned)
 		s->sb.segment_count = keep;
 		atomic_store(&s->seg_count_grown, keep);
 		pthread_mutex_unlock(&s->ckpt_mu);
+		/* Whole: a base from before would still name segments
+		 * past the new count, and loading it would refuse them. */
+		pthread_mutex_lock(&s->mlock);
+		s->ck_base_next = true;
+		pthread_mutex_unlock(&s->mlock);
 		rc = ckpt_write(s, false);
 		if (rc == 0)
 			rc = grow_truncate(s, keep);

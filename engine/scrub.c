@@ -336,14 +336,16 @@ static void scrub_meta(struct scrub *sc, struct spass *p)
 				 PRIu64 ") does not %s", sb.ckpt_seq,
 				 rc == -EIO ? "verify" : "read");
 			pend(&m, sb.ckpt_off[sb.ckpt_slot],
-			     COIL_ALIGN_UP(sb.ckpt_bytes, FMT_BLOCK), what);
+			     COIL_ALIGN_UP(sb.ckpt_bytes, FMT_BLOCK) +
+			     sb.delta_bytes, what);
 		}
 	}
 	pthread_mutex_unlock(&s->ckpt_mu);
 	free(buf);
 	for (unsigned i = 0; i < m.n; i++)
 		meta_finding(sc, p, m.f[i].off, m.f[i].len, m.f[i].what);
-	throttle(sc, p, 2 * FMT_BLOCK + COIL_ALIGN_UP(sb.ckpt_bytes, FMT_BLOCK));
+	throttle(sc, p, 2 * FMT_BLOCK + COIL_ALIGN_UP(sb.ckpt_bytes, FMT_BLOCK) +
+			sb.delta_bytes);
 
 	/* The journal recovery would replay.  The tail is the replay point's
 	 * linear offset once the checkpoint that set it released the journal

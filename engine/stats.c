@@ -231,12 +231,18 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  "\"last_ns\":%llu,\"snapshot_lock_ns_last\":%llu,"
 		  "\"snapshot_lock_ns_max\":%llu,\"failures\":%llu,\"seq\":%llu,"
 		  "\"area_bytes\":%llu,\"metadata_bytes\":%llu,"
-		  "\"area_full_refusals\":%llu},",
+		  "\"area_full_refusals\":%llu,\"deltas\":%llu,"
+		  "\"delta_bytes_written\":%llu,\"base_bytes\":%llu,"
+		  "\"chain_deltas\":%llu,\"chain_bytes\":%llu},",
 		  LD(s->st.ckpts), LD(s->st.ckpt_bytes), LD(s->st.ckpt_ns_last),
 		  LD(s->st.ckpt_snap_ns_last), LD(s->st.ckpt_snap_ns_max),
 		  LD(s->st.ckpt_failures), (unsigned long long)s->sb.ckpt_seq,
 		  (unsigned long long)s->sb.ckpt_len, (unsigned long long)meta,
-		  LD(s->st.ckpt_area_full));
+		  LD(s->st.ckpt_area_full), LD(s->st.ckpt_deltas),
+		  LD(s->st.ckpt_delta_bytes),
+		  (unsigned long long)s->sb.ckpt_bytes,
+		  (unsigned long long)s->sb.delta_count,
+		  (unsigned long long)s->sb.delta_bytes);
 	sb_printf(&b, "\"pool\":{\"workers\":%u,\"mode\":\"%s\",\"capacity\":%llu,"
 		  "\"in_flight\":%llu,\"peak_in_flight\":%llu,"
 		  "\"tasks_run\":%llu,\"tasks_failed\":%llu,"

@@ -101,6 +101,7 @@ struct engine_stats {
 	 * that one's ticket (journal_take_turn) */
 	_Atomic uint64_t turn_waits;
 	_Atomic uint64_t ckpts, ckpt_bytes, ckpt_ns_last, ckpt_failures;
+	_Atomic uint64_t ckpt_deltas, ckpt_delta_bytes; /* of ckpts, bytes */
 	/* how long a checkpoint's snapshot held mlock (writers'
 	 * apply and every read wait that long) */
 	_Atomic uint64_t ckpt_snap_ns_last, ckpt_snap_ns_max;
@@ -167,6 +168,13 @@ struct coil_store {
 	bool inline_ok;
 	uint64_t name_bytes;
 	uint64_t ckpt_reserved;
+	/* Objects changed since the last checkpoint (place/object.c): the
+	 * next delta checkpoint walks these ids.  ck_base_next: the next
+	 * checkpoint must be whole (after loading, a failed checkpoint, a
+	 * compaction, or when these lists could not grow). */
+	uint64_t *dirty_ids;
+	size_t ndirty, capdirty;
+	bool ck_base_next;
 	struct seg *segs;       /* seg_cap entries; the first nseg in use */
 	uint32_t nseg;          /* segments in use: changes only under mlock,
 				 * and only upward while open (grow.c) */

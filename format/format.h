@@ -190,7 +190,15 @@ static inline void fmt_cursor_get_bytes(struct fmt_cursor *c, void *dst, size_t 
  * (FMT_BLOB_INLINE) in journal records and checkpoints.  A reader that
  * ignored it would reject those extents as damaged (flags != 0). */
 #define FMT_INCOMPAT_INLINE 0x2ull
-#define FMT_INCOMPAT_KNOWN (FMT_INCOMPAT_GROW | FMT_INCOMPAT_INLINE)
+/* incompat bit 2: the checkpoint the superblock names is followed, in its
+ * area, by delta_count delta checkpoints (delta_bytes bytes, the last one's
+ * header checksum delta_csum), each holding what changed since the one
+ * before; replay starts at the last delta's replay point.  Set exactly
+ * while delta_count > 0.  A reader that ignored it would load the base
+ * alone and replay from a journal point already released. */
+#define FMT_INCOMPAT_CKPT_DELTA 0x4ull
+#define FMT_INCOMPAT_KNOWN \
+	(FMT_INCOMPAT_GROW | FMT_INCOMPAT_INLINE | FMT_INCOMPAT_CKPT_DELTA)
 #define FMT_COMPAT_KNOWN 0x0ull
 /* fmt_super_decode: a superblock that is intact (checksum) but needs a
  * feature or version this code does not know.  The same value as the
@@ -224,6 +232,12 @@ struct fmt_super {
 	 * clears them when it rewrites the superblock. */
 	uint64_t compat;
 	uint64_t incompat;
+	/* FMT_INCOMPAT_CKPT_DELTA only (zero without it): the deltas that
+	 * follow the checkpoint in its area, from the BLOCK after its last
+	 * byte */
+	uint64_t delta_bytes; /* BLOCK multiple */
+	uint32_t delta_count;
+	uint64_t delta_csum;  /* the last delta's header checksum */
 };
 
 static inline uint64_t fmt_super_store_id(const struct fmt_super *sb)
@@ -482,6 +496,83 @@ int fmt_ckpt_decode(struct fmt_ckpt *h, const uint8_t *buf, size_t len);
 uint64_t fmt_ckpt_block_csum(const uint8_t *block);
 /* @return 0 or -EIO (len < payload_len or checksum mismatch). */
 int fmt_ckpt_verify_payload(const struct fmt_ckpt *h, const uint8_t *payload, size_t len);
+
+/* ---- delta checkpoints (FMT_INCOMPAT_CKPT_DELTA) ---------------------------
+ *
+ * A delta is a header and its payload, back to back, padded to a BLOCK; the
+ * first follows the base checkpoint's last BLOCK, each next one the one
+ * before.  The payload is n_records records, each a kind byte then:
+ *   FMT_DREC_OBJ     an object whole: fmt_ckpt_put_obj and its extents
+ *                    (a new object, or one to load again from scratch);
+ *   FMT_DREC_RANGES  u64 obj_id, u64 size, u32 n_ranges, then per range
+ *                    u64 lo, u64 hi, u32 n_extents and the extents that map
+ *                    [lo, hi) now (each inside it): loading punches the
+ *                    range and inserts them;
+ *   FMT_DREC_GONE    u64 obj_id: the object was removed. */
+#define FMT_DELTA_CSUM_OFF 88u
+#define FMT_DELTA_HDR 96u       /* encoded header incl. its checksum */
+#define FMT_DREC_OBJ 1u
+#define FMT_DREC_RANGES 2u
+#define FMT_DREC_GONE 3u
+#define FMT_DREC_MIN 9u         /* the smallest record (GONE) */
+#define FMT_DREC_RANGES_MIN 21u /* kind, id, size, n_ranges */
+#define FMT_DRANGE_SIZE 20u     /* lo, hi, n_extents */
+
+struct fmt_ckpt_delta {
+	uint64_t store_id;
+	uint64_t base_seq;      /* the base checkpoint's seq */
+	uint32_t index;         /* 1 for the first delta after the base */
+	uint32_t n_records;
+	uint64_t payload_len, payload_csum;
+	uint64_t replay_off, replay_seq;
+	uint64_t next_obj_id;
+	uint64_t prev_csum;     /* the base's header BLOCK checksum (the
+				 * superblock's ckpt_csum) for index 1, else
+				 * the previous delta's header checksum */
+	uint32_t segment_count; /* data segments at the delta's snapshot */
+	uint64_t csum;          /* decode: the header's own checksum */
+};
+
+/* Writes FMT_DELTA_HDR bytes; h->csum is ignored.  @return FMT_DELTA_HDR or
+ * -EINVAL. */
+int fmt_delta_encode(const struct fmt_ckpt_delta *h, uint8_t *buf, size_t len);
+/* Checks magic, version, checksum, padding and that n_records could fit in
+ * payload_len; fills h->csum.  @return 0, -EINVAL (short), -EIO. */
+int fmt_delta_decode(struct fmt_ckpt_delta *h, const uint8_t *buf, size_t len);
+int fmt_delta_put_obj(struct fmt_cursor *c, uint64_t obj_id, uint64_t size,
+		      const char *name, size_t name_len, uint32_t n_extents);
+int fmt_delta_put_ranges(struct fmt_cursor *c, uint64_t obj_id, uint64_t size,
+			 uint32_t n_ranges);
+int fmt_delta_put_range(struct fmt_cursor *c, uint64_t lo, uint64_t hi,
+			uint32_t n_extents);
+int fmt_delta_put_gone(struct fmt_cursor *c, uint64_t obj_id);
+/* The next record's kind (FMT_DREC_*), or -EIO. */
+int fmt_delta_get_kind(struct fmt_cursor *c);
+int fmt_delta_get_ranges(struct fmt_cursor *c, uint64_t *obj_id,
+			 uint64_t *size, uint32_t *n_ranges);
+/* lo <= hi, and n_extents payable from what remains.  0 or -EIO. */
+int fmt_delta_get_range(struct fmt_cursor *c, uint64_t *lo, uint64_t *hi,
+			uint32_t *n_extents);
+int fmt_delta_get_gone(struct fmt_cursor *c, uint64_t *obj_id);
+/* Walk a whole payload: every record decodes, every extent of a range lies
+ * inside it, and the bytes end after the last record.  0 or -EIO. */
+int fmt_delta_payload_check(const struct fmt_ckpt_delta *h,
+			    const uint8_t *payload, size_t len);
+
+typedef int (*fmt_delta_fn)(void *arg, const struct fmt_ckpt_delta *h,
+			    const uint8_t *payload);
+/* Walk the delta chain @sb names, read into @buf (@len bytes, from the
+ * BLOCK after the base), calling @fn (if not NULL) on each delta that
+ * verifies (header, link to the one before, payload) in order, stopping at
+ * the first that does not.  *@end, *@last: the bytes and the last header
+ * checksum of the verified prefix.  @return how many verified, or @fn's
+ * negative errno. */
+int fmt_delta_chain_walk(const struct fmt_super *sb, const uint8_t *buf,
+			 uint64_t len, fmt_delta_fn fn, void *arg,
+			 uint64_t *end, uint64_t *last);
+/* 1 when the chain in @buf (sb->delta_bytes long) verifies whole, exactly
+ * as the superblock names it (none: delta_bytes is 0). */
+int fmt_delta_chain_whole(const struct fmt_super *sb, const uint8_t *buf);
 
 /* Payload items, in order: segment_count segs, n_objects objects (each
  * followed by its n_extents extents, via fmt_cursor_put/get_extent), n_dicts

@@ -81,7 +81,16 @@ static int super_valid(const struct fmt_super *sb)
 		return 0;
 	if (sb->replay_off % FMT_BLOCK || sb->replay_off >= sb->journal_len)
 		return 0;
-	return 1;
+	/* Deltas: named exactly while the bit says so, BLOCK multiples of
+	 * at least a BLOCK each, inside the area after the base. */
+	if (!(sb->incompat & FMT_INCOMPAT_CKPT_DELTA))
+		return !sb->delta_bytes && !sb->delta_count && !sb->delta_csum;
+	if (sb->delta_count == 0 || sb->ckpt_slot == FMT_CKPT_SLOT_NONE ||
+	    sb->delta_bytes % FMT_BLOCK ||
+	    sb->delta_bytes / FMT_BLOCK < sb->delta_count)
+		return 0;
+	return COIL_ALIGN_UP(sb->ckpt_bytes, FMT_BLOCK) + sb->delta_bytes <=
+	       sb->ckpt_len;
 }
 
 int fmt_super_encode(const struct fmt_super *sb, uint8_t *buf, size_t len)
@@ -114,6 +123,9 @@ int fmt_super_encode(const struct fmt_super *sb, uint8_t *buf, size_t len)
 	if (sb->version >= FMT_SUPER_VERSION) {
 		coil_put_le64(buf + 160, sb->compat);
 		coil_put_le64(buf + 168, sb->incompat);
+		coil_put_le64(buf + 176, sb->delta_bytes);
+		coil_put_le32(buf + 184, sb->delta_count);
+		coil_put_le64(buf + 192, sb->delta_csum);
 	}
 	coil_put_le64(buf + FMT_SUPER_CSUM_OFF, fmt_csum(buf, FMT_SUPER_CSUM_OFF));
 	return FMT_SUPER_SIZE;
@@ -130,6 +142,8 @@ int fmt_super_decode(struct fmt_super *sb, const uint8_t *buf, size_t len)
 	struct fmt_super s;
 	s.version = coil_get_le32(buf + 8);
 	s.compat = s.incompat = 0;
+	s.delta_bytes = s.delta_csum = 0;
+	s.delta_count = 0;
 	/* The version and the incompat word come first: a later format is
 	 * refused as such, not as damage, and nothing else of it is read. */
 	if (s.version > FMT_SUPER_VERSION)
@@ -141,6 +155,14 @@ int fmt_super_decode(struct fmt_super *sb, const uint8_t *buf, size_t len)
 		if (s.incompat & ~FMT_INCOMPAT_KNOWN)
 			return -FMT_EFEATURE;
 		zero_from = 176;
+		if (s.incompat & FMT_INCOMPAT_CKPT_DELTA) {
+			s.delta_bytes = coil_get_le64(buf + 176);
+			s.delta_count = coil_get_le32(buf + 184);
+			s.delta_csum = coil_get_le64(buf + 192);
+			if (!fmt_all_zero(buf + 188, 4))
+				return -EIO;
+			zero_from = 200;
+		}
 	}
 	if (!fmt_all_zero(buf + 116, 4) ||
 	    !fmt_all_zero(buf + zero_from, FMT_SUPER_CSUM_OFF - zero_from))

@@ -196,7 +196,8 @@ Test(store_grow, starts_small_grows_and_reopens, .timeout = 120)
 	cr_assert_geq(file_size(path), (uint64_t)n1 * (1u << 20));
 	read_supers(path, &a, &b, raw);
 	cr_assert_eq(a.version, FMT_SUPER_VERSION);
-	cr_assert_eq(a.incompat, FMT_INCOMPAT_GROW | FMT_INCOMPAT_INLINE);
+	cr_assert_eq(a.incompat & ~FMT_INCOMPAT_CKPT_DELTA,
+		     FMT_INCOMPAT_GROW | FMT_INCOMPAT_INLINE);
 	cr_assert_eq(COIL_MAX(a.seq, b.seq) == a.seq ? a.segment_count :
 		     b.segment_count, n1);
 
@@ -267,6 +268,10 @@ Test(store_grow, version1_store_opens, .timeout = 120)
 	cr_assert(!s->grows);
 	n = s->nseg;
 	cr_assert_eq(put(s, "a", 4 * MiB, 5, NULL), 0);
+	/* an earlier coil wrote whole checkpoints only */
+	pthread_mutex_lock(&s->mlock);
+	s->ck_base_next = true;
+	pthread_mutex_unlock(&s->mlock);
 	cr_assert_eq(coil_close(s), 0);
 	patch_supers(path, to_version1);
 
@@ -284,7 +289,9 @@ Test(store_grow, version1_store_opens, .timeout = 120)
 	 * (small writes), its fixed layout kept */
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	cr_assert_eq(s->sb.version, FMT_SUPER_VERSION);
-	cr_assert_eq(s->sb.incompat, FMT_INCOMPAT_INLINE);
+	/* and its first checkpoint, a delta after the base it loaded */
+	cr_assert_eq(s->sb.incompat,
+		     FMT_INCOMPAT_INLINE | FMT_INCOMPAT_CKPT_DELTA);
 	cr_assert(!s->grows, "a version 1 store keeps its fixed count");
 	cr_assert_eq(s->nseg, n);
 	check(s, "a", 4 * MiB, 5);

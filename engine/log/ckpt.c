@@ -194,17 +194,30 @@ static void ext_to_fmt(const struct snap_ext *x, struct fmt_extent *fe)
 	memcpy(fb->csums, x->csums, x->n_csums * sizeof(uint64_t));
 }
 
-/* A copy of the metadata at one applied point (ckpt_write phase 1). */
+/* A copy of the metadata at one applied point (ckpt_write phase 1): every
+ * object (a base), or what changed since the last checkpoint (a delta). */
 struct snap_obj {
 	uint64_t id, size;
 	uint64_t first_ext, n_ext;
 	size_t name_off;
 	uint16_t name_len;
+	uint8_t kind;           /* FMT_DREC_*: OBJ always in a base */
+	uint32_t first_range, n_range; /* FMT_DREC_RANGES */
+};
+
+/* A changed range of a FMT_DREC_RANGES object and the extents (clipped to
+ * it) that map it at the snapshot. */
+struct snap_range {
+	uint64_t lo, hi;
+	uint64_t first_ext, n_ext;
 };
 
 struct snap {
+	bool delta;
 	struct snap_obj *obj;
 	struct snap_ext *ext;
+	struct snap_range *rng;
+	uint64_t nrng;
 	char *names;
 	uint64_t *seg_live;
 	uint8_t *seg_state;
@@ -225,11 +238,13 @@ struct snap {
 struct ckpt_mem {
 	struct snap_obj *obj;
 	struct snap_ext *ext;
+	struct snap_range *rng;
 	char *names;
 	uint64_t *seg_live;
 	uint8_t *seg_state;
 	uint8_t *buf;
-	size_t cap_obj, cap_ext, cap_names, cap_live, cap_state, cap_buf;
+	size_t cap_obj, cap_ext, cap_rng, cap_names, cap_live, cap_state,
+	       cap_buf;
 };
 
 void ckpt_mem_free(struct coil_store *s)
@@ -240,6 +255,7 @@ void ckpt_mem_free(struct coil_store *s)
 		return;
 	free(m->obj);
 	free(m->ext);
+	free(m->rng);
 	free(m->names);
 	free(m->seg_live);
 	free(m->seg_state);
@@ -294,10 +310,145 @@ static void snap_release(struct snap *sn)
 	memset(sn, 0, sizeof(*sn));
 }
 
-static int snap_take(struct coil_store *s, struct snap *sn)
+/* Extents of @o's map that overlap [lo, hi), or with @x, copy them there
+ * clipped to it.  @return how many. */
+static uint64_t range_exts(const struct object *o, uint64_t lo, uint64_t hi,
+			   struct snap_ext *x)
+{
+	struct extmap_iter it;
+	const struct ext *e;
+	uint64_t n = 0;
+
+	if (lo == hi)
+		return 0;
+	extmap_iter_init(&it, &o->map, lo);
+	while ((e = extmap_iter_next(&it)) && e->off < hi) {
+		uint64_t a = COIL_MAX(e->off, lo);
+		uint64_t z = COIL_MIN(e->off + e->len, hi);
+
+		if (a >= z)
+			continue;
+		if (x) {
+			x[n].off = a;
+			x[n].len = (uint32_t)(z - a);
+			x[n].skip = e->skip + (uint32_t)(a - e->off);
+			x[n].b = e->b;
+		}
+		n++;
+	}
+	return n;
+}
+
+/* What a snapshot needs room for.  A delta counts the changed objects
+ * (a removed one as a record) and, of an object changed in ranges, the
+ * ranges and the extents in them; mlock held. */
+static void snap_count(struct coil_store *s, bool delta, uint64_t *nobj,
+		       uint64_t *next, size_t *names, uint64_t *nrng)
+{
+	*nobj = *next = *nrng = 0;
+	*names = 0;
+	if (!delta) {
+		for (uint32_t b = 0; b < s->tab_cap; b++) {
+			for (struct object *o = s->by_id[b]; o; o = o->id_next) {
+				++*nobj;
+				*next += o->map.n;
+				*names += o->name_len;
+			}
+		}
+		return;
+	}
+	for (size_t i = 0; i < s->ndirty; i++) {
+		struct object *o = objtab_find_id(s, s->dirty_ids[i]);
+
+		++*nobj;
+		if (!o)
+			continue;
+		if (o->dirty == OBJ_DIRTY_ALL) {
+			*next += o->map.n;
+			*names += o->name_len;
+			continue;
+		}
+		*nrng += obj_dirty_normalize(o);
+		for (uint32_t k = 0; k < o->nrange; k++)
+			*next += range_exts(o, o->range[k].lo, o->range[k].hi,
+					    NULL);
+	}
+}
+
+/* One object of a snapshot: the whole of it (name and every extent). */
+static void snap_whole(struct snap *sn, struct object *o, size_t *name_pos)
+{
+	struct snap_obj *so = &sn->obj[sn->nobj++];
+	struct extmap_iter it;
+	const struct ext *e;
+
+	so->kind = FMT_DREC_OBJ;
+	so->first_range = so->n_range = 0;
+	so->id = o->id;
+	so->size = o->size;
+	so->name_len = o->name_len;
+	so->name_off = *name_pos;
+	memcpy(sn->names + *name_pos, o->name, o->name_len);
+	*name_pos += o->name_len;
+	so->first_ext = sn->next;
+	extmap_iter_init(&it, &o->map, 0);
+	while ((e = extmap_iter_next(&it))) {
+		struct snap_ext *x = &sn->ext[sn->next++];
+
+		x->off = e->off;
+		x->len = e->len;
+		x->skip = e->skip;
+		x->b = e->b;
+	}
+	so->n_ext = sn->next - so->first_ext;
+}
+
+/* A delta's objects: each changed one whole, in its changed ranges, or
+ * gone; their changes are then forgotten (the snapshot has them). */
+static void snap_changes(struct coil_store *s, struct snap *sn,
+			 size_t *name_pos)
+{
+	for (size_t i = 0; i < s->ndirty; i++) {
+		struct object *o = objtab_find_id(s, s->dirty_ids[i]);
+		struct snap_obj *so;
+
+		if (o && o->dirty == OBJ_DIRTY_ALL) {
+			snap_whole(sn, o, name_pos);
+			obj_dirty_clear(o);
+			continue;
+		}
+		so = &sn->obj[sn->nobj++];
+		memset(so, 0, sizeof(*so));
+		so->id = s->dirty_ids[i];
+		if (!o) {
+			so->kind = FMT_DREC_GONE;
+			continue;
+		}
+		so->kind = FMT_DREC_RANGES;
+		so->size = o->size;
+		so->first_range = (uint32_t)sn->nrng;
+		for (uint32_t k = 0; k < o->nrange; k++) {
+			struct snap_range *r = &sn->rng[sn->nrng++];
+
+			r->lo = o->range[k].lo;
+			r->hi = o->range[k].hi;
+			r->first_ext = sn->next;
+			r->n_ext = range_exts(o, r->lo, r->hi,
+					      &sn->ext[sn->next]);
+			sn->next += r->n_ext;
+		}
+		so->n_range = (uint32_t)(sn->nrng - so->first_range);
+		obj_dirty_clear(o);
+	}
+	s->ndirty = 0;
+}
+
+/* @delta: take what changed since the last checkpoint, if the store has
+ * kept track of it (else, and for !@delta, everything). */
+static int snap_take(struct coil_store *s, struct snap *sn, bool delta)
 {
 	struct ckpt_mem *m = s->ckmem;
-	uint64_t nobj = 0, next = 0;
+	uint64_t nobj = 0, next = 0, nrng = 0;
 	size_t names = 0, name_pos = 0;
 	uint64_t t0, held;
 
@@ -314,17 +465,13 @@ static int snap_take(struct coil_store *s, struct snap *sn)
 	pthread_mutex_lock(&s->mlock);
 	for (;;) {
 		t0 = coil_now_ns();
-		nobj = next = names = 0;
-		for (uint32_t b = 0; b < s->tab_cap; b++) {
-			for (struct object *o = s->by_id[b]; o; o = o->id_next) {
-				nobj++;
-				next += o->map.n;
-				names += o->name_len;
-			}
-		}
+		if (s->ck_base_next)
+			delta = false;
+		snap_count(s, delta, &nobj, &next, &names, &nrng);
 		/* mem_fit sizes for at least one element, as here */
 		if (COIL_MAX(nobj, 1) <= m->cap_obj &&
 		    COIL_MAX(next, 1) <= m->cap_ext &&
+		    COIL_MAX(nrng, 1) <= m->cap_rng &&
 		    COIL_MAX(names, 1) <= m->cap_names)
 			break;
 		/* Grow outside the lock, then count again: the metadata
@@ -334,13 +481,17 @@ static int snap_take(struct coil_store *s, struct snap *sn)
 			    sizeof(*m->obj)) ||
 		    mem_fit((void **)&m->ext, &m->cap_ext, next,
 			    sizeof(*m->ext)) ||
+		    mem_fit((void **)&m->rng, &m->cap_rng, nrng,
+			    sizeof(*m->rng)) ||
 		    mem_fit((void **)&m->names, &m->cap_names, names, 1))
 			return -ENOMEM;
 		pthread_mutex_lock(&s->mlock);
 	}
+	sn->delta = delta;
 	sn->inl = s->ext_acct.inl;
 	sn->obj = m->obj;
 	sn->ext = m->ext;
+	sn->rng = m->rng;
 	sn->names = m->names;
 	sn->seg_live = m->seg_live;
 	sn->seg_state = m->seg_state;
@@ -353,7 +504,9 @@ static int snap_take(struct coil_store *s, struct snap *sn)
 		 * only in part (its entries apply as their data lands) can
 		 * have filled the segment and emptied it again, and replay
 		 * from the replay point verifies that record's blobs.  It
-		 * stays pending for the next checkpoint then. */
+		 * stays pending for the next checkpoint then.  (A delta
+		 * carries no segment table: recovery derives every
+		 * segment's state from the extents.) */
 		bool freeable = g->state == SEG_PENDING &&
 				g->pending_lin <= s->applied_end_lin;
 
@@ -362,30 +515,14 @@ static int snap_take(struct coil_store *s, struct snap *sn)
 		sn->seg_live[i] = g->live;
 		g->in_ckpt = freeable;
 	}
-	for (uint32_t b = 0; b < s->tab_cap; b++) {
-		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
-			struct snap_obj *so = &sn->obj[sn->nobj++];
-			struct extmap_iter it;
-			const struct ext *e;
-
-			so->id = o->id;
-			so->size = o->size;
-			so->name_len = o->name_len;
-			so->name_off = name_pos;
-			memcpy(sn->names + name_pos, o->name, o->name_len);
-			name_pos += o->name_len;
-			so->first_ext = sn->next;
-			extmap_iter_init(&it, &o->map, 0);
-			while ((e = extmap_iter_next(&it))) {
-				struct snap_ext *x = &sn->ext[sn->next++];
-
-				x->off = e->off;
-				x->len = e->len;
-				x->skip = e->skip;
-				x->b = e->b;
-			}
-			so->n_ext = sn->next - so->first_ext;
-		}
+	if (delta) {
+		snap_changes(s, sn, &name_pos);
+	} else {
+		for (uint32_t b = 0; b < s->tab_cap; b++)
+			for (struct object *o = s->by_id[b]; o; o = o->id_next)
+				snap_whole(sn, o, &name_pos);
+		/* a whole checkpoint has every change */
+		objtab_dirty_reset(s);
 	}
 	snap_fill_blobs(sn->ext, sn->next);
 	sn->lin = s->applied_end_lin;
@@ -395,8 +532,91 @@ static int snap_take(struct coil_store *s, struct snap *sn)
 	pthread_mutex_unlock(&s->mlock);
 	atomic_store(&s->st.ckpt_snap_ns_last, held);
 	stat_max(&s->st.ckpt_snap_ns_max, held);
-	COIL_ASSERT(sn->nobj == nobj && sn->next == next);
+	COIL_ASSERT(sn->nobj == nobj && sn->next == next && sn->nrng == nrng);
 	return 0;
+}
+
+/* An extent's encoded size in a checkpoint. */
+static uint64_t ext_bytes(const struct snap_ext *x)
+{
+	return FMT_EXTENT_FIXED + 8u * x->n_csums +
+	       ((x->flags & FMT_BLOB_INLINE) ? x->stored_len : 0);
+}
+
+static void put_exts(struct fmt_cursor *c, const struct snap *sn,
+		     struct fmt_extent *fe, uint64_t first, uint64_t n)
+{
+	for (uint64_t k = 0; k < n; k++) {
+		ext_to_fmt(&sn->ext[first + k], fe);
+		fmt_cursor_put_extent(c, fe);
+	}
+}
+
+/* Phase 2 of a delta: its payload after the header's FMT_DELTA_HDR bytes,
+ * in the reused buffer, zero padded to a BLOCK.  @return 0, -ENOMEM,
+ * -EIO. */
+static int delta_encode(struct coil_store *s, const struct snap *sn,
+			struct fmt_extent *fe, uint8_t **bufp,
+			uint64_t *payloadp)
+{
+	uint64_t payload = 0, total;
+	struct fmt_cursor c;
+	uint8_t *buf;
+	int rc = 0;
+
+	for (uint64_t i = 0; i < sn->nobj; i++) {
+		const struct snap_obj *so = &sn->obj[i];
+
+		if (so->kind == FMT_DREC_GONE)
+			payload += FMT_DREC_MIN;
+		else if (so->kind == FMT_DREC_OBJ)
+			payload += FMT_CKPT_OBJ_MIN + so->name_len;
+		else
+			payload += FMT_DREC_RANGES_MIN +
+				   (uint64_t)so->n_range * FMT_DRANGE_SIZE;
+	}
+	for (uint64_t i = 0; i < sn->next; i++)
+		payload += ext_bytes(&sn->ext[i]);
+	*payloadp = payload;
+	total = COIL_ALIGN_UP(FMT_DELTA_HDR + payload, FMT_BLOCK);
+	buf = ckpt_buf(s->ckmem, total);
+	if (!buf)
+		return -ENOMEM;
+	*bufp = buf;
+	memset(buf + FMT_DELTA_HDR + payload, 0,
+	       total - FMT_DELTA_HDR - payload);
+	fmt_cursor_init(&c, buf + FMT_DELTA_HDR, payload);
+	for (uint64_t i = 0; i < sn->nobj && rc == 0; i++) {
+		const struct snap_obj *so = &sn->obj[i];
+
+		switch (so->kind) {
+		case FMT_DREC_GONE:
+			fmt_delta_put_gone(&c, so->id);
+			break;
+		case FMT_DREC_OBJ:
+			fmt_delta_put_obj(&c, so->id, so->size,
+					  sn->names + so->name_off,
+					  so->name_len, (uint32_t)so->n_ext);
+			put_exts(&c, sn, fe, so->first_ext, so->n_ext);
+			break;
+		default:
+			fmt_delta_put_ranges(&c, so->id, so->size,
+					     so->n_range);
+			for (uint32_t k = 0; k < so->n_range; k++) {
+				const struct snap_range *r =
+					&sn->rng[so->first_range + k];
+
+				fmt_delta_put_range(&c, r->lo, r->hi,
+						    (uint32_t)r->n_ext);
+				put_exts(&c, sn, fe, r->first_ext, r->n_ext);
+			}
+			break;
+		}
+		rc = c.err;
+	}
+	if (rc == 0 && c.pos != payload)
+		rc = -EIO;
+	return rc;
 }
 
 /* Phase 2: size and encode the snapshot's payload after the header block
@@ -412,11 +632,8 @@ static int ckpt_encode(struct coil_store *s, const struct snap *sn,
 
 	for (uint64_t i = 0; i < sn->nobj; i++)
 		payload += FMT_CKPT_OBJ_MIN - 1 + sn->obj[i].name_len;
-	for (uint64_t i = 0; i < sn->next; i++) {
-		payload += FMT_EXTENT_FIXED + 8u * sn->ext[i].n_csums;
-		if (sn->ext[i].flags & FMT_BLOB_INLINE)
-			payload += sn->ext[i].stored_len;
-	}
+	for (uint64_t i = 0; i < sn->next; i++)
+		payload += ext_bytes(&sn->ext[i]);
 	*payloadp = payload;
 	if (FMT_BLOCK + payload > s->sb.ckpt_len)
 		return -ENOSPC;
@@ -434,10 +651,7 @@ static int ckpt_encode(struct coil_store *s, const struct snap *sn,
 
 		fmt_ckpt_put_obj(&c, so->id, so->size, sn->names + so->name_off,
 				 so->name_len, (uint32_t)so->n_ext);
-		for (uint64_t k = 0; k < so->n_ext; k++) {
-			ext_to_fmt(&sn->ext[so->first_ext + k], fe);
-			fmt_cursor_put_extent(&c, fe);
-		}
+		put_exts(&c, sn, fe, so->first_ext, so->n_ext);
 		rc = c.err;
 	}
 	if (rc == 0 && c.pos != payload)
@@ -486,7 +700,83 @@ static int ckpt_commit(struct coil_store *s, uint8_t *buf, uint64_t payload,
 	s->sb.ckpt_csum = fmt_ckpt_block_csum(buf);
 	s->sb.replay_off = h.replay_off;
 	s->sb.replay_seq = h.replay_seq;
+	/* a new base has no deltas yet; a binary that knows no deltas may
+	 * read the store again */
+	s->sb.delta_bytes = s->sb.delta_csum = 0;
+	s->sb.delta_count = 0;
+	s->sb.incompat &= ~FMT_INCOMPAT_CKPT_DELTA;
 	return super_write(s, clean);
+}
+
+/* Deltas since a base may add up to the base's size, or this much for a
+ * small one, before the next checkpoint is a whole one: the bytes written
+ * for whole checkpoints are then at most those written for deltas, so a
+ * checkpoint costs what changed, amortized, and loading one reads at most
+ * twice the metadata. */
+#define CKPT_DELTA_MIN (1ull << 20)
+
+/* The byte after the base (its last BLOCK) in its area, where the first
+ * delta goes. */
+static uint64_t base_end(const struct coil_store *s)
+{
+	return COIL_ALIGN_UP(s->sb.ckpt_bytes, FMT_BLOCK);
+}
+
+/* Whether a delta of @len bytes (BLOCK multiple) may follow the chain. */
+static bool delta_fits(const struct coil_store *s, uint64_t len)
+{
+	uint64_t chain = s->sb.delta_bytes + len;
+
+	return s->sb.ckpt_slot != FMT_CKPT_SLOT_NONE &&
+	       base_end(s) + chain <= s->sb.ckpt_len &&
+	       chain <= COIL_MAX(s->sb.ckpt_bytes, CKPT_DELTA_MIN);
+}
+
+/* Phase 3 of a delta: its header, the write after the chain in the
+ * current area (a place no superblock names yet), fdatasync, then the
+ * superblocks, which name it.  @return the bytes written or -errno. */
+static int64_t delta_commit(struct coil_store *s, uint8_t *buf,
+			    uint64_t payload, const struct fmt_ckpt_delta *hin,
+			    bool clean)
+{
+	struct fmt_ckpt_delta h = *hin;
+	uint64_t len = COIL_ALIGN_UP(FMT_DELTA_HDR + payload, FMT_BLOCK);
+	uint64_t off;
+	int rc;
+
+	if (!delta_fits(s, len))
+		return -ENOSPC;
+	h.store_id = s->store_id;
+	h.base_seq = s->sb.ckpt_seq;
+	h.index = s->sb.delta_count + 1;
+	h.prev_csum = s->sb.delta_count ? s->sb.delta_csum : s->sb.ckpt_csum;
+	h.payload_len = payload;
+	h.payload_csum = fmt_csum(buf + FMT_DELTA_HDR, payload);
+	rc = fmt_delta_encode(&h, buf, FMT_DELTA_HDR);
+	if (rc < 0)
+		return rc;
+	off = s->sb.ckpt_off[s->sb.ckpt_slot] + base_end(s) +
+	      s->sb.delta_bytes;
+	if (s->grows) {
+		rc = reserve_range(s, off, len);
+		if (rc < 0)
+			return rc;
+	}
+	rc = store_io_big(s, URING_OP_WRITE, buf, len, off);
+	if (rc == 0)
+		rc = store_io_sync(s, URING_OP_FSYNC, NULL, 0, 0);
+	if (rc < 0)
+		return rc;
+	s->sb.delta_bytes += len;
+	s->sb.delta_count++;
+	s->sb.delta_csum = coil_get_le64(buf + FMT_DELTA_CSUM_OFF);
+	s->sb.incompat |= FMT_INCOMPAT_CKPT_DELTA;
+	if (s->sb.version == FMT_SUPER_VERSION_V1)
+		s->sb.version = FMT_SUPER_VERSION;
+	s->sb.replay_off = h.replay_off;
+	s->sb.replay_seq = h.replay_seq;
+	rc = super_write(s, clean);
+	return rc < 0 ? rc : (int64_t)len;
 }
 
 /* Phase 4: what the durable checkpoint releases: the journal before its
@@ -519,7 +809,8 @@ int ckpt_write(struct coil_store *s, bool clean)
 	uint64_t t0 = coil_now_ns(), payload = 0, snap_lin, inl = 0;
 	struct fmt_extent *fe = NULL;
 	struct snap sn = { 0 };
-	struct fmt_ckpt h;
+	bool delta;
+	int64_t wrote = 0;
 	uint8_t *buf = NULL;
 	int rc = 0;
 
@@ -529,35 +820,88 @@ int ckpt_write(struct coil_store *s, bool clean)
 	if (!fe)
 		return -ENOMEM;
 	pthread_mutex_lock(&s->ckpt_mu);
-	/* Phase 1, under mlock: copy the metadata (extents with a copy of
-	 * their blob's descriptor, 64 bytes each) at the applied point.  Encoding
-	 * happens after the lock is released, so writers' apply steps stall
-	 * only for the copy, not for building the payload. */
-	rc = snap_take(s, &sn);
-	memset(&h, 0, sizeof(h));
-	snap_lin = sn.lin;
-	inl = sn.inl;
-	h.replay_off = sn.lin % s->sb.journal_len;
-	h.replay_seq = sn.next_seq;
-	h.next_obj_id = sn.next_obj_id;
-	h.n_objects = sn.nobj;
-	h.segment_count = sn.nseg;
-	if (rc == 0)
-		rc = ckpt_encode(s, &sn, fe, &buf, &payload);
-	snap_release(&sn);
+	/* A delta when the store has a base to follow; a whole checkpoint
+	 * when it must (snap_take) or when the delta does not fit after
+	 * the chain (then the snapshot is taken again, whole). */
+	delta = s->sb.ckpt_slot != FMT_CKPT_SLOT_NONE;
+	for (;;) {
+		/* Phase 1, under mlock: copy the metadata (extents with a
+		 * copy of their blob's descriptor, 64 bytes each) at the
+		 * applied point.  Encoding happens after the lock is
+		 * released, so writers' apply steps stall only for the copy,
+		 * not for building the payload. */
+		rc = snap_take(s, &sn, delta);
+		snap_lin = sn.lin;
+		inl = sn.inl;
+		delta = sn.delta;
+		if (rc < 0)
+			break;
+		if (delta) {
+			struct fmt_ckpt_delta h = {
+				.replay_off = sn.lin % s->sb.journal_len,
+				.replay_seq = sn.next_seq,
+				.next_obj_id = sn.next_obj_id,
+				.n_records = (uint32_t)sn.nobj,
+				.segment_count = sn.nseg,
+			};
+
+			rc = sn.nobj > UINT32_MAX ? -ENOSPC :
+			     delta_encode(s, &sn, fe, &buf, &payload);
+			snap_release(&sn);
+			if (rc == 0)
+				wrote = delta_commit(s, buf, payload, &h, clean);
+			if (rc == 0 && wrote == -ENOSPC) {
+				/* no room after the chain: write it whole */
+				pthread_mutex_lock(&s->mlock);
+				s->ck_base_next = true;
+				pthread_mutex_unlock(&s->mlock);
+				delta = false;
+				continue;
+			}
+			if (rc == 0 && wrote < 0)
+				rc = (int)wrote;
+		} else {
+			struct fmt_ckpt h = {
+				.replay_off = sn.lin % s->sb.journal_len,
+				.replay_seq = sn.next_seq,
+				.next_obj_id = sn.next_obj_id,
+				.n_objects = sn.nobj,
+				.segment_count = sn.nseg,
+			};
+
+			rc = ckpt_encode(s, &sn, fe, &buf, &payload);
+			snap_release(&sn);
+			if (rc == 0)
+				rc = ckpt_commit(s, buf, payload, &h, clean);
+			wrote = FMT_BLOCK + (int64_t)payload;
+		}
+		break;
+	}
 	free(fe);
-	if (rc == 0)
-		rc = ckpt_commit(s, buf, payload, &h, clean);
 	if (rc == 0) {
 		/* Feedback loop, this end: the released journal space is
 		 * what a full journal waits for (journal_kick follows). */
 		ckpt_release(s, snap_lin);
 		stat_add(&s->st.ckpts, 1);
-		stat_add(&s->st.ckpt_bytes, FMT_BLOCK + payload);
-		atomic_store(&s->st.ckpt_last_bytes, FMT_BLOCK + payload);
-		atomic_store(&s->st.ckpt_last_meta,
-			     FMT_BLOCK + payload - COIL_MIN(inl, payload));
+		stat_add(&s->st.ckpt_bytes, (uint64_t)wrote);
+		if (delta) {
+			stat_add(&s->st.ckpt_deltas, 1);
+			stat_add(&s->st.ckpt_delta_bytes, (uint64_t)wrote);
+		} else {
+			/* What a whole checkpoint costs is what the
+			 * journal's share follows (grow.c). */
+			atomic_store(&s->st.ckpt_last_bytes, (uint64_t)wrote);
+			atomic_store(&s->st.ckpt_last_meta,
+				     (uint64_t)wrote -
+				     COIL_MIN(inl, (uint64_t)wrote));
+		}
 		atomic_store(&s->st.ckpt_ns_last, coil_now_ns() - t0);
+	} else {
+		/* The changes the snapshot took are not on disk: the next
+		 * checkpoint writes everything. */
+		pthread_mutex_lock(&s->mlock);
+		s->ck_base_next = true;
+		pthread_mutex_unlock(&s->mlock);
 	}
 	pthread_mutex_unlock(&s->ckpt_mu);
 	if (rc < 0)

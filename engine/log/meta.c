@@ -39,20 +39,34 @@ int meta_apply_write(struct coil_store *s, struct object *o, uint64_t off,
 		}
 		if (!mem)
 			seg_live_add(s, idx, ex[i].b, ex[i].len);
+		obj_dirty_range(s, o, ex[i].off, ex[i].off + ex[i].len);
 	}
-	if (!remap && len && off + len > o->size)
+	if (!remap && len && off + len > o->size) {
 		o->size = off + len;
+		obj_dirty_range(s, o, o->size, o->size);
+	}
 	return 0;
+}
+
+int meta_apply_punch(struct coil_store *s, struct object *o, uint64_t lo,
+		     uint64_t hi)
+{
+	int rc = extmap_punch(&o->map, lo, hi - lo, meta_extent_dropped, s);
+
+	if (rc == 0)
+		obj_dirty_range(s, o, lo, hi);
+	return rc;
 }
 
 int meta_apply_truncate(struct coil_store *s, struct object *o, uint64_t size)
 {
 	if (size < o->size) {
-		int rc = extmap_punch(&o->map, size, UINT64_MAX - size,
-				      meta_extent_dropped, s);
+		int rc = meta_apply_punch(s, o, size, UINT64_MAX);
 		if (rc < 0)
 			return rc;
 	}
+	if (size != o->size)
+		obj_dirty_range(s, o, size, size);
 	o->size = size;
 	return 0;
 }
@@ -339,6 +353,7 @@ int64_t meta_apply_remap(struct coil_store *s, struct object *o,
 		if (!blobd_is_mem(ex->b))
 			seg_live_add(s, seg_of(s, ex->b->dev_off), ex->b,
 				     ne.len);
+		obj_dirty_range(s, o, ne.off, ne.off + ne.len);
 		done += ne.len;
 		cur = z;
 	}

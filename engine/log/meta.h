@@ -17,6 +17,9 @@ struct fmt_extent;
 int meta_apply_write(struct coil_store *s, struct object *o, uint64_t off,
 		     uint64_t len, const struct ext *ex, uint32_t n, bool remap);
 int meta_apply_truncate(struct coil_store *s, struct object *o, uint64_t size);
+/* Unmap [lo, hi) of @o (hi may be UINT64_MAX: to the end).  0 or -ENOMEM. */
+int meta_apply_punch(struct coil_store *s, struct object *o, uint64_t lo,
+		     uint64_t hi);
 void meta_apply_remove(struct coil_store *s, struct object *o);
 /* Metadata ops through the journal (sync: they wait for the commit). */
 int meta_create(struct coil_store *s, const char *name, size_t len,

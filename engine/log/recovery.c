@@ -96,6 +96,175 @@ static int insert_fmt_extent(struct coil_store *s, struct object *o,
 	return meta_apply_write(s, o, 0, 0, &e, 1, true);
 }
 
+/* ---- delta checkpoints -------------------------------------------------- */
+
+struct delta_load {
+	struct coil_store *s;
+	struct fmt_extent *fe;
+};
+
+/* An object whole, from a base or a delta's FMT_DREC_OBJ record (which
+ * replaces one of the same id: @replace). */
+static int load_whole_obj(struct coil_store *s, struct fmt_cursor *c,
+			  struct fmt_extent *fe, bool replace)
+{
+	struct fmt_ckpt_obj co;
+	struct object *o;
+	int rc;
+
+	if (fmt_ckpt_get_obj(c, &co) < 0)
+		return -EIO;
+	if (co.size > ENGINE_OBJ_SIZE_MAX || memchr(co.name, 0, co.name_len))
+		return -EIO;
+	o = objtab_find_id(s, co.obj_id);
+	if (o && replace) {
+		meta_apply_remove(s, o);
+		o = NULL;
+	}
+	if (o || objtab_find_name(s, co.name, co.name_len))
+		return -EIO;
+	rc = objtab_add(s, co.obj_id, co.name, co.name_len, &o);
+	if (rc < 0)
+		return rc;
+	o->size = co.size;
+	for (uint32_t k = 0; k < co.n_extents; k++) {
+		if (fmt_cursor_get_extent(c, fe) < 0)
+			return -EIO;
+		rc = insert_fmt_extent(s, o, fe);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* One changed range of @o: punch it, insert what maps it now. */
+static int load_range(struct coil_store *s, struct object *o,
+		      struct fmt_cursor *c, struct fmt_extent *fe)
+{
+	uint64_t lo, hi;
+	uint32_t n;
+	int rc;
+
+	if (fmt_delta_get_range(c, &lo, &hi, &n) < 0)
+		return -EIO;
+	if (lo < hi) {
+		rc = meta_apply_punch(s, o, lo, hi);
+		if (rc < 0)
+			return rc;
+	}
+	for (uint32_t k = 0; k < n; k++) {
+		if (fmt_cursor_get_extent(c, fe) < 0)
+			return -EIO;
+		rc = insert_fmt_extent(s, o, fe);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* Apply one verified delta (ckpt_deltas_walk's callback). */
+static int delta_apply(void *arg, const struct fmt_ckpt_delta *h,
+		       const uint8_t *payload)
+{
+	struct delta_load *dl = arg;
+	struct coil_store *s = dl->s;
+	struct fmt_cursor c;
+	struct object *o;
+	uint64_t id, size;
+	uint32_t nr;
+	int rc;
+
+	fmt_cursor_init_ro(&c, payload, h->payload_len);
+	for (uint32_t i = 0; i < h->n_records; i++) {
+		switch (fmt_delta_get_kind(&c)) {
+		case FMT_DREC_OBJ:
+			rc = load_whole_obj(s, &c, dl->fe, true);
+			if (rc < 0)
+				return rc;
+			break;
+		case FMT_DREC_RANGES:
+			if (fmt_delta_get_ranges(&c, &id, &size, &nr) < 0)
+				return -EIO;
+			o = objtab_find_id(s, id);
+			if (!o || size > ENGINE_OBJ_SIZE_MAX)
+				return -EIO;
+			for (uint32_t k = 0; k < nr; k++) {
+				rc = load_range(s, o, &c, dl->fe);
+				if (rc < 0)
+					return rc;
+			}
+			o->size = size;
+			break;
+		case FMT_DREC_GONE:
+			if (fmt_delta_get_gone(&c, &id) < 0)
+				return -EIO;
+			/* an object created and removed between two
+			 * checkpoints was never in one */
+			o = objtab_find_id(s, id);
+			if (o)
+				meta_apply_remove(s, o);
+			break;
+		default:
+			return -EIO;
+		}
+	}
+	if (fmt_cursor_remaining(&c) != 0)
+		return -EIO;
+	s->applied_end_lin = h->replay_off;
+	s->applied_next_seq = h->replay_seq;
+	if (h->next_obj_id > s->next_obj_id)
+		s->next_obj_id = h->next_obj_id;
+	return 0;
+}
+
+/* The deltas after the base just loaded.  A chain that does not verify
+ * whole fails the open (-EIO), unless this is a salvage open: then the
+ * deltas before the first bad one are applied and replay starts after the
+ * last of them. */
+static int ckpt_load_deltas(struct coil_store *s, struct fmt_extent *fe)
+{
+	struct fmt_super sb = s->sb;
+	struct delta_load dl = { s, fe };
+	uint64_t end, last;
+	uint8_t *buf = NULL;
+	int rc, n;
+
+	if (!(sb.incompat & FMT_INCOMPAT_CKPT_DELTA))
+		return 0;
+	if (posix_memalign((void **)&buf, 4096, sb.delta_bytes))
+		return -ENOMEM;
+	rc = store_io_big(s, URING_OP_READ, buf, sb.delta_bytes,
+			  sb.ckpt_off[sb.ckpt_slot] +
+			  COIL_ALIGN_UP(sb.ckpt_bytes, FMT_BLOCK));
+	if (rc < 0)
+		goto out;
+	/* the whole chain verifies before any of it is applied */
+	n = fmt_delta_chain_walk(&sb, buf, sb.delta_bytes, NULL, NULL, &end,
+				 &last);
+	if (n != (int)sb.delta_count || end != sb.delta_bytes ||
+	    last != sb.delta_csum) {
+		rc = -EIO;
+		if (!s->salvage)
+			goto out;
+		salvage_note(s, "delta checkpoint %d of %u after checkpoint "
+			     "(sequence %" PRIu64 ") does not verify: the %d "
+			     "before it were used", n + 1, sb.delta_count,
+			     sb.ckpt_seq, n);
+		sb.delta_count = (uint32_t)n;
+	}
+	rc = fmt_delta_chain_walk(&sb, buf, end, delta_apply, &dl, &end, &last);
+	if (rc >= 0)
+		rc = rc == (int)sb.delta_count ? 0 : -EIO;
+	if (rc == 0 && sb.delta_count != s->sb.delta_count) {
+		/* salvage: replay from the last delta applied */
+		s->sb.replay_off = s->applied_end_lin;
+		s->sb.replay_seq = s->applied_next_seq;
+	}
+out:
+	free(buf);
+	return rc;
+}
+
 int ckpt_load(struct coil_store *s)
 {
 	uint8_t *buf = NULL;
@@ -148,31 +317,9 @@ int ckpt_load(struct coil_store *s)
 		s->segs[i].live = 0; /* recomputed from the extents */
 	}
 	for (uint64_t i = 0; i < h.n_objects; i++) {
-		struct fmt_ckpt_obj co;
-		struct object *o;
-
-		if (fmt_ckpt_get_obj(&c, &co) < 0)
-			goto out;
-		if (co.size > ENGINE_OBJ_SIZE_MAX ||
-		    memchr(co.name, 0, co.name_len) ||
-		    objtab_find_id(s, co.obj_id) ||
-		    objtab_find_name(s, co.name, co.name_len))
-			goto out;
-		rc = objtab_add(s, co.obj_id, co.name, co.name_len, &o);
+		rc = load_whole_obj(s, &c, fe, false);
 		if (rc < 0)
 			goto out;
-		rc = -EIO;
-		o->size = co.size;
-		for (uint32_t k = 0; k < co.n_extents; k++) {
-			int r2;
-			if (fmt_cursor_get_extent(&c, fe) < 0)
-				goto out;
-			r2 = insert_fmt_extent(s, o, fe);
-			if (r2 < 0) {
-				rc = r2;
-				goto out;
-			}
-		}
 	}
 	if (h.next_obj_id > s->next_obj_id)
 		s->next_obj_id = h.next_obj_id;
@@ -180,7 +327,12 @@ int ckpt_load(struct coil_store *s)
 		s->next_obj_id = 1;
 	s->applied_end_lin = h.replay_off;
 	s->applied_next_seq = h.replay_seq;
-	rc = 0;
+	rc = ckpt_load_deltas(s, fe);
+	/* What was loaded is on disk: only changes from here (replay, then
+	 * the session) go into the next delta.  A salvage open's first
+	 * checkpoint is whole. */
+	objtab_dirty_reset(s);
+	s->ck_base_next = s->salvage;
 out:
 	free(fe);
 	free(buf);

@@ -12,6 +12,7 @@ struct coil_store;
 /* Load the checkpoint the superblock names into the object table and the
  * segment table.  @return 0, -EIO (corrupt), -ENOMEM. */
 int ckpt_load(struct coil_store *s);
+
 /* Apply the journal's records after the checkpoint's replay point.
  * @return 0, -EIO, -ENOMEM. */
 int replay_journal(struct coil_store *s);

@@ -47,9 +47,86 @@ void salvage_note(struct coil_store *s, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* The base checkpoint @sb names, and with @deltas the chain after it. */
+static int base_verify(struct coil_store *s, const struct fmt_super *sb,
+		       bool deltas);
+
 int ckpt_verify(struct coil_store *s, const struct fmt_super *sb)
 {
-	uint64_t total;
+	return base_verify(s, sb, true);
+}
+
+/* The deltas that follow the base @sb names in its area, as far as they
+ * link to it and verify: *@sb then names them, and replays after the last.
+ * Used when no superblock names them.  @return 0 or -ENOMEM. */
+static int find_deltas(struct coil_store *s, struct fmt_super *sb)
+{
+	uint64_t area = sb->ckpt_off[sb->ckpt_slot];
+	uint64_t start = COIL_ALIGN_UP(sb->ckpt_bytes, FMT_BLOCK);
+	uint64_t pos = start, prev = sb->ckpt_csum;
+	uint8_t *buf = NULL;
+	size_t cap = 0;
+	int rc = 0;
+
+	for (uint32_t i = 1; pos + FMT_BLOCK <= sb->ckpt_len; i++) {
+		struct fmt_ckpt_delta h;
+		uint64_t len;
+
+		if (cap < FMT_BLOCK) {
+			if (posix_memalign((void **)&buf, 4096, FMT_BLOCK)) {
+				rc = -ENOMEM;
+				break;
+			}
+			cap = FMT_BLOCK;
+		}
+		if (store_io_sync(s, URING_OP_READ, buf, FMT_BLOCK,
+				  area + pos) < 0 ||
+		    fmt_delta_decode(&h, buf, FMT_BLOCK) < 0 ||
+		    h.store_id != fmt_super_store_id(sb) ||
+		    h.base_seq != sb->ckpt_seq || h.index != i ||
+		    h.prev_csum != prev || h.replay_off >= sb->journal_len)
+			break;
+		len = COIL_ALIGN_UP(FMT_DELTA_HDR + h.payload_len, FMT_BLOCK);
+		if (len > sb->ckpt_len - pos)
+			break;
+		if (len > cap) {
+			free(buf);
+			buf = NULL;
+			cap = 0;
+			if (posix_memalign((void **)&buf, 4096, len)) {
+				rc = -ENOMEM;
+				break;
+			}
+			cap = len;
+		}
+		if (store_io_big(s, URING_OP_READ, buf, len, area + pos) < 0 ||
+		    fmt_csum(buf + FMT_DELTA_HDR, h.payload_len) !=
+			    h.payload_csum ||
+		    fmt_delta_payload_check(&h, buf + FMT_DELTA_HDR,
+					    h.payload_len) < 0)
+			break;
+		pos += len;
+		prev = h.csum;
+		sb->incompat |= FMT_INCOMPAT_CKPT_DELTA;
+		sb->delta_count = i;
+		sb->delta_bytes = pos - start;
+		sb->delta_csum = h.csum;
+		sb->replay_off = h.replay_off;
+		sb->replay_seq = h.replay_seq;
+		/* a growing store may have grown after its base */
+		if ((sb->incompat & FMT_INCOMPAT_GROW) &&
+		    h.segment_count > sb->segment_count &&
+		    h.segment_count <= fmt_super_seg_capacity(sb))
+			sb->segment_count = h.segment_count;
+	}
+	free(buf);
+	return rc;
+}
+
+static int base_verify(struct coil_store *s, const struct fmt_super *sb,
+		       bool deltas)
+{
+	uint64_t total, chain;
 	struct fmt_ckpt h;
 	uint8_t *buf = NULL;
 	int rc;
@@ -58,20 +135,25 @@ int ckpt_verify(struct coil_store *s, const struct fmt_super *sb)
 	    sb->ckpt_bytes > sb->ckpt_len)
 		return -EIO;
 	total = COIL_ALIGN_UP(sb->ckpt_bytes, FMT_BLOCK);
-	if (posix_memalign((void **)&buf, 4096, total))
+	/* the base and the deltas after it (none without the bit) */
+	chain = deltas ? sb->delta_bytes : 0;
+	if (posix_memalign((void **)&buf, 4096, total + chain))
 		return -ENOMEM;
-	rc = store_io_big(s, URING_OP_READ, buf, total,
+	rc = store_io_big(s, URING_OP_READ, buf, total + chain,
 			  sb->ckpt_off[sb->ckpt_slot]);
+	/* A growing store's count may rise after the checkpoint was
+	 * written (the next superblock write records growth). */
 	if (rc == 0 && (fmt_ckpt_block_csum(buf) != sb->ckpt_csum ||
 			fmt_ckpt_decode(&h, buf, FMT_BLOCK) < 0 ||
 			h.store_id != fmt_super_store_id(sb) ||
 			h.seq != sb->ckpt_seq ||
 			FMT_BLOCK + h.payload_len != sb->ckpt_bytes ||
-			h.segment_count != sb->segment_count ||
+			h.segment_count > sb->segment_count ||
 			fmt_ckpt_verify_payload(&h, buf + FMT_BLOCK,
 						h.payload_len) < 0 ||
 			fmt_ckpt_payload_check(&h, buf + FMT_BLOCK,
-					       h.payload_len) < 0))
+					       h.payload_len) < 0 ||
+			(deltas && !fmt_delta_chain_whole(sb, buf + total))))
 		rc = -EIO;
 	free(buf);
 	return rc;
@@ -88,6 +170,10 @@ static void point_at(struct fmt_super *sb, uint32_t slot, const uint8_t *blk,
 	sb->ckpt_csum = fmt_ckpt_block_csum(blk);
 	sb->replay_off = h->replay_off;
 	sb->replay_seq = h->replay_seq;
+	/* a base found this way is used alone */
+	sb->delta_bytes = sb->delta_csum = 0;
+	sb->delta_count = 0;
+	sb->incompat &= ~FMT_INCOMPAT_CKPT_DELTA;
 }
 
 /* The store id as a uuid's first 8 bytes (fmt_super_store_id's reading). */
@@ -273,8 +359,11 @@ int salvage_super(struct coil_store *s, uint64_t size)
 		point_at(&sb, sb.ckpt_off[0] == c[i].off ? 0 : 1, c[i].blk,
 			 &c[i].h);
 		sb.seq = 1;
-		if (ckpt_verify(s, &sb) < 0)
+		if (base_verify(s, &sb, false) < 0)
 			continue;
+		rc = find_deltas(s, &sb);
+		if (rc < 0)
+			goto out;
 		s->sb = sb;
 		s->store_id = c[i].h.store_id;
 		salvage_note(s, "both superblock copies are damaged: layout "
@@ -311,7 +400,9 @@ static int other_ckpt(struct coil_store *s, uint32_t slot,
 	if (rc == 0) {
 		*sb = s->sb;
 		point_at(sb, slot, blk, &h);
-		rc = ckpt_verify(s, sb);
+		rc = base_verify(s, sb, false);
+		if (rc == 0)
+			rc = find_deltas(s, sb);
 	}
 	free(blk);
 	return rc < 0 && rc != -ENOMEM ? -EIO : rc;
@@ -365,7 +456,9 @@ int salvage_ckpt(struct coil_store *s)
 
 	if (s->sb.ckpt_slot == FMT_CKPT_SLOT_NONE)
 		return 0;
-	rc = ckpt_verify(s, &s->sb);
+	/* The base alone: a chain after it that does not verify whole is
+	 * cut at its first bad delta by ckpt_load. */
+	rc = base_verify(s, &s->sb, false);
 	if (rc == 0 || rc == -ENOMEM)
 		return rc;
 	other = s->sb.ckpt_slot ? 0 : 1;

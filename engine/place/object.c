@@ -39,8 +39,121 @@ int objtab_init(struct coil_store *s)
 static void object_free(struct coil_store *s, struct object *o)
 {
 	extmap_destroy(&o->map, o->removed ? NULL : seg_drop_live, s);
+	free(o->range);
 	free(o->name);
 	free(o);
+}
+
+/* ---- what changed since the last checkpoint ------------------------------ */
+
+/* A change to @o: its id joins the list the next delta walks. */
+static void dirty_note(struct coil_store *s, struct object *o)
+{
+	if (o->dirty != OBJ_CLEAN)
+		return;
+	if (s->ndirty == s->capdirty) {
+		size_t cap = s->capdirty ? 2 * s->capdirty : 256;
+		uint64_t *p = realloc(s->dirty_ids, cap * sizeof(*p));
+
+		if (!p) {
+			s->ck_base_next = true;
+			return;
+		}
+		s->dirty_ids = p;
+		s->capdirty = cap;
+	}
+	s->dirty_ids[s->ndirty++] = o->id;
+}
+
+static void dirty_all(struct coil_store *s, struct object *o)
+{
+	dirty_note(s, o);
+	o->dirty = OBJ_DIRTY_ALL;
+	free(o->range);
+	o->range = NULL;
+	o->nrange = o->caprange = 0;
+}
+
+static int range_cmp(const void *a, const void *b)
+{
+	const struct obj_range *x = a, *y = b;
+
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+uint32_t obj_dirty_normalize(struct object *o)
+{
+	uint32_t n = 0;
+
+	if (o->nrange < 2)
+		return o->nrange;
+	qsort(o->range, o->nrange, sizeof(*o->range), range_cmp);
+	for (uint32_t i = 1; i < o->nrange; i++) {
+		if (o->range[i].lo <= o->range[n].hi) {
+			if (o->range[i].hi > o->range[n].hi)
+				o->range[n].hi = o->range[i].hi;
+		} else {
+			o->range[++n] = o->range[i];
+		}
+	}
+	o->nrange = n + 1;
+	return o->nrange;
+}
+
+void obj_dirty_range(struct coil_store *s, struct object *o, uint64_t lo,
+		     uint64_t hi)
+{
+	struct obj_range *last;
+
+	if (o->dirty == OBJ_DIRTY_ALL)
+		return;
+	dirty_note(s, o);
+	o->dirty = OBJ_DIRTY_RANGES;
+	/* Sequential writes extend the last range. */
+	last = o->nrange ? &o->range[o->nrange - 1] : NULL;
+	if (last && lo <= last->hi && hi >= last->lo) {
+		last->lo = COIL_MIN(last->lo, lo);
+		last->hi = COIL_MAX(last->hi, hi);
+		return;
+	}
+	if (o->nrange == o->caprange) {
+		/* Merge first; grow only if that left the array 3/4 full,
+		 * so it holds at most twice the distinct ranges. */
+		if (o->caprange == 0 ||
+		    obj_dirty_normalize(o) > o->caprange / 4 * 3) {
+			uint32_t cap = o->caprange ? 2 * o->caprange : 4;
+			struct obj_range *p = realloc(o->range,
+						      cap * sizeof(*p));
+
+			if (!p) {
+				dirty_all(s, o);
+				return;
+			}
+			o->range = p;
+			o->caprange = cap;
+		}
+	}
+	o->range[o->nrange++] = (struct obj_range){ lo, hi };
+}
+
+void obj_dirty_clear(struct object *o)
+{
+	o->dirty = OBJ_CLEAN;
+	o->nrange = 0;
+	if (o->caprange > 64) {
+		free(o->range);
+		o->range = NULL;
+		o->caprange = 0;
+	}
+}
+
+void objtab_dirty_reset(struct coil_store *s)
+{
+	for (uint32_t b = 0; b < s->tab_cap; b++)
+		for (struct object *o = s->by_id[b]; o; o = o->id_next)
+			obj_dirty_clear(o);
+	s->ndirty = 0;
+	s->ck_base_next = false;
 }
 
 void objtab_destroy(struct coil_store *s)
@@ -59,6 +172,9 @@ void objtab_destroy(struct coil_store *s)
 	free(s->by_name);
 	free(s->by_id);
 	s->by_name = s->by_id = NULL;
+	free(s->dirty_ids);
+	s->dirty_ids = NULL;
+	s->ndirty = s->capdirty = 0;
 }
 
 static void tab_grow(struct coil_store *s)
@@ -153,6 +269,7 @@ int objtab_add(struct coil_store *s, uint64_t id, const char *name,
 	s->name_bytes += len;
 	if (id >= s->next_obj_id)
 		s->next_obj_id = id + 1;
+	dirty_all(s, o);
 	*out = o;
 	return 0;
 }
@@ -165,6 +282,10 @@ void objtab_unlink(struct coil_store *s, struct object *o,
 	struct object **pp;
 
 	COIL_ASSERT(!o->removed);
+	/* the next delta finds its id gone */
+	dirty_note(s, o);
+	obj_dirty_clear(o);
+	o->dirty = OBJ_DIRTY_ALL; /* no more notes for it */
 	pp = &s->by_name[name_hash(o->name, o->name_len) & (s->tab_cap - 1)];
 	while (*pp != o)
 		pp = &(*pp)->name_next;

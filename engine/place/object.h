@@ -12,6 +12,14 @@
 struct coil_store;
 struct jent;
 
+/* What changed in an object since the last checkpoint (log/ckpt.c writes
+ * only that in a delta).  Under mlock. */
+enum obj_dirty { OBJ_CLEAN = 0, OBJ_DIRTY_RANGES, OBJ_DIRTY_ALL };
+
+struct obj_range {
+	uint64_t lo, hi;
+};
+
 struct object {
 	uint64_t id;
 	uint64_t size;
@@ -28,6 +36,12 @@ struct object {
 	struct jent *turn_parked; /* encoded writes waiting for theirs */
 	struct object *name_next;
 	struct object *id_next;
+	/* OBJ_DIRTY_RANGES: the byte ranges whose extents changed (and the
+	 * size, which a delta always records), unsorted, merged when the
+	 * array fills (obj_dirty_range) and when a delta is taken. */
+	uint8_t dirty;
+	uint32_t nrange, caprange;
+	struct obj_range *range;
 };
 
 int objtab_init(struct coil_store *s);
@@ -43,5 +57,23 @@ int objtab_add(struct coil_store *s, uint64_t id, const char *name,
 void objtab_unlink(struct coil_store *s, struct object *o,
 		   extmap_drop_fn drop);
 void object_put(struct coil_store *s, struct object *o);
+
+/* ---- what changed since the last checkpoint ------------------------------
+ *
+ * Every change to an object's extents or size is reported here by the code
+ * that applies it (log/meta.c: writes, truncates, relocations, live and in
+ * replay); creates and removes by the table itself.  The store keeps the
+ * ids of changed objects (s->dirty_ids); a removed one is found missing when
+ * the delta is taken.  Running out of memory here is never an error: the
+ * next checkpoint is then a whole one (s->ck_base_next). */
+void obj_dirty_range(struct coil_store *s, struct object *o, uint64_t lo,
+		     uint64_t hi);
+/* Sort and merge @o's ranges; @return how many remain. */
+uint32_t obj_dirty_normalize(struct object *o);
+/* Forget @o's changes (a checkpoint has them). */
+void obj_dirty_clear(struct object *o);
+/* Forget every change of every object (after a whole checkpoint, or after
+ * loading one). */
+void objtab_dirty_reset(struct coil_store *s);
 
 #endif

@@ -1,5 +1,7 @@
 /* fuzz_ckpt — checkpoint header decode (raw and re-checksummed) and the
- * payload walk, with counts taken from the input so the walker is reached. */
+ * payload walk, with counts taken from the input so the walker is reached;
+ * the same for a delta checkpoint's header and records, and a chain walk
+ * over the input as the deltas after a base. */
 #include "fuzz_common.h"
 
 static uint8_t blk[FMT_BLOCK];
@@ -22,6 +24,44 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(fmt_ckpt_encode(&h, blk, sizeof(blk)) == FMT_BLOCK);
 		FUZZ_CHECK(memcmp(blk, hdr, sizeof(hdr)) == 0);
 		FUZZ_CHECK(fmt_ckpt_decode(&d, blk, sizeof(blk)) == 0);
+	}
+
+	/* A delta: header decode, raw and re-checksummed. */
+	struct fmt_ckpt_delta dh;
+	rc = fmt_delta_decode(&dh, data, size);
+	FUZZ_CHECK(rc == 0 || rc == -EIO || rc == -EINVAL);
+	if (rc == 0) {
+		rc = fmt_delta_payload_check(&dh, data + FMT_DELTA_HDR,
+					     size - FMT_DELTA_HDR);
+		FUZZ_CHECK(rc == 0 || rc == -EIO);
+	}
+	uint8_t dhdr[FMT_DELTA_HDR] = { 0 };
+	memcpy(dhdr, data, size < sizeof(dhdr) ? size : sizeof(dhdr));
+	coil_put_le64(dhdr + FMT_DELTA_CSUM_OFF, fmt_csum(dhdr, FMT_DELTA_CSUM_OFF));
+	if (fmt_delta_decode(&dh, dhdr, sizeof(dhdr)) == 0) {
+		uint8_t again[FMT_DELTA_HDR];
+		FUZZ_CHECK(fmt_delta_encode(&dh, again, sizeof(again)) == FMT_DELTA_HDR);
+		FUZZ_CHECK(memcmp(again, dhdr, sizeof(dhdr)) == 0);
+	}
+	/* Delta records with a count from the first byte. */
+	if (size >= 1) {
+		struct fmt_ckpt_delta r = {
+			.index = 1,
+			.n_records = data[0] % 8,
+			.payload_len = size - 1,
+		};
+		rc = fmt_delta_payload_check(&r, data + 1, size - 1);
+		FUZZ_CHECK(rc == 0 || rc == -EIO);
+	}
+	/* The input as a chain of deltas after a base. */
+	if (size >= 8) {
+		struct fmt_super sb = { 0 };
+		uint64_t end, last;
+		int n;
+		sb.delta_count = data[0] % 4 + 1;
+		sb.delta_bytes = size;
+		n = fmt_delta_chain_walk(&sb, data, size, NULL, NULL, &end, &last);
+		FUZZ_CHECK(n >= 0 && n <= (int)sb.delta_count && end <= size);
 	}
 
 	/* Small counts from the first bytes, the rest as the payload. */
