@@ -6,6 +6,7 @@
 #   tools/dev.sh test    deps + release (-Werror) + ASan/UBSan + fuzz, all suites
 #   tools/dev.sh demo    load a real corpus into a store and report what happened
 #   tools/dev.sh bench   the side-by-side benchmarks under perf/
+#   tools/dev.sh bench-meta  metadata cost against object/blob count (perf/bench_meta.py)
 #   tools/dev.sh sqlite-suite [FILE...]  SQLite's TCL tests, default VFS vs coil
 #   tools/dev.sh soak    the release suites with the crash/fault loops at full count
 #
@@ -323,6 +324,14 @@ cmd_bench() {
 	exec perf/bench.sh "$@"
 }
 
+# Metadata scale (not part of `bench` or `test`: the 10^6 sizes take long).
+# Sizes: BENCH_META_SIZES / BENCH_META_BLOBS (see perf/bench_meta.py).
+cmd_bench_meta() {
+	cmd_deps
+	build_release
+	BUILD=build/release PYTHONDONTWRITEBYTECODE=1 exec python3 perf/bench_meta.py "$@"
+}
+
 # --- sqlite-suite -----------------------------------------------------------
 
 # SQLite's own `testfixture`, built once from the Debian source of the
@@ -408,7 +417,7 @@ cmd_soak() {
 }
 
 usage() {
-	sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 case "${1:-}" in
@@ -417,6 +426,7 @@ build) cmd_deps; cmd_build ;;
 test) cmd_test ;;
 demo) shift; cmd_demo "$@" ;;
 bench) shift; cmd_bench "$@" ;;
+bench-meta) shift; cmd_bench_meta "$@" ;;
 sqlite-suite) shift; cmd_sqlite_suite "$@" ;;
 soak) cmd_soak ;;
 *) usage; exit 2 ;;
