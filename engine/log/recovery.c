@@ -103,6 +103,22 @@ struct delta_load {
 	struct fmt_extent *fe;
 };
 
+/* The next @n extents at @c into @o's map. */
+static int load_extents(struct coil_store *s, struct object *o,
+			struct fmt_cursor *c, struct fmt_extent *fe, uint32_t n)
+{
+	for (uint32_t k = 0; k < n; k++) {
+		int rc;
+
+		if (fmt_cursor_get_extent(c, fe) < 0)
+			return -EIO;
+		rc = insert_fmt_extent(s, o, fe);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
 /* An object whole, from a base or a delta's FMT_DREC_OBJ record (which
  * replaces one of the same id: @replace). */
 static int load_whole_obj(struct coil_store *s, struct fmt_cursor *c,
@@ -127,14 +143,7 @@ static int load_whole_obj(struct coil_store *s, struct fmt_cursor *c,
 	if (rc < 0)
 		return rc;
 	o->size = co.size;
-	for (uint32_t k = 0; k < co.n_extents; k++) {
-		if (fmt_cursor_get_extent(c, fe) < 0)
-			return -EIO;
-		rc = insert_fmt_extent(s, o, fe);
-		if (rc < 0)
-			return rc;
-	}
-	return 0;
+	return load_extents(s, o, c, fe, co.n_extents);
 }
 
 /* One changed range of @o: punch it, insert what maps it now. */
@@ -152,17 +161,10 @@ static int load_range(struct coil_store *s, struct object *o,
 		if (rc < 0)
 			return rc;
 	}
-	for (uint32_t k = 0; k < n; k++) {
-		if (fmt_cursor_get_extent(c, fe) < 0)
-			return -EIO;
-		rc = insert_fmt_extent(s, o, fe);
-		if (rc < 0)
-			return rc;
-	}
-	return 0;
+	return load_extents(s, o, c, fe, n);
 }
 
-/* Apply one verified delta (ckpt_deltas_walk's callback). */
+/* Apply one verified delta (fmt_delta_chain_walk's callback). */
 static int delta_apply(void *arg, const struct fmt_ckpt_delta *h,
 		       const uint8_t *payload)
 {
