@@ -140,3 +140,54 @@ Test(engine_extmap, middle_split_keeps_both_sides)
 	cr_assert_eq(e->off, 4096);
 	extmap_destroy(&m, NULL, NULL);
 }
+
+/* A map of one leaf sizes that leaf to its extents: it grows from two to a
+ * whole leaf, splits, shrinks back to nothing and starts again.  Inserts
+ * over everything mapped (the punch empties the lone leaf just before the
+ * insert needs one) and punches of everything come often. */
+Test(engine_extmap, small_maps_grow_split_and_empty, .timeout = 60)
+{
+	struct cell *model = calloc(SPAN, sizeof(*model));
+	struct extmap m;
+	uint64_t x = 7, inserted = 0, id = 1;
+	const uint32_t span = 96 * 64; /* up to 96 extents of 64 bytes */
+
+	extmap_init(&m, NULL);
+	dropped = 0;
+	for (int op = 0; op < 20000; op++) {
+		uint32_t off, len;
+
+		tu_xorshift(&x);
+		if (x % 13 == 0) {
+			/* everything mapped, shadowed by one extent */
+			off = 0;
+			len = span;
+		} else {
+			len = 1 + (uint32_t)(x % ((op / 1000) % 2 ? 64 : 700));
+			off = (uint32_t)((x >> 24) % (span - len + 1));
+		}
+		if (x % 17 == 0) {
+			uint32_t plen = (x >> 8) % 2 ? span : len;
+
+			cr_assert_eq(extmap_punch(&m, off, plen, drop, NULL), 0);
+			memset(&model[off], 0,
+			       COIL_MIN(plen, span - off) * sizeof(*model));
+		} else {
+			struct ext e = { off, len, 0, new_blob(len, id++) };
+
+			cr_assert_eq(extmap_insert(&m, &e, drop, NULL), 0);
+			for (uint32_t i = 0; i < len; i++) {
+				model[off + i].b = e.b;
+				model[off + i].boff = i;
+			}
+			inserted += len;
+		}
+		if (op % 97 == 0)
+			check(&m, model);
+	}
+	check(&m, model);
+	cr_assert_eq(inserted, dropped + m.bytes);
+	extmap_destroy(&m, drop, NULL);
+	cr_assert_eq(inserted, dropped);
+	free(model);
+}

@@ -12,6 +12,20 @@
  * fails half way: every allocation happens in extmap_reserve, before the map
  * is touched. */
 #define EXTMAP_SPARES 2
+/* The first leaf's capacity: a punch + insert adds at most two extents. */
+#define EXTMAP_LEAF_MIN 2
+
+static struct extmap_leaf *leaf_alloc(struct extmap_leaf *l, uint32_t cap)
+{
+	struct extmap_leaf *n = realloc(l, sizeof(*l) + cap * sizeof(l->e[0]));
+
+	if (!n)
+		return NULL;
+	if (!l)
+		n->n = 0;
+	n->cap = cap;
+	return n;
+}
 
 void extmap_init(struct extmap *m, struct extmap_acct *acct)
 {
@@ -81,11 +95,16 @@ static struct extmap_leaf **spares(struct extmap *m)
 	return m->leaf + m->cap;
 }
 
-/* The leaf array is allocated with EXTMAP_SPARES extra slots after cap. */
+/* The leaf array is allocated with EXTMAP_SPARES extra slots after cap.
+ * After it, the punch and insert ahead cannot need memory: a lone leaf has
+ * room for two more extents or is whole, and whole spares wait for any leaf
+ * that is whole to split. */
 static int extmap_reserve(struct extmap *m)
 {
+	bool whole;
+
 	if (m->nleaf + 2 > m->cap) {
-		uint32_t ncap = m->cap ? m->cap * 2 : 4;
+		uint32_t ncap = m->cap ? m->cap * 2 : 2;
 		struct extmap_leaf **nl;
 
 		while (ncap < m->nleaf + 2)
@@ -111,13 +130,36 @@ static int extmap_reserve(struct extmap *m)
 		m->key = nk;
 		m->cap = ncap;
 	}
-	for (int i = 0; i < EXTMAP_SPARES; i++) {
-		if (!spares(m)[i]) {
-			spares(m)[i] = malloc(sizeof(struct extmap_leaf));
-			if (!spares(m)[i])
+	if (m->nleaf == 0) {
+		/* the first extent's leaf, at its smallest */
+		if (!spares(m)[0] && !spares(m)[1]) {
+			spares(m)[0] = leaf_alloc(NULL, EXTMAP_LEAF_MIN);
+			if (!spares(m)[0])
 				return -ENOMEM;
-			spares(m)[i]->n = 0;
 		}
+		return 0;
+	}
+	if (m->nleaf == 1 && m->leaf[0]->cap < EXTMAP_LEAF_MAX &&
+	    m->leaf[0]->n + 2 > m->leaf[0]->cap) {
+		uint32_t cap = COIL_MAX(m->leaf[0]->cap * 2, m->leaf[0]->n + 2);
+		struct extmap_leaf *l;
+
+		l = leaf_alloc(m->leaf[0], COIL_MIN(cap, EXTMAP_LEAF_MAX));
+		if (!l)
+			return -ENOMEM;
+		m->leaf[0] = l;
+	}
+	whole = m->nleaf > 1 || m->leaf[0]->cap == EXTMAP_LEAF_MAX;
+	for (int i = 0; whole && i < EXTMAP_SPARES; i++) {
+		struct extmap_leaf *l = spares(m)[i];
+
+		if (l && l->cap == EXTMAP_LEAF_MAX)
+			continue;
+		l = leaf_alloc(l, EXTMAP_LEAF_MAX);
+		if (!l)
+			return -ENOMEM;
+		l->n = 0;
+		spares(m)[i] = l;
 	}
 	return 0;
 }
@@ -149,9 +191,19 @@ static void leaf_insert_at_top(struct extmap *m, uint32_t li,
 	m->nleaf++;
 }
 
+/* An emptied leaf is kept as a spare when a slot is free: a punch that
+ * empties a map of one small leaf (which has no spares) is followed by the
+ * insert that needs a leaf again. */
 static void leaf_remove_from_top(struct extmap *m, uint32_t li)
 {
-	free(m->leaf[li]);
+	int i = 0;
+
+	while (i < EXTMAP_SPARES && spares(m)[i])
+		i++;
+	if (i < EXTMAP_SPARES)
+		spares(m)[i] = m->leaf[li];
+	else
+		free(m->leaf[li]);
 	memmove(&m->leaf[li], &m->leaf[li + 1],
 		(m->nleaf - li - 1) * sizeof(m->leaf[0]));
 	memmove(&m->key[li], &m->key[li + 1],
@@ -179,10 +231,13 @@ static void put_at(struct extmap *m, uint32_t li, uint32_t i,
 		i = 0;
 	}
 	l = m->leaf[li];
-	if (l->n == EXTMAP_LEAF_MAX) {
+	if (l->n == l->cap) {
 		struct extmap_leaf *r = take_spare(m);
 		uint32_t half = EXTMAP_LEAF_MAX / 2;
 
+		/* only whole leaves split (extmap_reserve) */
+		COIL_ASSERT(l->cap == EXTMAP_LEAF_MAX &&
+			    r->cap == EXTMAP_LEAF_MAX);
 		memcpy(r->e, &l->e[half], (l->n - half) * sizeof(l->e[0]));
 		r->n = l->n - half;
 		l->n = half;

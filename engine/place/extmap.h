@@ -6,7 +6,9 @@
  * rewritten on disk (no foreground read-modify-write).  The map is a two-level
  * structure (a sorted array of leaves of up to EXTMAP_LEAF_MAX extents) so an
  * insert costs O(log n + leaf) instead of a memmove of the whole map: a 1 GiB
- * object overwritten in 4 KiB pieces holds 262144 extents.
+ * object overwritten in 4 KiB pieces holds 262144 extents.  A map of one
+ * leaf sizes that leaf to its extents (most objects of a store of small
+ * objects have one or two): a whole leaf is 1.5 KiB.
  *
  * Not thread-safe: the engine calls it under the store's metadata lock.
  */
@@ -29,7 +31,8 @@ struct ext {
 
 struct extmap_leaf {
 	uint32_t n;
-	struct ext e[EXTMAP_LEAF_MAX];
+	uint32_t cap;     /* EXTMAP_LEAF_MAX except in a map of one leaf */
+	struct ext e[];
 };
 
 /* Totals over every map that shares it (a store's): how many extents and
