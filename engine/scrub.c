@@ -61,7 +61,6 @@
 /* Findings coil_stats_json lists (the counts cover the rest). */
 #define SCRUB_JSON_FINDINGS 64u
 /* The longest journal chunk the committer writes (journal_init). */
-#define SCRUB_CHUNK_MAX (1u << 20)
 
 struct sitem {
 	struct object *o;
@@ -254,7 +253,7 @@ static int walk_journal(struct scrub *sc, struct spass *p, uint64_t pos,
 	uint8_t *chunk = NULL;
 	int rc = 0;
 
-	if (posix_memalign((void **)&chunk, 4096, SCRUB_CHUNK_MAX))
+	if (posix_memalign((void **)&chunk, 4096, REPLAY_CHUNK_BUF))
 		return -ENOMEM;
 	while (walked < want && !atomic_load(&sc->stopping)) {
 		struct fmt_jchunk h;
@@ -267,14 +266,13 @@ static int walk_journal(struct scrub *sc, struct spass *p, uint64_t pos,
 			rc = 1;
 			break;
 		}
-		if (at != pos)
-			walked += jlen - pos;
-		walked += (uint64_t)h.nblocks * FMT_BLOCK;
-		pos = at + (uint64_t)h.nblocks * FMT_BLOCK;
+		walked += (at >= pos ? at - pos : jlen - pos) +
+			  fmt_jchunk_len(&h);
+		pos = at + fmt_jchunk_len(&h);
 		if (pos >= jlen)
 			pos = 0;
 		seq++;
-		throttle(sc, p, (uint64_t)h.nblocks * FMT_BLOCK);
+		throttle(sc, p, fmt_jchunk_len(&h));
 	}
 	free(chunk);
 	return rc;

@@ -687,6 +687,9 @@ static int store_start(struct coil_store *s, const struct coil_options *o)
 		s->sb.version = FMT_SUPER_VERSION; /* feature words from now */
 	s->sb.incompat |= FMT_INCOMPAT_INLINE;
 	s->inline_ok = true;
+	/* Likewise sector chunks: every chunk from here on. */
+	s->sb.incompat |= FMT_INCOMPAT_JSECT;
+	s->jsect = true;
 	/* The recovered state becomes the new base: nothing written before
 	 * this point is needed from the journal again. */
 	rc = ckpt_write(s, false);

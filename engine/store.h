@@ -108,6 +108,9 @@ struct engine_stats {
 	_Atomic uint64_t ckpt_area_full; /* writes refused: checkpoint area full */
 	_Atomic uint64_t journal_waits;
 	_Atomic uint64_t replayed_chunks, replayed_records;
+	/* records replay applied over data that does not verify, in chunks a
+	 * later chunk shows were flushed: damage, not an unflushed tail */
+	_Atomic uint64_t replayed_damaged;
 	_Atomic uint64_t inline_encodes, inline_decodes;
 	_Atomic uint64_t read_splits;  /* joined reads that failed, read again
 					* blob by blob (read.c) */
@@ -188,6 +191,9 @@ struct coil_store {
 	uint32_t nhandles;       /* open handles */
 	uint64_t applied_end_lin;/* journal linear offset after the last applied chunk */
 	uint64_t applied_next_seq;
+	/* Every chunk up to this seq is durable (a device flush that covered
+	 * it completed); each new chunk carries it (fmt_jchunk.synced). */
+	_Atomic uint64_t j_synced;
 	/* the largest chunk end of any record applied: ahead of
 	 * applied_end_lin while a chunk is applied in part (its entries
 	 * apply as their data lands, and mlock is released in between) */
@@ -218,6 +224,16 @@ struct coil_store {
 				  * later cycle fails with it */
 	uint32_t chunk_cap;
 	uint64_t j_head_lin;     /* next chunk's linear offset */
+	/* Sector chunks (FMT_INCOMPAT_JSECT): a chunk may start in the block
+	 * the one before ended in, rewriting that block whole with its
+	 * earlier bytes, which are still in the buffer of the cycle that
+	 * wrote them (cyc[jtail_slot].buf + jtail_off holds the block at
+	 * jtail_lin, while jtail_ok).  Only when no cycle is in flight: then
+	 * nothing writes that buffer. */
+	bool jsect;
+	bool jtail_ok;
+	uint64_t jtail_lin;
+	uint32_t jtail_slot, jtail_off;
 	uint64_t j_tail_lin;     /* replay point of the durable checkpoint */
 	/* The last early wrap (a ring allocated in part wraps at its
 	 * allocated end): linear offset where the skipped bytes start, and

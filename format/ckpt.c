@@ -14,7 +14,7 @@ static const uint8_t ckpt_magic[4] = { 'C', 'C', 'K', 'P' };
  * header cannot make a reader reserve or loop for what is not there. */
 static int ckpt_valid(const struct fmt_ckpt *h)
 {
-	if (h->replay_off % FMT_BLOCK)
+	if (h->replay_off % FMT_JSECT)
 		return 0;
 	if (h->n_objects > h->payload_len / FMT_CKPT_OBJ_MIN)
 		return 0;
@@ -209,7 +209,7 @@ static const uint8_t delta_magic[4] = { 'C', 'C', 'K', 'D' };
 
 static int delta_valid(const struct fmt_ckpt_delta *h)
 {
-	return h->index != 0 && h->replay_off % FMT_BLOCK == 0 &&
+	return h->index != 0 && h->replay_off % FMT_JSECT == 0 &&
 	       h->n_records <= h->payload_len / FMT_DREC_MIN;
 }
 

@@ -197,8 +197,14 @@ static inline void fmt_cursor_get_bytes(struct fmt_cursor *c, void *dst, size_t 
  * while delta_count > 0.  A reader that ignored it would load the base
  * alone and replay from a journal point already released. */
 #define FMT_INCOMPAT_CKPT_DELTA 0x4ull
+/* incompat bit 3: journal chunks may start and end on any FMT_JSECT
+ * boundary (their length in sectors, header bytes 36..40) instead of whole
+ * blocks, so small records share a block.  A reader that ignored it would
+ * stop replay at the first such chunk and lose the synced writes after it. */
+#define FMT_INCOMPAT_JSECT 0x8ull
 #define FMT_INCOMPAT_KNOWN \
-	(FMT_INCOMPAT_GROW | FMT_INCOMPAT_INLINE | FMT_INCOMPAT_CKPT_DELTA)
+	(FMT_INCOMPAT_GROW | FMT_INCOMPAT_INLINE | FMT_INCOMPAT_CKPT_DELTA | \
+	 FMT_INCOMPAT_JSECT)
 #define FMT_COMPAT_KNOWN 0x0ull
 /* fmt_super_decode: a superblock that is intact (checksum) but needs a
  * feature or version this code does not know.  The same value as the
@@ -380,14 +386,30 @@ int fmt_blob_verify_sectors(const struct fmt_blob *b, uint32_t first_sector,
 /* ---- journal ------------------------------------------------------------- */
 
 #define FMT_JCHUNK_HDR 64u
+/* The unit of a sector chunk's length and position (FMT_INCOMPAT_JSECT). */
+#define FMT_JSECT 512u
 
+/* A chunk's length is given in blocks (stores before FMT_INCOMPAT_JSECT) or
+ * in sectors: exactly one of nblocks and nsect is nonzero. */
 struct fmt_jchunk {
 	uint64_t store_id, seq;
-	uint32_t nblocks;      /* chunk bytes / BLOCK, >= 1 */
-	uint32_t payload_len;  /* <= nblocks * BLOCK - 64 */
+	uint32_t nblocks;      /* chunk bytes / BLOCK, or 0 */
+	uint32_t nsect;        /* chunk bytes / FMT_JSECT, or 0 */
+	uint32_t payload_len;  /* <= chunk bytes - 64 */
 	uint32_t nrec;
 	uint64_t payload_csum; /* fmt_csum of the payload_len payload bytes */
+	/* Every chunk up to this seq was durable (a device flush covering it
+	 * had completed) when this one was written; 0: none known.  Below
+	 * seq.  Replay uses it to tell damage from an unflushed tail. */
+	uint64_t synced;
 };
+
+/* The chunk's length in bytes. */
+static inline uint64_t fmt_jchunk_len(const struct fmt_jchunk *h)
+{
+	return h->nsect ? (uint64_t)h->nsect * FMT_JSECT :
+			  (uint64_t)h->nblocks * FMT_BLOCK;
+}
 
 /* Writes the 64-byte header.  @return FMT_JCHUNK_HDR, -EINVAL. */
 int fmt_jchunk_encode(const struct fmt_jchunk *h, uint8_t *buf, size_t len);
@@ -399,10 +421,12 @@ int fmt_jchunk_decode(struct fmt_jchunk *h, const uint8_t *buf, size_t len);
 int fmt_jchunk_verify_payload(const struct fmt_jchunk *h, const uint8_t *payload, size_t len);
 /* Finish a chunk built in place: records were appended at
  * chunk + FMT_JCHUNK_HDR (payload_len bytes, nrec records).  Zero-pads to a
- * BLOCK multiple, computes the payload checksum, writes the header.
- * @return chunk bytes (multiple of BLOCK), -ENOSPC if cap is too small. */
+ * multiple of @align (FMT_JSECT or FMT_BLOCK), computes the payload
+ * checksum, writes the header (length in sectors).
+ * @return chunk bytes, -ENOSPC if cap is too small, -EINVAL. */
 int fmt_jchunk_seal(uint8_t *chunk, size_t cap, uint64_t store_id, uint64_t seq,
-		    uint32_t payload_len, uint32_t nrec);
+		    uint64_t synced, uint32_t payload_len, uint32_t nrec,
+		    uint32_t align);
 
 enum fmt_jrec_type {
 	FMT_JREC_CREATE = 1,

@@ -26,9 +26,11 @@ uint64_t fmt_jrec_csum(const uint8_t *hdr, const uint8_t *body, size_t len)
 
 static int jchunk_valid(const struct fmt_jchunk *h)
 {
-	if (h->nblocks == 0)
+	if ((h->nblocks == 0) == (h->nsect == 0))
 		return 0;
-	if ((uint64_t)h->payload_len > (uint64_t)h->nblocks * FMT_BLOCK - FMT_JCHUNK_HDR)
+	if ((uint64_t)h->payload_len > fmt_jchunk_len(h) - FMT_JCHUNK_HDR)
+		return 0;
+	if (h->synced && h->synced >= h->seq)
 		return 0;
 	/* Every record has a 16-byte header: a count the payload cannot hold
 	 * is a lie, caught before anyone loops on it. */
@@ -49,7 +51,9 @@ int fmt_jchunk_encode(const struct fmt_jchunk *h, uint8_t *buf, size_t len)
 	coil_put_le32(buf + 24, h->nblocks);
 	coil_put_le32(buf + 28, h->payload_len);
 	coil_put_le32(buf + 32, h->nrec);
+	coil_put_le32(buf + 36, h->nsect);
 	coil_put_le64(buf + 40, h->payload_csum);
+	coil_put_le64(buf + 48, h->synced);
 	coil_put_le64(buf + 56, fmt_csum(buf, 56));
 	return FMT_JCHUNK_HDR;
 }
@@ -62,7 +66,7 @@ int fmt_jchunk_decode(struct fmt_jchunk *h, const uint8_t *buf, size_t len)
 		return -EIO;
 	if (coil_get_le64(buf + 56) != fmt_csum(buf, 56))
 		return -EIO;
-	if (!fmt_all_zero(buf + 6, 2) || !fmt_all_zero(buf + 36, 4) || !fmt_all_zero(buf + 48, 8))
+	if (!fmt_all_zero(buf + 6, 2))
 		return -EIO;
 	struct fmt_jchunk t = {
 		.store_id = coil_get_le64(buf + 8),
@@ -70,7 +74,9 @@ int fmt_jchunk_decode(struct fmt_jchunk *h, const uint8_t *buf, size_t len)
 		.nblocks = coil_get_le32(buf + 24),
 		.payload_len = coil_get_le32(buf + 28),
 		.nrec = coil_get_le32(buf + 32),
+		.nsect = coil_get_le32(buf + 36),
 		.payload_csum = coil_get_le64(buf + 40),
+		.synced = coil_get_le64(buf + 48),
 	};
 	if (!jchunk_valid(&t))
 		return -EIO;
@@ -86,11 +92,12 @@ int fmt_jchunk_verify_payload(const struct fmt_jchunk *h, const uint8_t *payload
 }
 
 int fmt_jchunk_seal(uint8_t *chunk, size_t cap, uint64_t store_id, uint64_t seq,
-		    uint32_t payload_len, uint32_t nrec)
+		    uint64_t synced, uint32_t payload_len, uint32_t nrec,
+		    uint32_t align)
 {
-	if (!chunk)
+	if (!chunk || (align != FMT_JSECT && align != FMT_BLOCK))
 		return -EINVAL;
-	uint64_t total = COIL_ALIGN_UP((uint64_t)FMT_JCHUNK_HDR + payload_len, FMT_BLOCK);
+	uint64_t total = COIL_ALIGN_UP((uint64_t)FMT_JCHUNK_HDR + payload_len, align);
 	if (total > INT32_MAX)
 		return -EINVAL;
 	if (cap < total)
@@ -100,7 +107,8 @@ int fmt_jchunk_seal(uint8_t *chunk, size_t cap, uint64_t store_id, uint64_t seq,
 	struct fmt_jchunk h = {
 		.store_id = store_id,
 		.seq = seq,
-		.nblocks = (uint32_t)(total / FMT_BLOCK),
+		.synced = synced,
+		.nsect = (uint32_t)(total / FMT_JSECT),
 		.payload_len = payload_len,
 		.nrec = nrec,
 		.payload_csum = fmt_csum(payload, payload_len),

@@ -79,7 +79,10 @@ static int super_valid(const struct fmt_super *sb)
 	if (sb->ckpt_slot != FMT_CKPT_SLOT_NONE &&
 	    (sb->ckpt_bytes < FMT_BLOCK || sb->ckpt_bytes > sb->ckpt_len))
 		return 0;
-	if (sb->replay_off % FMT_BLOCK || sb->replay_off >= sb->journal_len)
+	/* Chunks start on sectors only in stores that say so. */
+	if (sb->replay_off % ((sb->incompat & FMT_INCOMPAT_JSECT) ? FMT_JSECT :
+								  FMT_BLOCK) ||
+	    sb->replay_off >= sb->journal_len)
 		return 0;
 	/* Deltas: named exactly while the bit says so, BLOCK multiples of
 	 * at least a BLOCK each, inside the area after the base. */

@@ -97,7 +97,7 @@ Test(format_journal, round_trip_every_record_type)
 	uint32_t nrec;
 	size_t n = build_payload(chunk + FMT_JCHUNK_HDR, CHUNK_CAP - FMT_JCHUNK_HDR, &nrec);
 	memset(chunk + FMT_JCHUNK_HDR + n, 0xee, 64);
-	int total = fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 1234, (uint32_t)n, nrec);
+	int total = fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 1234, 0, (uint32_t)n, nrec, FMT_BLOCK);
 	cr_assert_eq(total, (int)COIL_ALIGN_UP(FMT_JCHUNK_HDR + n, FMT_BLOCK));
 	for (int i = FMT_JCHUNK_HDR + (int)n; i < total; i++)
 		cr_assert_eq(chunk[i], 0, "padding is zero");
@@ -107,7 +107,9 @@ Test(format_journal, round_trip_every_record_type)
 	cr_assert_eq(fmt_jchunk_decode(&h, chunk, (size_t)total), 0);
 	cr_assert_eq(h.store_id, STORE);
 	cr_assert_eq(h.seq, 1234);
-	cr_assert_eq(h.nblocks, (uint32_t)total / FMT_BLOCK);
+	cr_assert_eq(h.nsect, (uint32_t)total / FMT_JSECT);
+	cr_assert_eq(h.nblocks, 0);
+	cr_assert_eq(fmt_jchunk_len(&h), (uint64_t)total);
 	cr_assert_eq(h.payload_len, n);
 	cr_assert_eq(h.nrec, 7);
 	cr_assert_eq(fmt_jchunk_verify_payload(&h, chunk + FMT_JCHUNK_HDR, (size_t)total - 64), 0);
@@ -181,7 +183,7 @@ Test(format_journal, chunk_header_flips_and_truncation)
 {
 	uint32_t nrec;
 	size_t n = build_payload(chunk + FMT_JCHUNK_HDR, CHUNK_CAP - FMT_JCHUNK_HDR, &nrec);
-	int total = fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 1, (uint32_t)n, nrec);
+	int total = fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 1, 0, (uint32_t)n, nrec, FMT_BLOCK);
 	cr_assert_gt(total, 0);
 	struct fmt_jchunk h;
 	for (unsigned i = 0; i < FMT_JCHUNK_HDR; i++) {
@@ -203,7 +205,7 @@ static void jchunk_patch_rejected(unsigned off, unsigned width, uint32_t v)
 	struct fmt_jchunk h;
 	uint32_t nrec;
 	size_t n = build_payload(chunk + FMT_JCHUNK_HDR, CHUNK_CAP - FMT_JCHUNK_HDR, &nrec);
-	cr_assert_gt(fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 1, (uint32_t)n, nrec), 0);
+	cr_assert_gt(fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 1, 0, (uint32_t)n, nrec, FMT_BLOCK), 0);
 	if (width == 2)
 		coil_put_le16(chunk + off, (uint16_t)v);
 	else
@@ -216,13 +218,13 @@ Test(format_journal, chunk_header_fields_checked)
 {
 	jchunk_patch_rejected(4, 2, 2);               /* unknown version */
 	jchunk_patch_rejected(4, 2, 0);
-	jchunk_patch_rejected(24, 4, 0);              /* nblocks 0 */
+	jchunk_patch_rejected(36, 4, 0);              /* no length at all */
+	jchunk_patch_rejected(24, 4, 1);              /* blocks beside sectors */
 	jchunk_patch_rejected(28, 4, FMT_BLOCK);      /* payload longer than one block can hold */
 	jchunk_patch_rejected(28, 4, UINT32_MAX);
 	jchunk_patch_rejected(32, 4, UINT32_MAX);     /* nrec the payload cannot hold */
 	jchunk_patch_rejected(6, 2, 1);               /* reserved bytes */
-	jchunk_patch_rejected(36, 4, 1u << 31);
-	jchunk_patch_rejected(48, 4, 1);
+	jchunk_patch_rejected(48, 4, 1);              /* synced not below seq (1) */
 	jchunk_patch_rejected(52, 4, 1u << 24);
 	struct fmt_jchunk h = { .nblocks = 1, .payload_len = FMT_BLOCK - 63 };
 	cr_assert_eq(fmt_jchunk_encode(&h, chunk, CHUNK_CAP), -EINVAL);
@@ -231,16 +233,40 @@ Test(format_journal, chunk_header_fields_checked)
 	cr_assert_eq(fmt_jchunk_encode(&h, chunk, FMT_JCHUNK_HDR - 1), -EINVAL);
 	h.nblocks = 0;
 	cr_assert_eq(fmt_jchunk_encode(&h, chunk, CHUNK_CAP), -EINVAL);
+	/* a length in sectors instead */
+	h.nsect = 1;
+	cr_assert_eq(fmt_jchunk_encode(&h, chunk, CHUNK_CAP), -EINVAL);
+	h.payload_len = FMT_JSECT - 64;
+	cr_assert_eq(fmt_jchunk_encode(&h, chunk, CHUNK_CAP), FMT_JCHUNK_HDR);
+	struct fmt_jchunk t;
+	cr_assert_eq(fmt_jchunk_decode(&t, chunk, FMT_JCHUNK_HDR), 0);
+	cr_assert_eq(t.nsect, 1);
+	cr_assert_eq(t.nblocks, 0);
+	cr_assert_eq(fmt_jchunk_len(&t), FMT_JSECT);
 }
 
 Test(format_journal, seal_bounds)
 {
 	/* exactly one block, then one byte more */
-	cr_assert_eq(fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 1, FMT_BLOCK - 64, 0), FMT_BLOCK);
-	cr_assert_eq(fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 1, FMT_BLOCK - 63, 0), 2 * FMT_BLOCK);
-	cr_assert_eq(fmt_jchunk_seal(chunk, FMT_BLOCK, STORE, 1, FMT_BLOCK - 63, 0), -ENOSPC);
-	cr_assert_eq(fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 1, 0, 0), FMT_BLOCK);
-	cr_assert_eq(fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 1, 10, 1), -EINVAL);
+	cr_assert_eq(fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 1, 0, FMT_BLOCK - 64, 0, FMT_BLOCK), FMT_BLOCK);
+	cr_assert_eq(fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 1, 0, FMT_BLOCK - 63, 0, FMT_BLOCK), 2 * FMT_BLOCK);
+	cr_assert_eq(fmt_jchunk_seal(chunk, FMT_BLOCK, STORE, 1, 0, FMT_BLOCK - 63, 0, FMT_BLOCK), -ENOSPC);
+	cr_assert_eq(fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 1, 0, 0, 0, FMT_BLOCK), FMT_BLOCK);
+	cr_assert_eq(fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 1, 0, 10, 1, FMT_BLOCK), -EINVAL);
+	/* sector chunks: the same edges at 512 bytes, the length in sectors */
+	cr_assert_eq(fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 1, 0, FMT_JSECT - 64, 0, FMT_JSECT), FMT_JSECT);
+	cr_assert_eq(fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 1, 0, FMT_JSECT - 63, 0, FMT_JSECT), 2 * FMT_JSECT);
+	struct fmt_jchunk h;
+	cr_assert_eq(fmt_jchunk_decode(&h, chunk, CHUNK_CAP), 0);
+	cr_assert_eq(h.nsect, 2);
+	cr_assert_eq(h.nblocks, 0);
+	cr_assert_eq(fmt_jchunk_verify_payload(&h, chunk + FMT_JCHUNK_HDR, 2 * FMT_JSECT - 64), 0);
+	cr_assert_eq(fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 1, 0, 0, 0, 1024), -EINVAL);
+	/* what was durable when the chunk was written rides in its header */
+	cr_assert_gt(fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 10, 9, 0, 0, FMT_JSECT), 0);
+	cr_assert_eq(fmt_jchunk_decode(&h, chunk, CHUNK_CAP), 0);
+	cr_assert_eq(h.synced, 9);
+	cr_assert_lt(fmt_jchunk_seal(chunk, CHUNK_CAP, STORE, 10, 10, 0, 0, FMT_JSECT), 0);
 }
 
 Test(format_journal, every_payload_byte_flipped)

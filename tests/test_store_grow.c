@@ -197,7 +197,7 @@ Test(store_grow, starts_small_grows_and_reopens, .timeout = 120)
 	read_supers(path, &a, &b, raw);
 	cr_assert_eq(a.version, FMT_SUPER_VERSION);
 	cr_assert_eq(a.incompat & ~FMT_INCOMPAT_CKPT_DELTA,
-		     FMT_INCOMPAT_GROW | FMT_INCOMPAT_INLINE);
+		     FMT_INCOMPAT_GROW | FMT_INCOMPAT_INLINE | FMT_INCOMPAT_JSECT);
 	cr_assert_eq(COIL_MAX(a.seq, b.seq) == a.seq ? a.segment_count :
 		     b.segment_count, n1);
 
@@ -246,6 +246,11 @@ static void to_version1(uint8_t *p)
 {
 	coil_put_le32(p + 8, FMT_SUPER_VERSION_V1);
 	memset(p + 160, 0, 16);
+	/* An earlier coil's chunks ended on blocks.  After the clean close
+	 * nothing follows the replay point, at the sector it is or at the
+	 * next block. */
+	coil_put_le64(p + 144, COIL_ALIGN_UP(coil_get_le64(p + 144), FMT_BLOCK) %
+				       coil_get_le64(p + 56));
 }
 
 Test(store_grow, version1_store_opens, .timeout = 120)
@@ -291,7 +296,8 @@ Test(store_grow, version1_store_opens, .timeout = 120)
 	cr_assert_eq(s->sb.version, FMT_SUPER_VERSION);
 	/* and its first checkpoint, a delta after the base it loaded */
 	cr_assert_eq(s->sb.incompat,
-		     FMT_INCOMPAT_INLINE | FMT_INCOMPAT_CKPT_DELTA);
+		     FMT_INCOMPAT_INLINE | FMT_INCOMPAT_CKPT_DELTA |
+			     FMT_INCOMPAT_JSECT);
 	cr_assert(!s->grows, "a version 1 store keeps its fixed count");
 	cr_assert_eq(s->nseg, n);
 	check(s, "a", 4 * MiB, 5);

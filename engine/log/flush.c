@@ -44,6 +44,7 @@ struct flushq {
 	struct flush_waiter *group;   /* covered by the one in flight */
 	uint32_t out;                 /* taken from the pool */
 	uint32_t fsyncs;              /* in flight, <= FLUSH_FSYNCS_MAX */
+	uint64_t mark;                /* its chunks: journal_sync_mark */
 	struct uring_io io;
 };
 
@@ -85,12 +86,13 @@ void flush_destroy(struct coil_store *s)
 
 static void fsync_group_done(struct uring_io *io, int res);
 
-static uint64_t retired_ticket(struct coil_store *s)
+static uint64_t retired_ticket(struct coil_store *s, uint64_t *mark)
 {
 	uint64_t t;
 
 	pthread_mutex_lock(&s->jlock); /* q->mu -> jlock: the lock order */
 	t = s->retired_ticket;
+	*mark = journal_sync_mark_locked(s);
 	pthread_mutex_unlock(&s->jlock);
 	return t;
 }
@@ -104,12 +106,12 @@ static uint64_t retired_ticket(struct coil_store *s)
  * held.  @return whether a group was started. */
 static bool group_start(struct coil_store *s, struct flushq *q)
 {
-	uint64_t done;
+	uint64_t done, mark;
 	struct flush_waiter **pp = &q->next;
 
 	if (q->fsyncs >= FLUSH_FSYNCS_MAX || !q->next)
 		return false;
-	done = retired_ticket(s);
+	done = retired_ticket(s, &mark);
 	if (q->next->ticket > done)
 		return false;
 	while (*pp && (*pp)->ticket <= done)
@@ -121,6 +123,7 @@ static bool group_start(struct coil_store *s, struct flushq *q)
 	if (!q->next)
 		q->next_tail = &q->next;
 	q->fsyncs++;
+	q->mark = mark;
 	stat_max(&s->st.flush_fsyncs_inflight_max, q->fsyncs);
 	stat_add(&s->st.fsyncs, 1);
 	uring_io_prep(&q->io, URING_OP_FSYNC, NULL, 0, 0, fsync_group_done, s);
@@ -176,6 +179,8 @@ static void fsync_group_done(struct uring_io *io, int res)
 		pthread_mutex_unlock(&s->jlock);
 	}
 	pthread_mutex_lock(&q->mu);
+	if (res == 0)
+		journal_synced(s, q->mark);
 	fw = q->group;
 	q->group = NULL;
 	COIL_ASSERT(q->fsyncs > 0);

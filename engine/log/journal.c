@@ -45,11 +45,25 @@ int journal_init(struct coil_store *s)
 	s->chunk_cap = (uint32_t)COIL_ALIGN_DOWN(cap, FMT_BLOCK);
 	for (uint32_t i = 0; i < ENGINE_JCYCLES; i++) {
 		s->cyc[i].s = s;
-		if (posix_memalign((void **)&s->cyc[i].chunk, 4096,
-				   s->chunk_cap))
+		if (posix_memalign((void **)&s->cyc[i].buf, 4096,
+				   s->chunk_cap + 2 * FMT_BLOCK))
 			return -ENOMEM;
 	}
 	return flush_init(s);
+}
+
+uint64_t journal_sync_mark_locked(const struct coil_store *s)
+{
+	return s->applied_next_seq ? s->applied_next_seq - 1 : 0;
+}
+
+void journal_synced(struct coil_store *s, uint64_t mark)
+{
+	uint64_t cur = atomic_load(&s->j_synced);
+
+	while (cur < mark &&
+	       !atomic_compare_exchange_weak(&s->j_synced, &cur, mark))
+		;
 }
 
 void journal_destroy(struct coil_store *s)
@@ -58,8 +72,8 @@ void journal_destroy(struct coil_store *s)
 	free(s->jslot);
 	s->jslot = NULL;
 	for (uint32_t i = 0; i < ENGINE_JCYCLES; i++) {
-		free(s->cyc[i].chunk);
-		s->cyc[i].chunk = NULL;
+		free(s->cyc[i].buf);
+		s->cyc[i].buf = NULL;
 	}
 }
 
@@ -426,6 +440,8 @@ static void retire_ready(struct coil_store *s)
 			if (c->sync_issued)
 				break;  /* fsync_done comes back here */
 			c->sync_issued = true;
+			c->sync_mark = c->chunk_len ? c->chunk_seq :
+				       journal_sync_mark_locked(s);
 			pthread_mutex_unlock(&s->jlock);
 			stat_add(&s->st.fsyncs, 1);
 			uring_io_prep(&c->fio, URING_OP_FSYNC, NULL, 0, 0,
@@ -464,6 +480,8 @@ static void fsync_done(struct uring_io *io, int res)
 
 	if (res < 0)
 		store_break(s, res);
+	else
+		journal_synced(s, c->sync_mark);
 	pthread_mutex_lock(&s->jlock);
 	if (res < 0)
 		c->res = res;
@@ -477,7 +495,7 @@ static void chunk_written(struct uring_io *io, int res)
 	struct jcycle *c = io->arg;
 	struct coil_store *s = c->s;
 
-	if (res >= 0 && (uint32_t)res != c->chunk_len)
+	if (res >= 0 && (uint32_t)res != c->io_len)
 		res = -EIO;
 	if (res < 0) {
 		/* A journal write that failed leaves the tail of the journal
@@ -489,7 +507,12 @@ static void chunk_written(struct uring_io *io, int res)
 	}
 	stat_add(&s->st.chunks, 1);
 	stat_add(&s->st.chunk_bytes, c->chunk_len);
-	stat_add(&s->st.dev_bytes_written, c->chunk_len);
+	/* A block written again to add a chunk to it reaches the device once
+	 * per page-cache writeback, not once per chunk: through the page
+	 * cache only its new blocks count. */
+	stat_add(&s->st.dev_bytes_written,
+		 c->io_len - ((c->jio.flags & URING_IO_BUFFERED) && c->pre ?
+				      FMT_BLOCK : 0));
 	cycle_finish(c, 0);
 }
 
@@ -555,8 +578,11 @@ static void cycle_take(struct coil_store *s, struct jcycle *c, uint64_t t,
 static void cycle_write(struct coil_store *s, struct jcycle *c, uint32_t nrec)
 {
 	uint64_t size = FMT_JCHUNK_HDR;
+	uint64_t synced = COIL_MIN(atomic_load(&s->j_synced), c->chunk_seq - 1);
+	uint32_t end;
 	int rc;
 
+	c->chunk = c->buf + c->pre;
 	for (struct jent *e = c->first; e; e = e->next) {
 		if (!e->in_chunk)
 			continue;
@@ -564,11 +590,15 @@ static void cycle_write(struct coil_store *s, struct jcycle *c, uint32_t nrec)
 		size += e->rec_len;
 	}
 	rc = fmt_jchunk_seal(c->chunk, s->chunk_cap, s->store_id, c->chunk_seq,
-			     (uint32_t)(size - FMT_JCHUNK_HDR), nrec);
+			     synced, (uint32_t)(size - FMT_JCHUNK_HDR), nrec,
+			     s->jsect ? FMT_JSECT : FMT_BLOCK);
 	COIL_ASSERT(rc == (int)c->chunk_len);
+	end = c->pre + c->chunk_len;
+	memset(c->buf + end, 0, c->io_len - end);
 	stat_add(&s->st.records, nrec);
-	uring_io_prep(&c->jio, URING_OP_WRITE, c->chunk, c->chunk_len,
-		      s->sb.journal_off + c->chunk_lin % s->sb.journal_len,
+	uring_io_prep(&c->jio, URING_OP_WRITE, c->buf, c->io_len,
+		      s->sb.journal_off +
+			      (c->chunk_lin - c->pre) % s->sb.journal_len,
 		      chunk_written, c);
 	/* Through the page cache: a chunk is complete once the kernel holds
 	 * it, which survives the process (kill -9) and is the contract of a
@@ -610,7 +640,8 @@ static void cycle_write(struct coil_store *s, struct jcycle *c, uint32_t nrec)
 static bool cycle_start(struct coil_store *s)
 {
 	uint64_t t, size = 0, jlen = s->sb.journal_len, pos, waste = 0;
-	uint32_t nrec = 0, chunk_len = 0;
+	uint64_t head = s->j_head_lin;
+	uint32_t nrec = 0, chunk_len = 0, pre = 0;
 	bool sync = false;
 	struct jcycle *c;
 
@@ -643,19 +674,36 @@ static bool cycle_start(struct coil_store *s)
 		sync = false;
 	}
 	if (nrec) {
-		chunk_len = (uint32_t)COIL_ALIGN_UP(size, FMT_BLOCK);
-		pos = s->j_head_lin % jlen;
+		head = s->j_head_lin;
+		chunk_len = (uint32_t)COIL_ALIGN_UP(size, s->jsect ? FMT_JSECT :
+								     FMT_BLOCK);
+		/* Starting inside a block means writing that block again whole:
+		 * only with its earlier bytes at hand and no other write of it
+		 * in flight (two writes of one block could land in either
+		 * order).  Otherwise the chunk starts at the next block, where
+		 * replay looks next. */
+		if (head % FMT_BLOCK) {
+			if (s->cyc_n == 0 && s->jtail_ok &&
+			    s->jtail_lin == COIL_ALIGN_DOWN(head, FMT_BLOCK))
+				pre = (uint32_t)(head % FMT_BLOCK);
+			else
+				head = COIL_ALIGN_UP(head, FMT_BLOCK);
+		}
+		pos = head % jlen;
 		/* Past the allocated part of the ring the file has holes a
 		 * write would need space for: wrap there as at the end (replay
 		 * finds no chunk with the expected seq and looks at offset 0,
 		 * docs/format.md "Journal"). */
-		if (pos + chunk_len > COIL_MIN(jlen, s->j_alloc))
+		if (pos + chunk_len > COIL_MIN(jlen, s->j_alloc)) {
 			waste = jlen - pos;
-		if (s->j_head_lin + waste + chunk_len - s->j_tail_lin > jlen) {
-			/* Journal full: wait (do not fail) for the
-			 * checkpoint to release it; it kicks us again.
-			 * Feedback loop: journal -> ckpt_trigger ->
-			 * checkpoint frees the journal -> journal_kick. */
+			pre = 0;
+		}
+		/* Journal full (up to the end of the last block written, which
+		 * is zero-padded): wait (do not fail) for the checkpoint to
+		 * release it; it kicks us again.  Feedback loop: journal ->
+		 * ckpt_trigger -> checkpoint frees the journal -> journal_kick. */
+		if (COIL_ALIGN_UP(head + waste + chunk_len, FMT_BLOCK) -
+			    s->j_tail_lin > jlen) {
 			if (!s->jwait_space)
 				stat_add(&s->st.journal_waits, 1);
 			s->jwait_space = true;
@@ -683,12 +731,25 @@ static bool cycle_start(struct coil_store *s)
 		if (s->cyc_n > 1)
 			stat_add(&s->st.chunks_overlapped, 1);
 		if (waste) {
-			s->j_wrap_lin = s->j_head_lin;
+			s->j_wrap_lin = head;
 			s->j_wrap_len = waste;
 		}
-		c->chunk_lin = s->j_head_lin + waste;
+		c->chunk_lin = head + waste;
 		c->chunk_seq = s->j_next_seq++;
+		c->pre = pre;
+		c->io_len = (uint32_t)COIL_ALIGN_UP(pre + chunk_len, FMT_BLOCK);
+		/* The block this chunk shares with the one before: its
+		 * earlier bytes again, unchanged, from that cycle's buffer
+		 * (it has retired: no cycle was in flight). */
+		if (pre)
+			memmove(c->buf, s->cyc[s->jtail_slot].buf + s->jtail_off,
+			       pre);
 		s->j_head_lin = c->chunk_lin + chunk_len;
+		s->jtail_ok = s->j_head_lin % FMT_BLOCK != 0;
+		s->jtail_lin = COIL_ALIGN_DOWN(s->j_head_lin, FMT_BLOCK);
+		s->jtail_slot = (uint32_t)(c - s->cyc);
+		s->jtail_off = (uint32_t)COIL_ALIGN_DOWN(pre + chunk_len,
+							 FMT_BLOCK);
 	}
 	pthread_mutex_unlock(&s->jlock);
 

@@ -93,16 +93,25 @@ struct jcycle {
 	bool done;              /* the chunk write finished (res) */
 	bool sync_issued, synced;
 	int res;
-	uint8_t *chunk;         /* chunk_cap bytes, 4 KiB aligned */
+	uint8_t *buf;           /* chunk_cap + 2 blocks, 4 KiB aligned */
+	uint8_t *chunk;         /* the chunk, at buf + pre */
+	uint32_t pre;           /* bytes of the shared block before the chunk */
+	uint32_t io_len;        /* whole blocks written, from chunk_lin - pre */
 	uint32_t chunk_len;     /* 0: nothing to write (a NOP carries it) */
 	uint64_t chunk_lin;     /* linear journal offset of the chunk */
 	uint64_t chunk_seq;
 	bool now;               /* written and completed by its owner's thread */
+	uint64_t sync_mark;     /* chunks its fdatasync makes durable: up to */
 	struct uring_io jio;
 	struct uring_io fio;
 };
 
 int journal_init(struct coil_store *s);
+/* The seq up to which a device flush issued now covers every chunk (the
+ * chunks retired so far).  jlock held. */
+uint64_t journal_sync_mark_locked(const struct coil_store *s);
+/* A device flush issued with @mark completed. */
+void journal_synced(struct coil_store *s, uint64_t mark);
 void journal_destroy(struct coil_store *s);
 /* Take the next ticket now: create and remove (with mlock held, so the
  * memory change and the ticket are one step) and the cleaner's relocations.

@@ -343,9 +343,6 @@ out:
 
 /* ---- replay ------------------------------------------------------------- */
 
-/* The committer never writes a chunk larger than this (journal_init). */
-#define REPLAY_CHUNK_MAX (1u << 20)
-
 struct replay {
 	struct coil_store *s;
 	ZSTD_DCtx *dctx;
@@ -353,7 +350,46 @@ struct replay {
 	uint8_t *dec;     /* decode scratch */
 	size_t io_cap;
 	struct fmt_extent fe;
+	/* the chunk being applied, and where the one after it would be */
+	uint64_t seq, next_pos;
+	/* the largest fmt_jchunk.synced of the chunks after the first one
+	 * that needed it (ahead_done) */
+	bool ahead_done;
+	uint64_t ahead_synced;
 };
+
+/* Was the chunk being applied flushed?  A later chunk of the chain says so
+ * (its synced field), and a chunk carries only a seq below its own: the
+ * largest over every chunk after the first one asked about answers for
+ * each one after it too.  Read once, on the first damaged record. */
+static bool replay_chunk_flushed(struct replay *rp)
+{
+	struct coil_store *s = rp->s;
+	uint64_t pos = rp->next_pos, seq = rp->seq + 1;
+	uint64_t jlen = s->sb.journal_len;
+	uint8_t *buf = NULL;
+
+	if (!rp->ahead_done) {
+		rp->ahead_done = true;
+		if (posix_memalign((void **)&buf, 4096, REPLAY_CHUNK_BUF))
+			return false;
+		/* Bounded: one chunk of the ring per pass, in sequence. */
+		for (;;) {
+			struct fmt_jchunk h;
+			uint64_t at;
+
+			if (replay_read_chunk(s, buf, pos, seq, &h, &at) <= 0)
+				break;
+			rp->ahead_synced = COIL_MAX(rp->ahead_synced, h.synced);
+			pos = at + fmt_jchunk_len(&h);
+			if (pos >= jlen)
+				pos = 0;
+			seq++;
+		}
+		free(buf);
+	}
+	return rp->ahead_synced >= rp->seq;
+}
 
 /* Read a blob and check every checksum its descriptor carries.
  * @return 0 verified, 1 it does not (replay stops there), or a negative
@@ -470,10 +506,18 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r)
 			}
 			v = replay_verify_blob(rp, &rp->fe.blob);
 
-			/* A salvage open applies the record anyway (unless
-			 * the blob lies outside the data area): a read of its
-			 * bytes then fails with -EIO and is reported, where
-			 * stopping would silently drop every later write. */
+			/* Data that does not verify under a record that was
+			 * flushed is damage, not a write cut short by a
+			 * power loss: the record applies (a read of those
+			 * bytes fails with -EIO and the scrub names it)
+			 * rather than stopping replay and losing every later
+			 * write.  A salvage open does the same for any record
+			 * whose blob lies inside the data area. */
+			if (v == 1 && blob_in_bounds(s, &rp->fe.blob) == 0 &&
+			    !s->salvage && replay_chunk_flushed(rp)) {
+				stat_add(&s->st.replayed_damaged, 1);
+				continue;
+			}
 			if (v != 0 && s->salvage &&
 			    blob_in_bounds(s, &rp->fe.blob) == 0) {
 				stat_add(&s->salvage_unverified, 1);
@@ -508,42 +552,50 @@ int replay_read_chunk(struct coil_store *s, uint8_t *chunk,
 			     uint64_t pos, uint64_t seq, struct fmt_jchunk *h,
 			     uint64_t *at)
 {
-	uint64_t jlen = s->sb.journal_len;
+	uint64_t jlen = s->sb.journal_len, tries[3], base = 0, skip = 0, end;
+	uint64_t len = 0;
+	int ntries = 0, rc;
 	bool ok = false;
-	int rc;
 
-	*at = pos;
-	for (int attempt = 0; attempt < 2 && !ok; attempt++) {
-		if (attempt == 1) {
-			if (*at == 0)
-				break;
-			*at = 0; /* a chunk that did not fit wrapped */
-		}
-		if (*at + FMT_BLOCK > jlen)
+	tries[ntries++] = pos;
+	if (pos % FMT_BLOCK)
+		tries[ntries++] = COIL_ALIGN_UP(pos, FMT_BLOCK);
+	if (pos)
+		tries[ntries++] = 0; /* a chunk that did not fit wrapped */
+	for (int i = 0; i < ntries && !ok; i++) {
+		*at = tries[i];
+		base = COIL_ALIGN_DOWN(*at, FMT_BLOCK);
+		skip = *at - base;
+		if (base + FMT_BLOCK > jlen)
 			continue;
+		/* Whole blocks, whatever the sector a chunk starts at: a
+		 * direct read of the store needs them. */
 		rc = store_io_sync(s, URING_OP_READ, chunk, FMT_BLOCK,
-				   s->sb.journal_off + *at);
+				   s->sb.journal_off + base);
 		if (rc < 0)
 			return rc;
-		if (fmt_jchunk_decode(h, chunk, FMT_BLOCK) < 0 ||
-		    h->store_id != s->store_id || h->seq != seq ||
-		    *at + (uint64_t)h->nblocks * FMT_BLOCK > jlen ||
-		    (uint64_t)h->nblocks * FMT_BLOCK > REPLAY_CHUNK_MAX)
+		if (fmt_jchunk_decode(h, chunk + skip, FMT_BLOCK - skip) < 0 ||
+		    h->store_id != s->store_id || h->seq != seq)
+			continue;
+		len = fmt_jchunk_len(h);
+		if (*at + len > jlen || len > REPLAY_CHUNK_MAX)
 			continue;
 		ok = true;
 	}
 	if (!ok)
 		return 0;
-	if (h->nblocks > 1) {
+	end = COIL_ALIGN_UP(*at + len, FMT_BLOCK);
+	if (end - base > FMT_BLOCK) {
 		rc = store_io_big(s, URING_OP_READ, chunk + FMT_BLOCK,
-				  (uint64_t)(h->nblocks - 1) * FMT_BLOCK,
-				  s->sb.journal_off + *at + FMT_BLOCK);
+				  end - base - FMT_BLOCK,
+				  s->sb.journal_off + base + FMT_BLOCK);
 		if (rc < 0)
 			return rc;
 	}
+	if (skip)
+		memmove(chunk, chunk + skip, len);
 	if (fmt_jchunk_verify_payload(h, chunk + FMT_JCHUNK_HDR,
-				      (size_t)h->nblocks * FMT_BLOCK -
-					      FMT_JCHUNK_HDR) < 0)
+				      len - FMT_JCHUNK_HDR) < 0)
 		return 0;
 	return 1;
 }
@@ -588,7 +640,7 @@ int replay_journal(struct coil_store *s)
 	if (posix_memalign((void **)&rp->io, 4096, rp->io_cap))
 		rp->io = NULL;
 	rp->dec = malloc(FMT_BLOB_MAX);
-	if (posix_memalign((void **)&chunk, 4096, REPLAY_CHUNK_MAX))
+	if (posix_memalign((void **)&chunk, 4096, REPLAY_CHUNK_BUF))
 		chunk = NULL;
 	if (!rp->dctx || !rp->io || !rp->dec || !chunk) {
 		rc = -ENOMEM;
@@ -610,12 +662,12 @@ int replay_journal(struct coil_store *s)
 			break;
 		/* The chunk is consumed from here on, even if a record in it
 		 * stops replay: new chunks go after it. */
-		if (at != pos)
-			lin += jlen - pos;
-		lin += (uint64_t)h.nblocks * FMT_BLOCK;
-		pos = at + (uint64_t)h.nblocks * FMT_BLOCK;
+		lin += (at >= pos ? at - pos : jlen - pos) + fmt_jchunk_len(&h);
+		pos = at + fmt_jchunk_len(&h);
 		if (pos >= jlen)
 			pos = 0;
+		rp->seq = seq;
+		rp->next_pos = pos;
 		seq++;
 		stat_add(&s->st.replayed_chunks, 1);
 		rc = replay_chunk_records(rp, chunk, &h);

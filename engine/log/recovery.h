@@ -17,11 +17,17 @@ int ckpt_load(struct coil_store *s);
  * @return 0, -EIO, -ENOMEM. */
 int replay_journal(struct coil_store *s);
 struct fmt_jchunk;
-/* Read the chunk with sequence @seq at journal offset @pos, or at 0 when
- * it did not fit before the end and wrapped (also the scrub's walk of the
- * journal in use).  @chunk: 1 MiB, aligned.  @return 1 (found: *@h, *@at,
- * its blocks in @chunk, payload verified), 0 (none: the journal ends), or
- * -errno of a read. */
+/* The committer never writes a chunk larger than this (journal_init). */
+#define REPLAY_CHUNK_MAX (1u << 20)
+/* What replay_read_chunk needs: a chunk and the block parts around it. */
+#define REPLAY_CHUNK_BUF (REPLAY_CHUNK_MAX + 2 * FMT_BLOCK)
+/* Read the chunk with sequence @seq at journal offset @pos (the end of the
+ * one before), at the next block boundary (the writer did not share the
+ * block that one ended in), or at 0 when it did not fit before the end and
+ * wrapped.  Also the scrub's walk of the journal in use.  @chunk:
+ * REPLAY_CHUNK_BUF bytes, aligned.  @return 1 (found: *@h, *@at, the chunk
+ * at the start of @chunk, payload verified), 0 (none: the journal ends),
+ * or -errno of a read. */
 int replay_read_chunk(struct coil_store *s, uint8_t *chunk, uint64_t pos,
 		      uint64_t seq, struct fmt_jchunk *h, uint64_t *at);
 

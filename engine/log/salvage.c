@@ -421,10 +421,10 @@ static int oldest_chunk(struct coil_store *s)
 
 		if (store_io_sync(s, URING_OP_READ, buf, len,
 				  s->sb.journal_off + off) == 0) {
-			for (uint32_t b = 0; b < len; b += FMT_BLOCK) {
+			for (uint32_t b = 0; b < len; b += FMT_JSECT) {
 				struct fmt_jchunk h;
 
-				if (fmt_jchunk_decode(&h, buf + b, FMT_BLOCK) < 0 ||
+				if (fmt_jchunk_decode(&h, buf + b, len - b) < 0 ||
 				    h.store_id != s->store_id ||
 				    h.seq >= best_seq)
 					continue;

@@ -11,8 +11,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int rc = fmt_jchunk_decode(&h, data, size);
 	FUZZ_CHECK(rc == 0 || rc == -EIO || rc == -EINVAL);
 	if (rc == 0) {
-		FUZZ_CHECK(h.nblocks >= 1);
-		FUZZ_CHECK((uint64_t)h.payload_len + FMT_JCHUNK_HDR <= (uint64_t)h.nblocks * FMT_BLOCK);
+		FUZZ_CHECK((h.nblocks == 0) != (h.nsect == 0));
+		FUZZ_CHECK((uint64_t)h.payload_len + FMT_JCHUNK_HDR <= fmt_jchunk_len(&h));
 		rc = fmt_jchunk_verify_payload(&h, data + FMT_JCHUNK_HDR, size - FMT_JCHUNK_HDR);
 		FUZZ_CHECK(rc == 0 || rc == -EIO);
 	}
@@ -26,8 +26,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint8_t *p = buf + FMT_JCHUNK_HDR;
 	memcpy(p, data, n);
 	fuzz_fix_records(p, n);
-	int total = fmt_jchunk_seal(buf, sizeof(buf), 1, 2, (uint32_t)n, 0);
-	FUZZ_CHECK(total > 0 && total % FMT_BLOCK == 0);
+	int total = fmt_jchunk_seal(buf, sizeof(buf), 1, 2, 0, (uint32_t)n, 0,
+				    size & 1 ? FMT_JSECT : FMT_BLOCK);
+	FUZZ_CHECK(total > 0 && total % (size & 1 ? FMT_JSECT : FMT_BLOCK) == 0);
 	FUZZ_CHECK(fmt_jchunk_decode(&h, buf, (size_t)total) == 0);
 	FUZZ_CHECK(fmt_jchunk_verify_payload(&h, p, (size_t)total - FMT_JCHUNK_HDR) == 0);
 	(void)fuzz_walk_records(p, h.payload_len);

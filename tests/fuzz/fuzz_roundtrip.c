@@ -63,7 +63,7 @@ static void rt_jchunk(const uint8_t *d, size_t n)
 	FUZZ_CHECK(fmt_jchunk_encode(&h, out, sizeof(out)) == FMT_JCHUNK_HDR);
 	FUZZ_CHECK(fmt_jchunk_decode(&t, out, FMT_JCHUNK_HDR) == 0);
 	FUZZ_CHECK(t.seq == h.seq && t.payload_len == h.payload_len && t.nrec == h.nrec &&
-		   t.nblocks == h.nblocks && t.payload_csum == h.payload_csum);
+		   t.nblocks == h.nblocks && t.nsect == h.nsect && t.payload_csum == h.payload_csum);
 }
 
 /* Every record that decodes re-encodes, through the public encoders, to the

@@ -148,13 +148,13 @@ int main(int argc, char **argv)
 	fmt_jrec_put_write(&c, FMT_JREC_REMAP, 1, 19096, 3000, &ex[1], 1);
 	fmt_jrec_put_remove(&c, 1);
 	size_t plen = c.pos;
-	int total = fmt_jchunk_seal(buf, sizeof(buf), 0x5c5c5c5c5c5c5c5cull, 12, (uint32_t)plen, 6);
+	int total = fmt_jchunk_seal(buf, sizeof(buf), 0x5c5c5c5c5c5c5c5cull, 12, 0, (uint32_t)plen, 6, FMT_BLOCK);
 	put("journal", "all_types", buf, (size_t)total);
 	put_pre("roundtrip", "records", (const uint8_t *)"\x04", 1, p, plen);
 	put_pre("roundtrip", "jchunk", (const uint8_t *)"\x03", 1, buf, 56);
 	fmt_cursor_init(&c, p, sizeof(buf) - FMT_JCHUNK_HDR);
 	fmt_jrec_put_create(&c, 2, "x", 1);
-	total = fmt_jchunk_seal(buf, sizeof(buf), 0x5c5c5c5c5c5c5c5cull, 13, (uint32_t)c.pos, 1);
+	total = fmt_jchunk_seal(buf, sizeof(buf), 0x5c5c5c5c5c5c5c5cull, 13, 0, (uint32_t)c.pos, 1, FMT_BLOCK);
 	put("journal", "one_create", buf, (size_t)total);
 
 	/* checkpoint: header bytes then payload; and the 3-count-byte form */

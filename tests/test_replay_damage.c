@@ -1,0 +1,214 @@
+/* test_replay_damage: replay tells damaged data from an unflushed tail.
+ *
+ * A child process writes two objects and leaves without closing, so the
+ * next open replays their records.  Then one 4 KiB block of the first
+ * object's data is damaged in the store file:
+ * - when a flush covered that write (and a later chunk says so), the
+ *   damage is damage: replay applies the record and goes on; the damaged
+ *   block reads -EIO, the rest of that object and the object written after
+ *   it read back whole;
+ * - when no flush covered it, the same bytes are what a power cut leaves of
+ *   a write that never reached the device: replay ends there, and the
+ *   object written after it is not there (a prefix, never wrong bytes). */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "coil.h"
+#include "format/format.h"
+#include "tests/engine_test_util.h"
+
+#define BLOCKS 16 /* per write: 64 KiB, past the in-journal small writes */
+#define MARK 16
+#define DAMAGED 3 /* the block of the second write that is damaged */
+
+static void marked(uint8_t *p, int obj, int nblocks, uint64_t seed)
+{
+	et_fill(p, (size_t)nblocks * FMT_BLOCK, seed, 0);
+	for (int k = 0; k < nblocks; k++) {
+		memset(p + (size_t)k * FMT_BLOCK, 0, MARK);
+		snprintf((char *)p + (size_t)k * FMT_BLOCK, MARK, "RPLD%02d:%04d",
+			 obj, k);
+	}
+}
+
+static void put(coil_store *s, const char *name, const uint8_t *p,
+		size_t len, uint64_t off)
+{
+	coil_obj *h;
+
+	if (coil_obj_open(s, name, COIL_CREATE, &h) != 0 ||
+	    coil_pwrite(h, p, len, off) != (int64_t)len ||
+	    coil_obj_close(h) != 0)
+		_exit(3);
+}
+
+/* In a child: "a" (two writes), then "b"; a flush after each if @flush;
+ * then leave without closing. */
+static void child_writes(const char *path, const struct coil_options *o,
+			 const uint8_t *a, const uint8_t *b, bool flush)
+{
+	pid_t pid = fork();
+	int st;
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		coil_store *s;
+
+		if (coil_open(path, o, &s) != 0)
+			_exit(2);
+		put(s, "a", a, BLOCKS * FMT_BLOCK, 0);
+		put(s, "a", a + BLOCKS * FMT_BLOCK, BLOCKS * FMT_BLOCK,
+		    BLOCKS * FMT_BLOCK);
+		if (flush && coil_sync(s) != 0)
+			_exit(4);
+		put(s, "b", b, BLOCKS * FMT_BLOCK, 0);
+		if (flush && coil_sync(s) != 0)
+			_exit(4);
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
+}
+
+/* Damage the block of "a" that starts with the mark of block @k. */
+static void damage_block(const char *path, int k)
+{
+	char mark[MARK];
+	int fd = open(path, O_RDWR);
+	off_t size = lseek(fd, 0, SEEK_END);
+	uint8_t blk[FMT_BLOCK];
+	int found = 0;
+
+	cr_assert_geq(fd, 0);
+	memset(mark, 0, sizeof(mark));
+	snprintf(mark, sizeof(mark), "RPLD%02d:%04d", 0, k);
+	for (off_t off = 0; off < size; off += FMT_BLOCK) {
+		cr_assert_eq(pread(fd, blk, sizeof(blk), off), (ssize_t)sizeof(blk));
+		if (memcmp(blk, mark, MARK))
+			continue;
+		blk[100] ^= 0x5a;
+		cr_assert_eq(pwrite(fd, blk, sizeof(blk), off), (ssize_t)sizeof(blk));
+		found++;
+	}
+	cr_assert_eq(fsync(fd), 0);
+	close(fd);
+	cr_assert_eq(found, 1, "the block is in the store once");
+}
+
+static int64_t read_at(coil_store *s, const char *name, uint8_t *buf,
+		       size_t len, uint64_t off)
+{
+	coil_obj *h;
+	int64_t rc;
+	int orc = coil_obj_open(s, name, 0, &h);
+
+	if (orc < 0)
+		return orc;
+	rc = coil_pread(h, buf, len, off);
+	cr_assert_eq(coil_obj_close(h), 0);
+	return rc;
+}
+
+static void setup(char *path, size_t len, const char *tag,
+		  struct coil_options *o, uint8_t **a, uint8_t **b)
+{
+	coil_store *s;
+
+	et_path(path, len, tag);
+	et_opts(o, path);
+	o->compression = "none";
+	cr_assert_eq(coil_open(path, o, &s), 0);
+	cr_assert_eq(coil_close(s), 0);
+	o->flags &= ~COIL_CREATE;
+	*a = malloc(2 * BLOCKS * FMT_BLOCK);
+	*b = malloc(BLOCKS * FMT_BLOCK);
+	marked(*a, 0, 2 * BLOCKS, 11);
+	marked(*b, 1, BLOCKS, 12);
+}
+
+Test(replay_damage, flushed_data_damage_costs_its_range_only, .timeout = 120)
+{
+	struct coil_options o;
+	uint8_t *a, *b, *got = malloc(2 * BLOCKS * FMT_BLOCK);
+	char path[256], js[16384];
+	coil_store *s;
+
+	setup(path, sizeof(path), "replay-damage", &o, &a, &b);
+	child_writes(path, &o, a, b, true);
+	damage_block(path, BLOCKS + DAMAGED);
+
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
+	cr_assert_gt(json_u64(js, "\"journal\"", "replayed_records"), 0,
+		     "the writes came back through replay");
+	cr_assert_eq(json_u64(js, "\"journal\"", "replayed_damaged"), 1);
+	/* the damaged block: -EIO, never other bytes */
+	cr_assert_eq(read_at(s, "a", got, FMT_BLOCK,
+			     (uint64_t)(BLOCKS + DAMAGED) * FMT_BLOCK), -EIO);
+	/* the first write whole, and the blocks around the damaged one */
+	cr_assert_eq(read_at(s, "a", got, BLOCKS * FMT_BLOCK, 0),
+		     BLOCKS * FMT_BLOCK);
+	cr_assert_eq(memcmp(got, a, BLOCKS * FMT_BLOCK), 0);
+	for (int k = BLOCKS; k < 2 * BLOCKS; k++) {
+		int64_t rc = read_at(s, "a", got, FMT_BLOCK,
+				     (uint64_t)k * FMT_BLOCK);
+
+		if (k == BLOCKS + DAMAGED)
+			continue;
+		cr_assert_eq(rc, FMT_BLOCK, "block %d", k);
+		cr_assert_eq(memcmp(got, a + (size_t)k * FMT_BLOCK, FMT_BLOCK), 0);
+	}
+	/* the object written after it is all there */
+	cr_assert_eq(read_at(s, "b", got, BLOCKS * FMT_BLOCK, 0),
+		     BLOCKS * FMT_BLOCK);
+	cr_assert_eq(memcmp(got, b, BLOCKS * FMT_BLOCK), 0);
+	cr_assert_eq(coil_close(s), 0);
+
+	/* and stays so through the checkpoint that open and close wrote */
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(read_at(s, "a", got, FMT_BLOCK,
+			     (uint64_t)(BLOCKS + DAMAGED) * FMT_BLOCK), -EIO);
+	cr_assert_eq(read_at(s, "b", got, BLOCKS * FMT_BLOCK, 0),
+		     BLOCKS * FMT_BLOCK);
+	cr_assert_eq(memcmp(got, b, BLOCKS * FMT_BLOCK), 0);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+	free(a);
+	free(b);
+	free(got);
+}
+
+Test(replay_damage, unflushed_data_ends_replay, .timeout = 120)
+{
+	struct coil_options o;
+	uint8_t *a, *b, *got = malloc(2 * BLOCKS * FMT_BLOCK);
+	char path[256], js[16384];
+	coil_store *s;
+	coil_obj *h;
+
+	setup(path, sizeof(path), "replay-tail", &o, &a, &b);
+	child_writes(path, &o, a, b, false);
+	damage_block(path, BLOCKS + DAMAGED);
+
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
+	cr_assert_eq(json_u64(js, "\"journal\"", "replayed_damaged"), 0);
+	/* replay ended at the second write of "a": "b" was never created */
+	cr_assert_eq(coil_obj_open(s, "b", 0, &h), -ENOENT);
+	uint64_t size;
+
+	cr_assert_eq(coil_obj_open(s, "a", 0, &h), 0);
+	cr_assert_eq(coil_obj_size(h, &size), 0);
+	cr_assert_leq(size, (uint64_t)BLOCKS * FMT_BLOCK);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+	free(a);
+	free(b);
+	free(got);
+}
