@@ -31,8 +31,8 @@ static void marked(uint8_t *p, int obj, int nblocks, uint64_t seed)
 	et_fill(p, (size_t)nblocks * FMT_BLOCK, seed, 0);
 	for (int k = 0; k < nblocks; k++) {
 		memset(p + (size_t)k * FMT_BLOCK, 0, MARK);
-		snprintf((char *)p + (size_t)k * FMT_BLOCK, MARK, "RPLD%02d:%04d",
-			 obj, k);
+		snprintf((char *)p + (size_t)k * FMT_BLOCK, MARK, "RPLD%02u:%04u",
+			 (unsigned)obj % 100u, (unsigned)k % 10000u);
 	}
 }
 
@@ -86,7 +86,7 @@ static void damage_block(const char *path, int k)
 
 	cr_assert_geq(fd, 0);
 	memset(mark, 0, sizeof(mark));
-	snprintf(mark, sizeof(mark), "RPLD%02d:%04d", 0, k);
+	snprintf(mark, sizeof(mark), "RPLD%02u:%04u", 0u, (unsigned)k % 10000u);
 	for (off_t off = 0; off < size; off += FMT_BLOCK) {
 		cr_assert_eq(pread(fd, blk, sizeof(blk), off), (ssize_t)sizeof(blk));
 		if (memcmp(blk, mark, MARK))
