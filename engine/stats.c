@@ -235,7 +235,9 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  "\"area_bytes\":%llu,\"metadata_bytes\":%llu,"
 		  "\"area_full_refusals\":%llu,\"deltas\":%llu,"
 		  "\"delta_bytes_written\":%llu,\"base_bytes\":%llu,"
-		  "\"chain_deltas\":%llu,\"chain_bytes\":%llu},",
+		  "\"chain_deltas\":%llu,\"chain_bytes\":%llu,"
+		  "\"mirror\":%s,\"mirror_bytes_written\":%llu,"
+		  "\"mirror_reads\":%llu},",
 		  LD(s->st.ckpts), LD(s->st.ckpt_bytes), LD(s->st.ckpt_ns_last),
 		  LD(s->st.ckpt_snap_ns_last), LD(s->st.ckpt_snap_ns_max),
 		  LD(s->st.ckpt_failures), (unsigned long long)s->sb.ckpt_seq,
@@ -244,7 +246,9 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  LD(s->st.ckpt_delta_bytes),
 		  (unsigned long long)s->sb.ckpt_bytes,
 		  (unsigned long long)s->sb.delta_count,
-		  (unsigned long long)s->sb.delta_bytes);
+		  (unsigned long long)s->sb.delta_bytes,
+		  s->ck_mirror ? "true" : "false", LD(s->st.ckpt_mirror_bytes),
+		  LD(s->st.ckpt_mirror_reads));
 	sb_printf(&b, "\"pool\":{\"workers\":%u,\"mode\":\"%s\",\"capacity\":%llu,"
 		  "\"in_flight\":%llu,\"peak_in_flight\":%llu,"
 		  "\"tasks_run\":%llu,\"tasks_failed\":%llu,"

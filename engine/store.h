@@ -102,6 +102,10 @@ struct engine_stats {
 	_Atomic uint64_t turn_waits;
 	_Atomic uint64_t ckpts, ckpt_bytes, ckpt_ns_last, ckpt_failures;
 	_Atomic uint64_t ckpt_deltas, ckpt_delta_bytes; /* of ckpts, bytes */
+	/* open: checkpoint pieces (base, deltas) read from the mirror
+	 * because the first copy did not verify */
+	_Atomic uint64_t ckpt_mirror_reads;
+	_Atomic uint64_t ckpt_mirror_bytes; /* written to the mirror */
 	/* how long a checkpoint's snapshot held mlock (writers'
 	 * apply and every read wait that long) */
 	_Atomic uint64_t ckpt_snap_ns_last, ckpt_snap_ns_max;
@@ -178,6 +182,10 @@ struct coil_store {
 	uint64_t *dirty_ids;
 	size_t ndirty, capdirty;
 	bool ck_base_next;
+	/* The checkpoint area the superblock does not name holds a copy of
+	 * the base it names, at the same place, and gets each delta too:
+	 * recovery reads a piece there when the first copy does not verify. */
+	bool ck_mirror;
 	struct seg *segs;       /* seg_cap entries; the first nseg in use */
 	uint32_t nseg;          /* segments in use: changes only under mlock,
 				 * and only upward while open (grow.c) */

@@ -448,7 +448,12 @@ int fmt_delta_chain_walk(const struct fmt_super *sb, const uint8_t *buf,
 		    h.replay_off >= sb->journal_len)
 			break;
 		pl = buf + pos + FMT_DELTA_HDR;
+		/* the padding to the block is zero: no byte goes unchecked */
 		if (fmt_csum(pl, h.payload_len) != h.payload_csum ||
+		    !fmt_all_zero(pl + h.payload_len,
+				  COIL_ALIGN_UP(FMT_DELTA_HDR + h.payload_len,
+						FMT_BLOCK) -
+					  FMT_DELTA_HDR - h.payload_len) ||
 		    fmt_delta_payload_check(&h, pl, h.payload_len) < 0)
 			break;
 		if (fn) {

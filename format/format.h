@@ -40,6 +40,16 @@ enum fmt_codec { FMT_CODEC_RAW = 0, FMT_CODEC_ZSTD = 1 };
 
 /* XXH3-64, seed 0: the one checksum of the format. */
 uint64_t fmt_csum(const void *p, size_t len);
+/* Reserved bytes and padding are zero; a later use of reserved bytes bumps
+ * the version, so a non-zero one is corruption, not a newer writer.
+ * @return 1 when the @n bytes at @p are all zero. */
+static inline int fmt_all_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return 0;
+	return 1;
+}
 
 /* ---- bounds-checked cursor --------------------------------------------- */
 

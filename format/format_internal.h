@@ -4,15 +4,6 @@
 
 #include "format/format.h"
 
-/* Reserved bytes are zero in version 1; a later use bumps the version, so a
- * non-zero reserved byte is corruption, not a newer writer. */
-static inline int fmt_all_zero(const uint8_t *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i])
-			return 0;
-	return 1;
-}
 
 /* Object names: 1..255 bytes, no NUL. */
 static inline int fmt_name_ok(const char *name, size_t len)

@@ -233,9 +233,12 @@ Test(salvage, checkpoint_damaged)
 	 * session) brings the rest back. */
 	cr_assert(sb.incompat & FMT_INCOMPAT_CKPT_DELTA);
 	cr_assert_geq(sb.delta_count, 2);
-	flip_byte(path, sb.ckpt_off[sb.ckpt_slot] +
-				COIL_ALIGN_UP(sb.ckpt_bytes, FMT_BLOCK) +
-				sb.delta_bytes - FMT_BLOCK + 20);
+	/* in both copies: one alone is read from the other
+	 * (tests/test_ckpt_mirror.c) */
+	for (int slot = 0; slot < 2; slot++)
+		flip_byte(path, sb.ckpt_off[slot] +
+					COIL_ALIGN_UP(sb.ckpt_bytes, FMT_BLOCK) +
+					sb.delta_bytes - FMT_BLOCK + 20);
 	cr_assert_eq(coil_open(path, NULL, &s), -EIO);
 	cr_assert_eq(salvage(&rep, lost), 3, "%s", rep);
 	for (int i = 0; i < NOBJ; i++)
@@ -278,10 +281,10 @@ static void salvage_journal_alone(const char *note)
 	cli_run_free(&r);
 }
 
-/* The base checkpoint damaged: the deltas after it cannot be used without
- * it and the other area holds none, so the journal is replayed from its
- * oldest chunk: the first session's objects come back exact, the second
- * session's (after a sequence gap) do not.  docs/format.md lists this. */
+/* The base checkpoint damaged in both copies: the deltas after it cannot
+ * be used without it, so the journal is replayed from its oldest chunk:
+ * the first session's objects come back exact, the second session's (after
+ * a sequence gap) do not.  docs/format.md lists this. */
 Test(salvage, base_checkpoint_damaged)
 {
 	struct fmt_super sb;
@@ -289,7 +292,8 @@ Test(salvage, base_checkpoint_damaged)
 
 	read_super(path, &sb);
 	cr_assert_neq(sb.ckpt_slot, FMT_CKPT_SLOT_NONE);
-	flip_byte(path, sb.ckpt_off[sb.ckpt_slot] + 20);
+	flip_byte(path, sb.ckpt_off[0] + 20);
+	flip_byte(path, sb.ckpt_off[1] + 20);
 	cr_assert_eq(coil_open(path, NULL, &s), -EIO);
 	salvage_journal_alone(NULL);
 }

@@ -659,8 +659,33 @@ static int ckpt_encode(struct coil_store *s, const struct snap *sn,
 	return rc;
 }
 
+/* Write @len bytes of @buf at @off of the mirror area (the one the
+ * superblock does not name) too.  Best effort: the checkpoint does not
+ * depend on it; a failure only ends the mirror until the next base. */
+static void mirror_write(struct coil_store *s, const uint8_t *buf,
+			 uint64_t len, uint64_t off)
+{
+	uint64_t at = s->sb.ckpt_off[s->sb.ckpt_slot ? 0 : 1] + off;
+	int rc = 0;
+
+	if (!s->ck_mirror)
+		return;
+	if (s->grows)
+		rc = reserve_range(s, at, len);
+	if (rc == 0)
+		rc = store_io_big(s, URING_OP_WRITE, (void *)buf, len, at);
+	if (rc < 0) {
+		s->ck_mirror = false;
+		return;
+	}
+	stat_add(&s->st.ckpt_mirror_bytes, len);
+	stat_add(&s->st.ckpt_bytes, len);
+}
+
 /* Phase 3: the header, the write to the area the superblock does not name,
- * fdatasync, then the superblocks.  From here the checkpoint is durable. */
+ * fdatasync, then the superblocks.  From here the checkpoint is durable.
+ * Then the same bytes into the area the old base was in: the new base's
+ * mirror (the old base is not needed once the superblocks name the new). */
 static int ckpt_commit(struct coil_store *s, uint8_t *buf, uint64_t payload,
 		       const struct fmt_ckpt *hin, bool clean)
 {
@@ -687,6 +712,8 @@ static int ckpt_commit(struct coil_store *s, uint8_t *buf, uint64_t payload,
 		if (rc < 0)
 			return rc;
 	}
+	/* the area about to be written held the mirror */
+	s->ck_mirror = false;
 	rc = store_io_big(s, URING_OP_WRITE, buf,
 			  FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK),
 			  s->sb.ckpt_off[slot]);
@@ -705,7 +732,15 @@ static int ckpt_commit(struct coil_store *s, uint8_t *buf, uint64_t payload,
 	s->sb.delta_bytes = s->sb.delta_csum = 0;
 	s->sb.delta_count = 0;
 	s->sb.incompat &= ~FMT_INCOMPAT_CKPT_DELTA;
-	return super_write(s, clean);
+	rc = super_write(s, clean);
+	if (rc < 0)
+		return rc;
+	s->ck_mirror = true;
+	mirror_write(s, buf, FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK), 0);
+	if (s->ck_mirror &&
+	    store_io_sync(s, URING_OP_FSYNC, NULL, 0, 0) < 0)
+		s->ck_mirror = false;
+	return 0;
 }
 
 /* Deltas since a base may add up to the base's size, or this much for a
@@ -763,6 +798,8 @@ static int64_t delta_commit(struct coil_store *s, uint8_t *buf,
 			return rc;
 	}
 	rc = store_io_big(s, URING_OP_WRITE, buf, len, off);
+	if (rc == 0)
+		mirror_write(s, buf, len, base_end(s) + s->sb.delta_bytes);
 	if (rc == 0)
 		rc = store_io_sync(s, URING_OP_FSYNC, NULL, 0, 0);
 	if (rc < 0)

@@ -219,11 +219,100 @@ static int delta_apply(void *arg, const struct fmt_ckpt_delta *h,
 	return 0;
 }
 
+/* Read and verify the base the superblock names from area @slot (where it
+ * is, or its mirror): *@h its header, its payload after the first BLOCK of
+ * @buf.  @return 0, -EIO (does not verify), or -errno. */
+static int base_read(struct coil_store *s, uint32_t slot, uint8_t *buf,
+		     uint64_t total, struct fmt_ckpt *h)
+{
+	int rc = store_io_big(s, URING_OP_READ, buf, total, s->sb.ckpt_off[slot]);
+
+	if (rc < 0)
+		return rc == -ENOMEM ? rc : -EIO;
+	if (fmt_ckpt_block_csum(buf) != s->sb.ckpt_csum ||
+	    fmt_ckpt_decode(h, buf, FMT_BLOCK) < 0)
+		return -EIO;
+	if (h->store_id != s->store_id || h->seq != s->sb.ckpt_seq ||
+	    FMT_BLOCK + h->payload_len != s->sb.ckpt_bytes ||
+	    h->segment_count > s->nseg || h->n_dicts != 0)
+		return -EIO;
+	/* the padding to the block is zero: no byte goes unchecked */
+	if (fmt_ckpt_verify_payload(h, buf + FMT_BLOCK, h->payload_len) < 0 ||
+	    !fmt_all_zero(buf + FMT_BLOCK + h->payload_len,
+			  total - FMT_BLOCK - h->payload_len) ||
+	    fmt_ckpt_payload_check(h, buf + FMT_BLOCK, h->payload_len) < 0)
+		return -EIO;
+	return 0;
+}
+
+/* Does the other area hold a copy of the base just read from the named
+ * one (its header block, which carries the payload's checksum)?  Then
+ * checkpoints from here keep it a mirror. */
+static bool mirror_matches(struct coil_store *s, const uint8_t *base)
+{
+	uint8_t *blk = NULL;
+	bool same;
+
+	if (posix_memalign((void **)&blk, 4096, FMT_BLOCK))
+		return false;
+	same = store_io_sync(s, URING_OP_READ, blk, FMT_BLOCK,
+			     s->sb.ckpt_off[s->sb.ckpt_slot ? 0 : 1]) == 0 &&
+	       !memcmp(blk, base, FMT_BLOCK);
+	free(blk);
+	return same;
+}
+
+/* The chain in @buf does not verify whole: take, delta by delta, the
+ * mirror's copy where the first one stops verifying, for as long as that
+ * gets further.  @return whether the chain verifies now. */
+static bool deltas_from_mirror(struct coil_store *s, const struct fmt_super *sb,
+			       uint8_t *buf, uint64_t off, bool *used)
+{
+	uint8_t *mir = NULL;
+	uint64_t end, last, prev_end = UINT64_MAX;
+	bool ok = false;
+	int n;
+
+	if (posix_memalign((void **)&mir, 4096, sb->delta_bytes))
+		return false;
+	if (store_io_big(s, URING_OP_READ, mir, sb->delta_bytes,
+			 sb->ckpt_off[sb->ckpt_slot ? 0 : 1] + off) < 0)
+		goto out;
+	/* Bounded: each pass verifies at least one delta more. */
+	for (;;) {
+		struct fmt_ckpt_delta h;
+		uint64_t len;
+
+		n = fmt_delta_chain_walk(sb, buf, sb->delta_bytes, NULL, NULL,
+					 &end, &last);
+		if (n == (int)sb->delta_count && end == sb->delta_bytes &&
+		    last == sb->delta_csum) {
+			ok = true;
+			break;
+		}
+		if (end == prev_end || end >= sb->delta_bytes ||
+		    fmt_delta_decode(&h, mir + end, sb->delta_bytes - end) < 0)
+			break;
+		len = COIL_ALIGN_UP(FMT_DELTA_HDR + (uint64_t)h.payload_len,
+				    FMT_BLOCK);
+		if (len > sb->delta_bytes - end)
+			break;
+		memcpy(buf + end, mir + end, len);
+		stat_add(&s->st.ckpt_mirror_reads, 1);
+		*used = true;
+		prev_end = end;
+	}
+out:
+	free(mir);
+	return ok;
+}
+
 /* The deltas after the base just loaded.  A chain that does not verify
  * whole fails the open (-EIO), unless this is a salvage open: then the
  * deltas before the first bad one are applied and replay starts after the
  * last of them. */
-static int ckpt_load_deltas(struct coil_store *s, struct fmt_extent *fe)
+static int ckpt_load_deltas(struct coil_store *s, struct fmt_extent *fe,
+			    bool *mirror_used)
 {
 	struct fmt_super sb = s->sb;
 	struct delta_load dl = { s, fe };
@@ -243,6 +332,13 @@ static int ckpt_load_deltas(struct coil_store *s, struct fmt_extent *fe)
 	/* the whole chain verifies before any of it is applied */
 	n = fmt_delta_chain_walk(&sb, buf, sb.delta_bytes, NULL, NULL, &end,
 				 &last);
+	if ((n != (int)sb.delta_count || end != sb.delta_bytes ||
+	     last != sb.delta_csum) &&
+	    deltas_from_mirror(s, &sb, buf,
+			       COIL_ALIGN_UP(sb.ckpt_bytes, FMT_BLOCK),
+			       mirror_used))
+		n = fmt_delta_chain_walk(&sb, buf, sb.delta_bytes, NULL, NULL,
+					 &end, &last);
 	if (n != (int)sb.delta_count || end != sb.delta_bytes ||
 	    last != sb.delta_csum) {
 		rc = -EIO;
@@ -269,6 +365,7 @@ out:
 
 int ckpt_load(struct coil_store *s)
 {
+	bool mirror_used = false;
 	uint8_t *buf = NULL;
 	struct fmt_extent *fe = NULL;
 	struct fmt_cursor c;
@@ -292,21 +389,20 @@ int ckpt_load(struct coil_store *s)
 		rc = -ENOMEM;
 		goto out;
 	}
-	rc = store_io_big(s, URING_OP_READ, buf, total, s->sb.ckpt_off[s->sb.ckpt_slot]);
+	/* the base the superblock names, or its mirror in the other area */
+	rc = base_read(s, s->sb.ckpt_slot, buf, total, &h);
+	if (rc == -EIO) {
+		rc = base_read(s, s->sb.ckpt_slot ? 0 : 1, buf, total, &h);
+		if (rc == 0) {
+			stat_add(&s->st.ckpt_mirror_reads, 1);
+			mirror_used = true;
+		}
+	} else if (rc == 0) {
+		s->ck_mirror = mirror_matches(s, buf);
+	}
 	if (rc < 0)
 		goto out;
 	rc = -EIO;
-	if (fmt_ckpt_block_csum(buf) != s->sb.ckpt_csum)
-		goto out;
-	if (fmt_ckpt_decode(&h, buf, FMT_BLOCK) < 0)
-		goto out;
-	if (h.store_id != s->store_id || h.seq != s->sb.ckpt_seq ||
-	    FMT_BLOCK + h.payload_len != s->sb.ckpt_bytes ||
-	    h.segment_count > s->nseg || h.n_dicts != 0)
-		goto out;
-	if (fmt_ckpt_verify_payload(&h, buf + FMT_BLOCK, h.payload_len) < 0 ||
-	    fmt_ckpt_payload_check(&h, buf + FMT_BLOCK, h.payload_len) < 0)
-		goto out;
 	fmt_cursor_init_ro(&c, buf + FMT_BLOCK, h.payload_len);
 	/* A growing store may have grown after this checkpoint: the
 	 * segments it does not list were added empty. */
@@ -329,12 +425,15 @@ int ckpt_load(struct coil_store *s)
 		s->next_obj_id = 1;
 	s->applied_end_lin = h.replay_off;
 	s->applied_next_seq = h.replay_seq;
-	rc = ckpt_load_deltas(s, fe);
+	rc = ckpt_load_deltas(s, fe, &mirror_used);
 	/* What was loaded is on disk: only changes from here (replay, then
 	 * the session) go into the next delta.  A salvage open's first
-	 * checkpoint is whole. */
+	 * checkpoint is whole, and so is the first after a piece was read
+	 * from the mirror: it rewrites both copies. */
 	objtab_dirty_reset(s);
-	s->ck_base_next = s->salvage;
+	s->ck_base_next = s->salvage || mirror_used;
+	if (mirror_used)
+		s->ck_mirror = false;
 out:
 	free(fe);
 	free(buf);

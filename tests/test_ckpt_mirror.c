@@ -1,0 +1,192 @@
+/* test_ckpt_mirror: the checkpoint the superblock names (its base and each
+ * delta) has a copy in the other checkpoint area, and one damaged block of
+ * either copy costs nothing:
+ * - each block of the base and of every delta damaged alone (a flipped
+ *   byte, then a zeroed block): the store opens without salvage, every
+ *   object reads back whole, the stats count the piece read from the
+ *   mirror, and the next checkpoint (whole) makes both copies good again;
+ * - each block of the mirror damaged alone: nothing to notice;
+ * - the same block damaged in both copies: the store refuses to open with
+ *   -EIO (salvage's case), never opens with objects missing. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coil.h"
+#include "format/format.h"
+#include "tests/engine_test_util.h"
+
+#define NOBJ 300
+#define LEN 100
+
+static void content(uint8_t *p, int i, int round)
+{
+	for (int k = 0; k < LEN; k++)
+		p[k] = (uint8_t)(i * 7 + k + round * 13);
+}
+
+static void put(coil_store *s, int i, int round)
+{
+	uint8_t buf[LEN];
+	char name[32];
+	coil_obj *h;
+
+	content(buf, i, round);
+	snprintf(name, sizeof(name), "obj-%04d", i);
+	cr_assert_eq(coil_obj_open(s, name, COIL_CREATE, &h), 0);
+	cr_assert_eq(coil_pwrite(h, buf, LEN, 0), LEN);
+	cr_assert_eq(coil_obj_close(h), 0);
+}
+
+/* Every object holds what round @round[i] wrote. */
+static void expect_all(coil_store *s, const int *round)
+{
+	uint8_t buf[LEN], want[LEN];
+	char name[32];
+	coil_obj *h;
+
+	for (int i = 0; i < NOBJ; i++) {
+		snprintf(name, sizeof(name), "obj-%04d", i);
+		cr_assert_eq(coil_obj_open(s, name, 0, &h), 0, "%s", name);
+		cr_assert_eq(coil_pread(h, buf, LEN, 0), LEN);
+		content(want, i, round[i]);
+		cr_assert_eq(memcmp(buf, want, LEN), 0, "%s", name);
+		cr_assert_eq(coil_obj_close(h), 0);
+	}
+}
+
+static uint8_t *slurp(const char *path, size_t *len)
+{
+	int fd = open(path, O_RDONLY);
+	off_t n = lseek(fd, 0, SEEK_END);
+	uint8_t *img = malloc((size_t)n);
+
+	cr_assert_eq(pread(fd, img, (size_t)n, 0), n);
+	close(fd);
+	*len = (size_t)n;
+	return img;
+}
+
+static void restore(const char *path, const uint8_t *img, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_TRUNC);
+
+	cr_assert_eq(pwrite(fd, img, len, 0), (ssize_t)len);
+	cr_assert_eq(fsync(fd), 0);
+	close(fd);
+}
+
+/* @return false when zeroing the block changes nothing (it is zero). */
+static bool damage(const char *path, uint64_t off, bool zero)
+{
+	uint8_t blk[FMT_BLOCK];
+	int fd = open(path, O_RDWR);
+
+	cr_assert_eq(pread(fd, blk, FMT_BLOCK, (off_t)off), FMT_BLOCK);
+	if (zero && fmt_all_zero(blk, sizeof(blk))) {
+		close(fd);
+		return false;
+	}
+	if (zero)
+		memset(blk, 0, sizeof(blk));
+	else
+		blk[300] ^= 0x20;
+	cr_assert_eq(pwrite(fd, blk, FMT_BLOCK, (off_t)off), FMT_BLOCK);
+	cr_assert_eq(fsync(fd), 0);
+	close(fd);
+	return true;
+}
+
+Test(ckpt_mirror, one_damaged_block_of_either_copy_costs_nothing,
+     .timeout = 300)
+{
+	struct coil_options o;
+	struct fmt_super a, b, sb;
+	int round[NOBJ] = { 0 };
+	uint8_t raw[2 * FMT_BLOCK], *img;
+	char path[256], js[16384];
+	uint64_t named, mirror, used;
+	size_t len;
+	coil_store *s;
+	int ra, rb, trials = 0;
+
+	et_path(path, sizeof(path), "ckpt-mirror");
+	et_opts(&o, path);
+	o.size = 64ull << 20;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	o.flags &= ~COIL_CREATE;
+	for (int i = 0; i < NOBJ; i++)
+		put(s, i, 0);
+	cr_assert_eq(coil_close(s), 0);
+	/* a few sessions of changes: deltas after the base */
+	for (int r = 1; r <= 3; r++) {
+		cr_assert_eq(coil_open(path, &o, &s), 0);
+		for (int i = r; i < NOBJ; i += 37) {
+			put(s, i, r);
+			round[i] = r;
+		}
+		cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
+		cr_assert_eq(coil_close(s), 0);
+	}
+	cr_assert(strstr(js, "\"mirror\":true"), "%s", js);
+
+	{
+		int fd = open(path, O_RDONLY);
+
+		cr_assert_eq(pread(fd, raw, sizeof(raw), 0), (ssize_t)sizeof(raw));
+		close(fd);
+	}
+	ra = fmt_super_decode(&a, raw, FMT_BLOCK);
+	rb = fmt_super_decode(&b, raw + FMT_BLOCK, FMT_BLOCK);
+	sb = fmt_super_pick(&a, ra, &b, rb) == 0 ? a : b;
+	cr_assert_neq(sb.ckpt_slot, FMT_CKPT_SLOT_NONE);
+	cr_assert_gt(sb.delta_count, 0, "the chain has deltas");
+	named = sb.ckpt_off[sb.ckpt_slot];
+	mirror = sb.ckpt_off[sb.ckpt_slot ? 0 : 1];
+	used = COIL_ALIGN_UP(sb.ckpt_bytes, FMT_BLOCK) + sb.delta_bytes;
+	img = slurp(path, &len);
+
+	for (int zero = 0; zero < 2; zero++) {
+		for (uint64_t off = 0; off < used; off += FMT_BLOCK) {
+			/* the copy the superblock names */
+			restore(path, img, len);
+			if (!damage(path, named + off, zero))
+				continue;
+			cr_assert_eq(coil_open(path, &o, &s), 0,
+				     "block %llu of the checkpoint damaged",
+				     (unsigned long long)(off / FMT_BLOCK));
+			cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
+			cr_assert_geq(json_u64(js, "\"checkpoint\"", "mirror_reads"), 1,
+				      "block %llu", (unsigned long long)(off / FMT_BLOCK));
+			expect_all(s, round);
+			cr_assert_eq(coil_close(s), 0);
+			/* the whole checkpoint that followed made two good
+			 * copies again */
+			cr_assert_eq(coil_open(path, &o, &s), 0);
+			cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
+			cr_assert_eq(json_u64(js, "\"checkpoint\"", "mirror_reads"), 0);
+			cr_assert(strstr(js, "\"mirror\":true"), "%s", js);
+			expect_all(s, round);
+			cr_assert_eq(coil_close(s), 0);
+
+			/* the mirror */
+			restore(path, img, len);
+			damage(path, mirror + off, zero);
+			cr_assert_eq(coil_open(path, &o, &s), 0);
+			expect_all(s, round);
+			cr_assert_eq(coil_close(s), 0);
+			trials++;
+		}
+	}
+	/* both copies of one block: refused, not opened short */
+	restore(path, img, len);
+	damage(path, named, false);
+	damage(path, mirror, false);
+	cr_assert_eq(coil_open(path, &o, &s), -EIO);
+	cr_assert_geq(trials, 2 * 3);
+	free(img);
+	unlink(path);
+}
