@@ -640,7 +640,7 @@ static void cycle_write(struct coil_store *s, struct jcycle *c, uint32_t nrec)
 static bool cycle_start(struct coil_store *s)
 {
 	uint64_t t, size = 0, jlen = s->sb.journal_len, pos, waste = 0;
-	uint64_t head = s->j_head_lin;
+	uint64_t head = 0;
 	uint32_t nrec = 0, chunk_len = 0, pre = 0;
 	bool sync = false;
 	struct jcycle *c;
