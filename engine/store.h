@@ -202,6 +202,9 @@ struct coil_store {
 	/* Every chunk up to this seq is durable (a device flush that covered
 	 * it completed); each new chunk carries it (fmt_jchunk.synced). */
 	_Atomic uint64_t j_synced;
+	/* the seq of the last chunk retired (written, in order): what a
+	 * device flush issued now covers; under jlock */
+	uint64_t j_retired_seq;
 	/* the largest chunk end of any record applied: ahead of
 	 * applied_end_lin while a chunk is applied in part (its entries
 	 * apply as their data lands, and mlock is released in between) */

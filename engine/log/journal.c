@@ -54,7 +54,7 @@ int journal_init(struct coil_store *s)
 
 uint64_t journal_sync_mark_locked(const struct coil_store *s)
 {
-	return s->applied_next_seq ? s->applied_next_seq - 1 : 0;
+	return s->j_retired_seq;
 }
 
 void journal_synced(struct coil_store *s, uint64_t mark)
@@ -381,6 +381,8 @@ static void cycle_retire(struct coil_store *s, struct jcycle *c)
 		e->chunk_end_lin = res == 0 && c->chunk_len && e->in_chunk ?
 				   c->chunk_lin + c->chunk_len : 0;
 	}
+	if (res == 0 && c->chunk_len)
+		s->j_retired_seq = c->chunk_seq;
 	if (c->last && res == 0 && c->chunk_len) {
 		c->last->chunk_last = true;
 		c->last->chunk_end_lin = c->chunk_lin + c->chunk_len;

@@ -108,7 +108,7 @@ struct jcycle {
 
 int journal_init(struct coil_store *s);
 /* The seq up to which a device flush issued now covers every chunk (the
- * chunks retired so far).  jlock held. */
+ * chunks retired so far, which were written in order).  jlock held. */
 uint64_t journal_sync_mark_locked(const struct coil_store *s);
 /* A device flush issued with @mark completed. */
 void journal_synced(struct coil_store *s, uint64_t mark);
