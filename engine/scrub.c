@@ -44,6 +44,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/log/ckpt.h"
 #include "engine/log/recovery.h"
 #include "engine/log/salvage.h"
 #include "engine/place/blob.h"
@@ -302,7 +303,7 @@ static void scrub_meta(struct scrub *sc, struct spass *p)
 	struct fmt_super sb, copy;
 	uint64_t tail, end, bad_pos = 0, bad_seq = 0;
 	uint8_t *buf = NULL;
-	bool moved;
+	bool moved, heal = false;
 	char what[96];
 	int rc;
 
@@ -328,17 +329,38 @@ static void scrub_meta(struct scrub *sc, struct spass *p)
 		pend(&m, (uint64_t)i * FMT_BLOCK, FMT_BLOCK, what);
 	}
 	if (sb.ckpt_slot != FMT_CKPT_SLOT_NONE) {
-		rc = ckpt_verify(s, &sb);
-		if (rc < 0 && rc != -ENOMEM) {
-			snprintf(what, sizeof(what), "checkpoint (sequence %"
-				 PRIu64 ") does not %s", sb.ckpt_seq,
+		/* the checkpoint, then its mirror (the same bytes, the same
+		 * checks, in the other area) */
+		for (int mirror = 0; mirror < 2; mirror++) {
+			struct fmt_super at = sb;
+
+			if (mirror && !s->ck_mirror)
+				break;
+			if (mirror)
+				at.ckpt_slot = sb.ckpt_slot ? 0 : 1;
+			rc = ckpt_verify(s, &at);
+			if (rc >= 0 || rc == -ENOMEM)
+				continue;
+			snprintf(what, sizeof(what), "checkpoint%s (sequence %"
+				 PRIu64 ") does not %s",
+				 mirror ? " mirror" : "", sb.ckpt_seq,
 				 rc == -EIO ? "verify" : "read");
-			pend(&m, sb.ckpt_off[sb.ckpt_slot],
+			pend(&m, at.ckpt_off[at.ckpt_slot],
 			     COIL_ALIGN_UP(sb.ckpt_bytes, FMT_BLOCK) +
 			     sb.delta_bytes, what);
+			/* Heal: the next checkpoint is whole, written to
+			 * both areas again (the damaged copy is the next
+			 * base's place, or its mirror's). */
+			heal = true;
 		}
 	}
 	pthread_mutex_unlock(&s->ckpt_mu);
+	if (heal && !s->rdonly) {
+		pthread_mutex_lock(&s->mlock);
+		s->ck_base_next = true;
+		pthread_mutex_unlock(&s->mlock);
+		ckpt_trigger(s);
+	}
 	free(buf);
 	for (unsigned i = 0; i < m.n; i++)
 		meta_finding(sc, p, m.f[i].off, m.f[i].len, m.f[i].what);

@@ -7,7 +7,9 @@
  *   mirror, and the next checkpoint (whole) makes both copies good again;
  * - each block of the mirror damaged alone: nothing to notice;
  * - the same block damaged in both copies: the store refuses to open with
- *   -EIO (salvage's case), never opens with objects missing. */
+ *   -EIO (salvage's case), never opens with objects missing;
+ * - a damaged mirror is a scrub finding, and the checkpoint after it is
+ *   whole: both copies verify again. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -188,5 +190,80 @@ Test(ckpt_mirror, one_damaged_block_of_either_copy_costs_nothing,
 	cr_assert_eq(coil_open(path, &o, &s), -EIO);
 	cr_assert_geq(trials, 2 * 3);
 	free(img);
+	unlink(path);
+}
+
+static int find_what(void *arg, const struct coil_damage *d)
+{
+	char *what = arg;
+
+	if (!d->object && !what[0])
+		snprintf(what, 128, "%s", d->what);
+	return 0;
+}
+
+Test(ckpt_mirror, scrub_finds_a_damaged_mirror_and_the_next_checkpoint_heals_it,
+     .timeout = 120)
+{
+	struct coil_options o;
+	struct fmt_super a, b, sb;
+	int round[NOBJ] = { 0 };
+	uint8_t raw[2 * FMT_BLOCK];
+	char path[256], what[128] = "", js[16384];
+	uint64_t seq;
+	coil_store *s;
+	int fd;
+
+	et_path(path, sizeof(path), "ckpt-mirror-scrub");
+	et_opts(&o, path);
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	o.flags &= ~COIL_CREATE;
+	for (int i = 0; i < NOBJ; i++)
+		put(s, i, 0);
+	cr_assert_eq(coil_close(s), 0);
+	fd = open(path, O_RDONLY);
+	cr_assert_eq(pread(fd, raw, sizeof(raw), 0), (ssize_t)sizeof(raw));
+	close(fd);
+	sb = fmt_super_pick(&a, fmt_super_decode(&a, raw, FMT_BLOCK), &b,
+			    fmt_super_decode(&b, raw + FMT_BLOCK, FMT_BLOCK)) == 0 ?
+		     a : b;
+	/* a mirror found damaged at open: the open's checkpoint is whole,
+	 * and writes it again */
+	cr_assert(damage(path, sb.ckpt_off[sb.ckpt_slot ? 0 : 1], false));
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
+	cr_assert(strstr(js, "\"mirror\":true"), "%s", js);
+	cr_assert_eq(coil_scrub_start(s), 0);
+	cr_assert_eq(coil_scrub_wait(s), 0);
+	expect_all(s, round);
+
+	/* one damaged while the store is open: the scrub names it */
+	cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
+	seq = json_u64(js, "\"checkpoint\"", "seq");
+	fd = open(path, O_RDONLY);
+	cr_assert_eq(pread(fd, raw, sizeof(raw), 0), (ssize_t)sizeof(raw));
+	close(fd);
+	sb = fmt_super_pick(&a, fmt_super_decode(&a, raw, FMT_BLOCK), &b,
+			    fmt_super_decode(&b, raw + FMT_BLOCK, FMT_BLOCK)) == 0 ?
+		     a : b;
+	cr_assert_eq(sb.ckpt_seq, seq);
+	cr_assert(damage(path, sb.ckpt_off[sb.ckpt_slot ? 0 : 1] + FMT_BLOCK,
+			 false));
+	cr_assert_eq(coil_scrub_start(s), 0);
+	cr_assert_eq(coil_scrub_wait(s), -EIO);
+	cr_assert_eq(coil_scrub_damage(s, find_what, what), 0);
+	cr_assert(strstr(what, "checkpoint mirror"), "%s", what);
+	/* the scrub asked for a whole checkpoint; close writes it (or it
+	 * was written already) to both areas */
+	cr_assert_eq(coil_close(s), 0);
+
+	what[0] = 0;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(coil_scrub_start(s), 0);
+	cr_assert_eq(coil_scrub_wait(s), 0);
+	cr_assert_eq(coil_scrub_damage(s, find_what, what), 0);
+	cr_assert_eq(what[0], 0, "%s", what);
+	expect_all(s, round);
+	cr_assert_eq(coil_close(s), 0);
 	unlink(path);
 }

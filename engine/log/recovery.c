@@ -429,9 +429,11 @@ int ckpt_load(struct coil_store *s)
 	/* What was loaded is on disk: only changes from here (replay, then
 	 * the session) go into the next delta.  A salvage open's first
 	 * checkpoint is whole, and so is the first after a piece was read
-	 * from the mirror: it rewrites both copies. */
+	 * from the mirror, or when the other area holds no mirror (a store
+	 * from before mirrors, a mirror write cut short, a damaged mirror
+	 * header): it writes both copies. */
 	objtab_dirty_reset(s);
-	s->ck_base_next = s->salvage || mirror_used;
+	s->ck_base_next = s->salvage || mirror_used || !s->ck_mirror;
 	if (mirror_used)
 		s->ck_mirror = false;
 out:

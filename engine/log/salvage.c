@@ -151,6 +151,8 @@ static int base_verify(struct coil_store *s, const struct fmt_super *sb,
 			h.segment_count > sb->segment_count ||
 			fmt_ckpt_verify_payload(&h, buf + FMT_BLOCK,
 						h.payload_len) < 0 ||
+			!fmt_all_zero(buf + FMT_BLOCK + h.payload_len,
+				      total - FMT_BLOCK - h.payload_len) ||
 			fmt_ckpt_payload_check(&h, buf + FMT_BLOCK,
 					       h.payload_len) < 0 ||
 			(deltas && !fmt_delta_chain_whole(sb, buf + total))))
