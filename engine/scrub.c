@@ -259,7 +259,8 @@ static int walk_journal(struct scrub *sc, struct spass *p, uint64_t pos,
 	while (walked < want && !atomic_load(&sc->stopping)) {
 		struct fmt_jchunk h;
 		uint64_t at;
-		int got = replay_read_chunk(s, chunk, pos, seq, &h, &at);
+		/* no read-ahead: the journal is being written */
+		int got = replay_read_chunk(s, chunk, pos, seq, &h, &at, NULL);
 
 		if (got <= 0) {
 			*bad_pos = pos;

@@ -112,6 +112,7 @@ struct engine_stats {
 	_Atomic uint64_t ckpt_area_full; /* writes refused: checkpoint area full */
 	_Atomic uint64_t journal_waits;
 	_Atomic uint64_t replayed_chunks, replayed_records;
+	_Atomic uint64_t replayed_bytes; /* journal bytes those chunks span */
 	/* records replay applied over data that does not verify, in chunks a
 	 * later chunk shows were flushed: damage, not an unflushed tail */
 	_Atomic uint64_t replayed_damaged;

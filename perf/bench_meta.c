@@ -284,13 +284,13 @@ static void fill(uint8_t *buf, size_t len, uint64_t id, uint64_t *rng)
 
 /* ---- the two loads ------------------------------------------------------ */
 
-static void load_objects(coil_store *s, uint64_t n)
+static void load_objects(coil_store *s, uint64_t first, uint64_t n)
 {
 	uint8_t buf[OBJ_BYTES];
-	uint64_t rng = SEED;
+	uint64_t rng = SEED + first;
 	char name[64];
 
-	for (uint64_t i = 0; i < n; i++) {
+	for (uint64_t i = first; i < first + n; i++) {
 		coil_obj *o = NULL;
 		int64_t w;
 		int rc;
@@ -361,12 +361,18 @@ static int cmd_reopen(const char *path)
 	double t0 = now_s(), t1, t2, t3;
 	coil_store *s = store_open(path, 0);
 	struct snap sn;
+	uint64_t replayed, records;
 	int64_t rss1;
+	char *js;
 	int rc;
 
 	t1 = now_s();
 	rss1 = rss_bytes();
 	snap_take(s, &sn);
+	js = stats_text(s);
+	replayed = need_u64(js, "journal", "replayed_bytes");
+	records = need_u64(js, "journal", "replayed_records");
+	free(js);
 	t2 = now_s();
 	rc = coil_close(s);
 	if (rc < 0)
@@ -374,15 +380,58 @@ static int cmd_reopen(const char *path)
 	t3 = now_s();
 	printf("{\"open_s\":%.6f,\"rss_base\":%" PRId64 ",\"rss\":%" PRId64
 	       ",\"close_s\":%.6f,\"objects\":%" PRIu64 ",\"extents\":%" PRIu64
-	       ",\"meta_bytes\":%" PRIu64 "}\n",
+	       ",\"meta_bytes\":%" PRIu64 ",\"replayed_bytes\":%" PRIu64
+	       ",\"replayed_records\":%" PRIu64 "}\n",
 	       t1 - t0, rss0, rss1, t3 - t2, sn.objects, sn.extents,
-	       sn.meta_bytes);
+	       sn.meta_bytes, replayed, records);
 	return fflush(stdout) == 0 ? 0 : 1;
+}
+
+/* `bench_meta kill STORE FIRST N`: N more objects from index FIRST, a
+ * coil_sync, then _exit without closing: the next open replays the
+ * journal written since the last checkpoint. */
+static int cmd_kill(const char *path, uint64_t first, uint64_t n)
+{
+	coil_store *s = store_open(path, 0);
+	int rc;
+
+	load_objects(s, first, n);
+	rc = coil_sync(s);
+	if (rc < 0)
+		die_rc("coil_sync (kill)", rc);
+	fflush(stdout);
+	_exit(0);
+}
+
+/* Run `bench_meta kill` in a new process and wait for it. */
+static void kill_child(const char *path, uint64_t first, uint64_t n)
+{
+	char a[32], b[32];
+	pid_t pid;
+	int status;
+
+	snprintf(a, sizeof(a), "%" PRIu64, first);
+	snprintf(b, sizeof(b), "%" PRIu64, n);
+	fflush(stdout);
+	fflush(stderr);
+	pid = fork();
+	if (pid < 0)
+		die("fork: %s", strerror(errno));
+	if (pid == 0) {
+		execl("/proc/self/exe", prog, "kill", path, a, b, (char *)NULL);
+		_exit(127);
+	}
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			die("waitpid: %s", strerror(errno));
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		die("kill run on %s failed (status %d)", path, status);
 }
 
 /* Run cmd_reopen in a new process and read its JSON. */
 static void reopen_child(const char *path, double *open_s, double *rss,
-			 double *rss_base, double *objects, double *extents)
+			 double *rss_base, double *objects, double *extents,
+			 double *replayed)
 {
 	int fd[2];
 	pid_t pid;
@@ -428,7 +477,8 @@ static void reopen_child(const char *path, double *open_s, double *rss,
 	if (!flat_num(out, "open_s", open_s) || !flat_num(out, "rss", rss) ||
 	    !flat_num(out, "rss_base", rss_base) ||
 	    !flat_num(out, "objects", objects) ||
-	    !flat_num(out, "extents", extents))
+	    !flat_num(out, "extents", extents) ||
+	    !flat_num(out, "replayed_bytes", replayed))
 		die("reopen printed no JSON: %s", out);
 }
 
@@ -452,6 +502,8 @@ int main(int argc, char **argv)
 	int64_t rss0, rss_c, rss1, io_c, io1, io2;
 	double t0, tc, t1, t2, t3, t4;
 	double open_s, rss_open, rss_open_base, r_objects, r_extents;
+	double replayed = 0, replay_open_s = 0, r_rss, r_rss_base;
+	uint64_t kill_n = 0;
 	int rc;
 
 	if (argc < 2)
@@ -461,6 +513,12 @@ int main(int argc, char **argv)
 		if (argc != 3)
 			usage();
 		return cmd_reopen(argv[2]);
+	}
+	if (strcmp(mode, "kill") == 0) {
+		if (argc != 5)
+			usage();
+		return cmd_kill(argv[2], strtoull(argv[3], NULL, 10),
+				strtoull(argv[4], NULL, 10));
 	}
 	if (argc != 4)
 		usage();
@@ -492,7 +550,7 @@ int main(int argc, char **argv)
 	io_c = proc_write_bytes();
 	t1 = now_s();
 	if (objects)
-		load_objects(s, n);
+		load_objects(s, 0, n);
 	else
 		load_blobs(s, n);
 	t2 = now_s();
@@ -513,12 +571,23 @@ int main(int argc, char **argv)
 	io2 = proc_write_bytes();
 
 	reopen_child(path, &open_s, &rss_open, &rss_open_base, &r_objects,
-		     &r_extents);
+		     &r_extents, &replayed);
 	if ((uint64_t)r_objects != s1.objects || (uint64_t)r_extents != s1.extents)
 		die("reopen sees %.0f objects / %.0f extents, closed with %" PRIu64
 		    " / %" PRIu64, r_objects, r_extents, s1.objects, s1.extents);
 	if (stat(path, &st) < 0)
 		die("stat %s: %s", path, strerror(errno));
+	/* Recovery: a tenth more objects, synced, and no close; the open
+	 * after it replays what the checkpoints had not taken. */
+	if (objects) {
+		kill_n = n / 10 ? n / 10 : 1;
+		kill_child(path, n, kill_n);
+		reopen_child(path, &replay_open_s, &r_rss, &r_rss_base,
+			     &r_objects, &r_extents, &replayed);
+		if ((uint64_t)r_objects != n + kill_n)
+			die("after the kill run the store holds %.0f objects, "
+			    "not %" PRIu64, r_objects, n + kill_n);
+	}
 
 	double load_s = t2 - t1, dn = (double)n;
 	uint64_t ckpts = s1.ckpts - s0.ckpts, ckpt_bytes = s1.ckpt_bytes - s0.ckpt_bytes;
@@ -546,7 +615,9 @@ int main(int argc, char **argv)
 	       "\"objects\":%" PRIu64 ",\"extents\":%" PRIu64 ","
 	       "\"logical_bytes\":%" PRIu64 ",\"stored_bytes\":%" PRIu64 ","
 	       "\"in_memory_bytes\":%" PRIu64 ",\"disk_bytes\":%" PRIu64 ","
-	       "\"file_allocated_bytes\":%" PRIu64 "}\n",
+	       "\"file_allocated_bytes\":%" PRIu64 ","
+	       "\"kill_ops\":%" PRIu64 ",\"replay_open_s\":%.6f,"
+	       "\"replayed_bytes\":%.0f,\"replay_s_per_gib\":%.3f}\n",
 	       objects ? "objects" : "blobs", n,
 	       objects ? OBJ_BYTES : BLOB_BYTES, dn / load_s, load_s, t3 - t2,
 	       ckpts, ckpt_bytes, (double)ckpt_bytes / dn,
@@ -562,6 +633,8 @@ int main(int argc, char **argv)
 	       (rss_open - rss_open_base - (double)fixed) / dn,
 	       s1.meta_bytes, (double)s1.meta_bytes / dn, s1.area_bytes,
 	       s1.journal_bytes, s1.objects, s1.extents, s1.logical, s1.stored,
-	       s1.in_memory_bytes, s1.disk_bytes, (uint64_t)st.st_blocks * 512u);
+	       s1.in_memory_bytes, s1.disk_bytes, (uint64_t)st.st_blocks * 512u,
+	       kill_n, replay_open_s, replayed,
+	       replayed > 0 ? replay_open_s / (replayed / (1u << 30)) : 0.0);
 	return fflush(stdout) == 0 ? 0 : 1;
 }

@@ -451,6 +451,7 @@ struct replay {
 	uint8_t *dec;     /* decode scratch */
 	size_t io_cap;
 	struct fmt_extent fe;
+	struct jwindow win;     /* the journal read ahead */
 	/* the chunk being applied, and where the one after it would be */
 	uint64_t seq, next_pos;
 	/* the largest fmt_jchunk.synced of the chunks after the first one
@@ -468,18 +469,22 @@ static bool replay_chunk_flushed(struct replay *rp)
 	struct coil_store *s = rp->s;
 	uint64_t pos = rp->next_pos, seq = rp->seq + 1;
 	uint64_t jlen = s->sb.journal_len;
+	struct jwindow ahead = { 0 };
 	uint8_t *buf = NULL;
 
 	if (!rp->ahead_done) {
 		rp->ahead_done = true;
 		if (posix_memalign((void **)&buf, 4096, REPLAY_CHUNK_BUF))
 			return false;
+		if (posix_memalign((void **)&ahead.buf, 4096, REPLAY_WINDOW))
+			ahead.buf = NULL;
 		/* Bounded: one chunk of the ring per pass, in sequence. */
 		for (;;) {
 			struct fmt_jchunk h;
 			uint64_t at;
 
-			if (replay_read_chunk(s, buf, pos, seq, &h, &at) <= 0)
+			if (replay_read_chunk(s, buf, pos, seq, &h, &at,
+					      ahead.buf ? &ahead : NULL) <= 0)
 				break;
 			rp->ahead_synced = COIL_MAX(rp->ahead_synced, h.synced);
 			pos = at + fmt_jchunk_len(&h);
@@ -487,6 +492,7 @@ static bool replay_chunk_flushed(struct replay *rp)
 				pos = 0;
 			seq++;
 		}
+		free(ahead.buf);
 		free(buf);
 	}
 	return rp->ahead_synced >= rp->seq;
@@ -649,9 +655,34 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r)
 	}
 }
 
+/* @len journal bytes at journal offset @off (both BLOCK multiples) into
+ * @dst, through @win when it can hold them. */
+static int journal_read(struct coil_store *s, struct jwindow *win,
+			uint8_t *dst, uint64_t len, uint64_t off)
+{
+	uint64_t jlen = s->sb.journal_len;
+	int rc;
+
+	if (!win || len > REPLAY_WINDOW)
+		return store_io_big(s, URING_OP_READ, dst, len,
+				    s->sb.journal_off + off);
+	if (off < win->off || off + len > win->off + win->len) {
+		win->len = 0;
+		win->off = off;
+		rc = store_io_big(s, URING_OP_READ, win->buf,
+				  COIL_MIN(REPLAY_WINDOW, jlen - off),
+				  s->sb.journal_off + off);
+		if (rc < 0)
+			return rc;
+		win->len = COIL_MIN(REPLAY_WINDOW, jlen - off);
+	}
+	memcpy(dst, win->buf + (off - win->off), len);
+	return 0;
+}
+
 int replay_read_chunk(struct coil_store *s, uint8_t *chunk,
 			     uint64_t pos, uint64_t seq, struct fmt_jchunk *h,
-			     uint64_t *at)
+			     uint64_t *at, struct jwindow *win)
 {
 	uint64_t jlen = s->sb.journal_len, tries[3], base = 0, skip = 0, end;
 	uint64_t len = 0;
@@ -671,8 +702,7 @@ int replay_read_chunk(struct coil_store *s, uint8_t *chunk,
 			continue;
 		/* Whole blocks, whatever the sector a chunk starts at: a
 		 * direct read of the store needs them. */
-		rc = store_io_sync(s, URING_OP_READ, chunk, FMT_BLOCK,
-				   s->sb.journal_off + base);
+		rc = journal_read(s, win, chunk, FMT_BLOCK, base);
 		if (rc < 0)
 			return rc;
 		if (fmt_jchunk_decode(h, chunk + skip, FMT_BLOCK - skip) < 0 ||
@@ -687,9 +717,8 @@ int replay_read_chunk(struct coil_store *s, uint8_t *chunk,
 		return 0;
 	end = COIL_ALIGN_UP(*at + len, FMT_BLOCK);
 	if (end - base > FMT_BLOCK) {
-		rc = store_io_big(s, URING_OP_READ, chunk + FMT_BLOCK,
-				  end - base - FMT_BLOCK,
-				  s->sb.journal_off + base + FMT_BLOCK);
+		rc = journal_read(s, win, chunk + FMT_BLOCK,
+				  end - base - FMT_BLOCK, base + FMT_BLOCK);
 		if (rc < 0)
 			return rc;
 	}
@@ -741,9 +770,11 @@ int replay_journal(struct coil_store *s)
 	if (posix_memalign((void **)&rp->io, 4096, rp->io_cap))
 		rp->io = NULL;
 	rp->dec = malloc(FMT_BLOB_MAX);
+	if (posix_memalign((void **)&rp->win.buf, 4096, REPLAY_WINDOW))
+		rp->win.buf = NULL;
 	if (posix_memalign((void **)&chunk, 4096, REPLAY_CHUNK_BUF))
 		chunk = NULL;
-	if (!rp->dctx || !rp->io || !rp->dec || !chunk) {
+	if (!rp->dctx || !rp->io || !rp->dec || !chunk || !rp->win.buf) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -753,7 +784,7 @@ int replay_journal(struct coil_store *s)
 		struct fmt_jchunk h;
 		uint64_t at;
 
-		rc = replay_read_chunk(s, chunk, pos, seq, &h, &at);
+		rc = replay_read_chunk(s, chunk, pos, seq, &h, &at, &rp->win);
 		if (rc < 0 && s->salvage) {
 			salvage_note(s, "journal chunk (sequence %" PRIu64 ") "
 				     "does not read: replay stopped there", seq);
@@ -771,6 +802,7 @@ int replay_journal(struct coil_store *s)
 		rp->next_pos = pos;
 		seq++;
 		stat_add(&s->st.replayed_chunks, 1);
+		stat_add(&s->st.replayed_bytes, fmt_jchunk_len(&h));
 		rc = replay_chunk_records(rp, chunk, &h);
 		if (rc != 0)
 			break;
@@ -791,6 +823,7 @@ out:
 			ZSTD_freeDCtx(rp->dctx);
 		free(rp->io);
 		free(rp->dec);
+		free(rp->win.buf);
 	}
 	free(rp);
 	free(chunk);
