@@ -113,6 +113,7 @@ struct engine_stats {
 	_Atomic uint64_t journal_waits;
 	_Atomic uint64_t replayed_chunks, replayed_records;
 	_Atomic uint64_t replayed_bytes; /* journal bytes those chunks span */
+	_Atomic uint64_t replay_ns;      /* the replay's time (open) */
 	/* records replay applied over data that does not verify, in chunks a
 	 * later chunk shows were flushed: damage, not an unflushed tail */
 	_Atomic uint64_t replayed_damaged;

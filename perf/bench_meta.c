@@ -361,7 +361,7 @@ static int cmd_reopen(const char *path)
 	double t0 = now_s(), t1, t2, t3;
 	coil_store *s = store_open(path, 0);
 	struct snap sn;
-	uint64_t replayed, records;
+	uint64_t replayed, records, replay_ns;
 	int64_t rss1;
 	char *js;
 	int rc;
@@ -372,6 +372,7 @@ static int cmd_reopen(const char *path)
 	js = stats_text(s);
 	replayed = need_u64(js, "journal", "replayed_bytes");
 	records = need_u64(js, "journal", "replayed_records");
+	replay_ns = need_u64(js, "journal", "replay_ns");
 	free(js);
 	t2 = now_s();
 	rc = coil_close(s);
@@ -381,9 +382,9 @@ static int cmd_reopen(const char *path)
 	printf("{\"open_s\":%.6f,\"rss_base\":%" PRId64 ",\"rss\":%" PRId64
 	       ",\"close_s\":%.6f,\"objects\":%" PRIu64 ",\"extents\":%" PRIu64
 	       ",\"meta_bytes\":%" PRIu64 ",\"replayed_bytes\":%" PRIu64
-	       ",\"replayed_records\":%" PRIu64 "}\n",
+	       ",\"replayed_records\":%" PRIu64 ",\"replay_s\":%.6f}\n",
 	       t1 - t0, rss0, rss1, t3 - t2, sn.objects, sn.extents,
-	       sn.meta_bytes, replayed, records);
+	       sn.meta_bytes, replayed, records, (double)replay_ns * 1e-9);
 	return fflush(stdout) == 0 ? 0 : 1;
 }
 
@@ -431,7 +432,7 @@ static void kill_child(const char *path, uint64_t first, uint64_t n)
 /* Run cmd_reopen in a new process and read its JSON. */
 static void reopen_child(const char *path, double *open_s, double *rss,
 			 double *rss_base, double *objects, double *extents,
-			 double *replayed)
+			 double *replayed, double *replay_s)
 {
 	int fd[2];
 	pid_t pid;
@@ -478,7 +479,8 @@ static void reopen_child(const char *path, double *open_s, double *rss,
 	    !flat_num(out, "rss_base", rss_base) ||
 	    !flat_num(out, "objects", objects) ||
 	    !flat_num(out, "extents", extents) ||
-	    !flat_num(out, "replayed_bytes", replayed))
+	    !flat_num(out, "replayed_bytes", replayed) ||
+	    !flat_num(out, "replay_s", replay_s))
 		die("reopen printed no JSON: %s", out);
 }
 
@@ -502,7 +504,7 @@ int main(int argc, char **argv)
 	int64_t rss0, rss_c, rss1, io_c, io1, io2;
 	double t0, tc, t1, t2, t3, t4;
 	double open_s, rss_open, rss_open_base, r_objects, r_extents;
-	double replayed = 0, replay_open_s = 0, r_rss, r_rss_base;
+	double replayed = 0, replay_open_s = 0, replay_s = 0, r_rss, r_rss_base;
 	uint64_t kill_n = 0;
 	int rc;
 
@@ -571,7 +573,7 @@ int main(int argc, char **argv)
 	io2 = proc_write_bytes();
 
 	reopen_child(path, &open_s, &rss_open, &rss_open_base, &r_objects,
-		     &r_extents, &replayed);
+		     &r_extents, &replayed, &replay_s);
 	if ((uint64_t)r_objects != s1.objects || (uint64_t)r_extents != s1.extents)
 		die("reopen sees %.0f objects / %.0f extents, closed with %" PRIu64
 		    " / %" PRIu64, r_objects, r_extents, s1.objects, s1.extents);
@@ -583,7 +585,7 @@ int main(int argc, char **argv)
 		kill_n = n / 10 ? n / 10 : 1;
 		kill_child(path, n, kill_n);
 		reopen_child(path, &replay_open_s, &r_rss, &r_rss_base,
-			     &r_objects, &r_extents, &replayed);
+			     &r_objects, &r_extents, &replayed, &replay_s);
 		if ((uint64_t)r_objects != n + kill_n)
 			die("after the kill run the store holds %.0f objects, "
 			    "not %" PRIu64, r_objects, n + kill_n);
@@ -617,7 +619,8 @@ int main(int argc, char **argv)
 	       "\"in_memory_bytes\":%" PRIu64 ",\"disk_bytes\":%" PRIu64 ","
 	       "\"file_allocated_bytes\":%" PRIu64 ","
 	       "\"kill_ops\":%" PRIu64 ",\"replay_open_s\":%.6f,"
-	       "\"replayed_bytes\":%.0f,\"replay_s_per_gib\":%.3f}\n",
+	       "\"replayed_bytes\":%.0f,\"replay_s\":%.6f,"
+	       "\"replay_s_per_gib\":%.3f}\n",
 	       objects ? "objects" : "blobs", n,
 	       objects ? OBJ_BYTES : BLOB_BYTES, dn / load_s, load_s, t3 - t2,
 	       ckpts, ckpt_bytes, (double)ckpt_bytes / dn,
@@ -634,7 +637,7 @@ int main(int argc, char **argv)
 	       s1.meta_bytes, (double)s1.meta_bytes / dn, s1.area_bytes,
 	       s1.journal_bytes, s1.objects, s1.extents, s1.logical, s1.stored,
 	       s1.in_memory_bytes, s1.disk_bytes, (uint64_t)st.st_blocks * 512u,
-	       kill_n, replay_open_s, replayed,
-	       replayed > 0 ? replay_open_s / (replayed / (1u << 30)) : 0.0);
+	       kill_n, replay_open_s, replayed, replay_s,
+	       replayed > 0 ? replay_s / (replayed / (1u << 30)) : 0.0);
 	return fflush(stdout) == 0 ? 0 : 1;
 }

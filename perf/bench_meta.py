@@ -76,11 +76,12 @@ COLUMNS = [('ops/s', 'ops_s', '%.0f'),
            ('open s', 'open_s', '%.3f'),
            ('open s after kill', 'replay_open_s', '%.3f'),
            ('replayed KiB', 'replayed_kib', '%.0f'),
+           ('replay s/GiB', 'replay_s_per_gib', '%.1f'),
            ('meta bytes', 'meta_bytes', '%d'),
            ('run s', 'wall_s', '%.1f')]
 # Objects runs only: a tenth more objects, synced, then _exit without a
 # close, and the open after it (journal replay on top of the checkpoint).
-KILL_ONLY = ('replay_open_s', 'replayed_kib')
+KILL_ONLY = ('replay_open_s', 'replayed_kib', 'replay_s_per_gib')
 GROWTH = [('ckpt B/op', 'ckpt_bytes_per_op'), ('ops/s', 'ops_s')]
 
 
@@ -180,7 +181,8 @@ def main():
           '(the create excluded); RSS B/obj: VmRSS growth over the load / size.')
     print('open s after kill: a tenth more objects written and synced, the process '
           'gone without a close, then the open (checkpoint load and the journal '
-          'replay of "replayed KiB").')
+          'replay of "replayed KiB"); replay s/GiB: the replay\'s own time '
+          '(stats journal.replay_ns) per GiB replayed.')
     if failed:
         sys.exit('bench_meta: failed: ' + ', '.join(failed))
 

@@ -450,6 +450,9 @@ struct replay {
 	uint8_t *io;      /* read buffer */
 	uint8_t *dec;     /* decode scratch */
 	size_t io_cap;
+	/* the device range rp->io holds (io_len 0: none): packed blobs lie
+	 * many to a block, and each relocation record verifies its own */
+	uint64_t io_off, io_len;
 	struct fmt_extent fe;
 	struct jwindow win;     /* the journal read ahead */
 	/* the chunk being applied, and where the one after it would be */
@@ -524,10 +527,17 @@ static int replay_verify_blob(struct replay *rp, const struct fmt_blob *b)
 	if (idx >= s->nseg &&
 	    (fstat(s->fd, &st) < 0 || (uint64_t)st.st_size < z))
 		return 1;
-	rc = store_io_sync(s, URING_OP_READ, rp->io, (uint32_t)(z - a), a);
-	if (rc < 0)
-		return rc;
-	rc = fmt_blob_decode(rp->dctx, NULL, b, rp->io + (b->dev_off - a),
+	if (a < rp->io_off || z > rp->io_off + rp->io_len) {
+		rp->io_len = 0;
+		rc = store_io_sync(s, URING_OP_READ, rp->io, (uint32_t)(z - a),
+				   a);
+		if (rc < 0)
+			return rc;
+		rp->io_off = a;
+		rp->io_len = z - a;
+	}
+	rc = fmt_blob_decode(rp->dctx, NULL, b,
+			     rp->io + (b->dev_off - rp->io_off),
 			     b->stored_len, rp->dec, FMT_BLOB_MAX);
 	if (rc < 0)
 		return 1;
@@ -755,6 +765,7 @@ static int replay_chunk_records(struct replay *rp, const uint8_t *chunk,
 
 int replay_journal(struct coil_store *s)
 {
+	uint64_t t0 = coil_now_ns();
 	uint64_t jlen = s->sb.journal_len, pos = s->sb.replay_off % jlen;
 	uint64_t lin = pos, seq = s->sb.replay_seq;
 	uint8_t *chunk = NULL;
@@ -827,5 +838,6 @@ out:
 	}
 	free(rp);
 	free(chunk);
+	stat_add(&s->st.replay_ns, coil_now_ns() - t0);
 	return rc;
 }
