@@ -222,7 +222,6 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  "\"full_waits\":%llu,\"replayed_chunks\":%llu,"
 		  "\"replayed_records\":%llu,\"replayed_bytes\":%llu,"
 		  "\"replay_ns\":%llu,"
-		  "\"replayed_damaged\":%llu,"
 		  "\"chunks_overlapped\":%llu,"
 		  "\"chunks_by_writer\":%llu,\"turn_waits\":%llu},",
 		  (unsigned long long)jlen, (unsigned long long)jused,
@@ -230,7 +229,6 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 		  LD(s->st.journal_waits), LD(s->st.replayed_chunks),
 		  LD(s->st.replayed_records), LD(s->st.replayed_bytes),
 		  LD(s->st.replay_ns),
-		  LD(s->st.replayed_damaged),
 		  LD(s->st.chunks_overlapped),
 		  LD(s->st.chunks_now), LD(s->st.turn_waits));
 	sb_printf(&b, "\"checkpoint\":{\"count\":%llu,\"bytes_written\":%llu,"

@@ -114,9 +114,6 @@ struct engine_stats {
 	_Atomic uint64_t replayed_chunks, replayed_records;
 	_Atomic uint64_t replayed_bytes; /* journal bytes those chunks span */
 	_Atomic uint64_t replay_ns;      /* the replay's time (open) */
-	/* records replay applied over data that does not verify, in chunks a
-	 * later chunk shows were flushed: damage, not an unflushed tail */
-	_Atomic uint64_t replayed_damaged;
 	_Atomic uint64_t inline_encodes, inline_decodes;
 	_Atomic uint64_t read_splits;  /* joined reads that failed, read again
 					* blob by blob (read.c) */

@@ -388,15 +388,45 @@ static int cmd_reopen(const char *path)
 	return fflush(stdout) == 0 ? 0 : 1;
 }
 
-/* `bench_meta kill STORE FIRST N`: N more objects from index FIRST, a
- * coil_sync, then _exit without closing: the next open replays the
- * journal written since the last checkpoint. */
-static int cmd_kill(const char *path, uint64_t first, uint64_t n)
+/* N 4 KiB overwrites of the blobs the blob load wrote (M of them), at
+ * random. */
+static void overwrite_blobs(coil_store *s, uint64_t m, uint64_t n)
+{
+	static uint8_t buf[BLOB_BYTES];
+	uint64_t rng = SEED ^ 0x5eed, prng = SEED ^ 0x1234ull;
+	coil_obj *o = NULL;
+	int rc = coil_obj_open(s, "blobs", 0, &o);
+
+	if (rc < 0)
+		die_rc("coil_obj_open blobs", rc);
+	for (uint64_t i = 0; i < n; i++) {
+		uint64_t k = xorshift(&prng) % m;
+		int64_t w;
+
+		fill(buf, sizeof(buf), k, &rng);
+		w = coil_pwrite(o, buf, sizeof(buf), k * BLOB_STRIDE);
+		if (w != (int64_t)sizeof(buf))
+			die_rc("coil_pwrite", w < 0 ? w : -EIO);
+	}
+	rc = coil_obj_close(o);
+	if (rc < 0)
+		die_rc("coil_obj_close", rc);
+}
+
+/* `bench_meta kill STORE FIRST N` (objects: N more from index FIRST) or
+ * `bench_meta killblobs STORE M N` (N overwrites of the M blobs): then a
+ * coil_sync and _exit without closing: the next open replays the journal
+ * written since the last checkpoint. */
+static int cmd_kill(const char *path, uint64_t first, uint64_t n,
+		    bool objects)
 {
 	coil_store *s = store_open(path, 0);
 	int rc;
 
-	load_objects(s, first, n);
+	if (objects)
+		load_objects(s, first, n);
+	else
+		overwrite_blobs(s, first, n);
 	rc = coil_sync(s);
 	if (rc < 0)
 		die_rc("coil_sync (kill)", rc);
@@ -405,7 +435,8 @@ static int cmd_kill(const char *path, uint64_t first, uint64_t n)
 }
 
 /* Run `bench_meta kill` in a new process and wait for it. */
-static void kill_child(const char *path, uint64_t first, uint64_t n)
+static void kill_child(const char *path, uint64_t first, uint64_t n,
+		       bool objects)
 {
 	char a[32], b[32];
 	pid_t pid;
@@ -419,7 +450,8 @@ static void kill_child(const char *path, uint64_t first, uint64_t n)
 	if (pid < 0)
 		die("fork: %s", strerror(errno));
 	if (pid == 0) {
-		execl("/proc/self/exe", prog, "kill", path, a, b, (char *)NULL);
+		execl("/proc/self/exe", prog, objects ? "kill" : "killblobs",
+		      path, a, b, (char *)NULL);
 		_exit(127);
 	}
 	while (waitpid(pid, &status, 0) < 0)
@@ -516,11 +548,12 @@ int main(int argc, char **argv)
 			usage();
 		return cmd_reopen(argv[2]);
 	}
-	if (strcmp(mode, "kill") == 0) {
+	if (strcmp(mode, "kill") == 0 || strcmp(mode, "killblobs") == 0) {
 		if (argc != 5)
 			usage();
 		return cmd_kill(argv[2], strtoull(argv[3], NULL, 10),
-				strtoull(argv[4], NULL, 10));
+				strtoull(argv[4], NULL, 10),
+				strcmp(mode, "kill") == 0);
 	}
 	if (argc != 4)
 		usage();
@@ -579,17 +612,16 @@ int main(int argc, char **argv)
 		    " / %" PRIu64, r_objects, r_extents, s1.objects, s1.extents);
 	if (stat(path, &st) < 0)
 		die("stat %s: %s", path, strerror(errno));
-	/* Recovery: a tenth more objects, synced, and no close; the open
-	 * after it replays what the checkpoints had not taken. */
-	if (objects) {
-		kill_n = n / 10 ? n / 10 : 1;
-		kill_child(path, n, kill_n);
-		reopen_child(path, &replay_open_s, &r_rss, &r_rss_base,
-			     &r_objects, &r_extents, &replayed, &replay_s);
-		if ((uint64_t)r_objects != n + kill_n)
-			die("after the kill run the store holds %.0f objects, "
-			    "not %" PRIu64, r_objects, n + kill_n);
-	}
+	/* Recovery: a tenth more objects (or a tenth of the blobs written
+	 * again), synced, and no close; the open after it replays what the
+	 * checkpoints had not taken. */
+	kill_n = n / 10 ? n / 10 : 1;
+	kill_child(path, n, kill_n, objects);
+	reopen_child(path, &replay_open_s, &r_rss, &r_rss_base, &r_objects,
+		     &r_extents, &replayed, &replay_s);
+	if ((uint64_t)r_objects != (objects ? n + kill_n : 1))
+		die("after the kill run the store holds %.0f objects",
+		    r_objects);
 
 	double load_s = t2 - t1, dn = (double)n;
 	uint64_t ckpts = s1.ckpts - s0.ckpts, ckpt_bytes = s1.ckpt_bytes - s0.ckpt_bytes;

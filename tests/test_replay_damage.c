@@ -4,9 +4,9 @@
  * next open replays their records.  Then one 4 KiB block of the first
  * object's data is damaged in the store file:
  * - when a flush covered that write (and a later chunk says so), the
- *   damage is damage: replay applies the record and goes on; the damaged
- *   block reads -EIO, the rest of that object and the object written after
- *   it read back whole;
+ *   damage is damage: replay applies the record without reading its data
+ *   and goes on; the damaged block reads -EIO, the rest of that object and
+ *   the object written after it read back whole;
  * - when no flush covered it, the same bytes are what a power cut leaves of
  *   a write that never reached the device: replay ends there, and the
  *   object written after it is not there (a prefix, never wrong bytes). */
@@ -146,7 +146,6 @@ Test(replay_damage, flushed_data_damage_costs_its_range_only, .timeout = 120)
 	cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
 	cr_assert_gt(json_u64(js, "\"journal\"", "replayed_records"), 0,
 		     "the writes came back through replay");
-	cr_assert_eq(json_u64(js, "\"journal\"", "replayed_damaged"), 1);
 	/* the damaged block: -EIO, never other bytes */
 	cr_assert_eq(read_at(s, "a", got, FMT_BLOCK,
 			     (uint64_t)(BLOCKS + DAMAGED) * FMT_BLOCK), -EIO);
@@ -197,7 +196,7 @@ Test(replay_damage, unflushed_data_ends_replay, .timeout = 120)
 
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
-	cr_assert_eq(json_u64(js, "\"journal\"", "replayed_damaged"), 0);
+	cr_assert_gt(json_u64(js, "\"journal\"", "replayed_records"), 0);
 	/* replay ended at the second write of "a": "b" was never created */
 	cr_assert_eq(coil_obj_open(s, "b", 0, &h), -ENOENT);
 	uint64_t size;

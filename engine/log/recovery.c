@@ -455,50 +455,42 @@ struct replay {
 	uint64_t io_off, io_len;
 	struct fmt_extent fe;
 	struct jwindow win;     /* the journal read ahead */
-	/* the chunk being applied, and where the one after it would be */
-	uint64_t seq, next_pos;
-	/* the largest fmt_jchunk.synced of the chunks after the first one
-	 * that needed it (ahead_done) */
-	bool ahead_done;
-	uint64_t ahead_synced;
+	/* the chunk being applied */
+	uint64_t seq;
+	/* the largest fmt_jchunk.synced of the chain: every chunk up to it
+	 * was flushed (a later chunk says so) */
+	uint64_t synced_max;
 };
 
-/* Was the chunk being applied flushed?  A later chunk of the chain says so
- * (its synced field), and a chunk carries only a seq below its own: the
- * largest over every chunk after the first one asked about answers for
- * each one after it too.  Read once, on the first damaged record. */
-static bool replay_chunk_flushed(struct replay *rp)
+/* Walk the chain from (@pos, @seq) as replay will, for the largest synced
+ * field.  A chunk carries only a seq below its own, so every chunk up to
+ * the largest has a later one that vouches it was flushed. */
+static uint64_t chain_synced_max(struct replay *rp, uint8_t *buf,
+				 uint64_t pos, uint64_t seq)
 {
 	struct coil_store *s = rp->s;
-	uint64_t pos = rp->next_pos, seq = rp->seq + 1;
-	uint64_t jlen = s->sb.journal_len;
-	struct jwindow ahead = { 0 };
-	uint8_t *buf = NULL;
+	uint64_t jlen = s->sb.journal_len, max = 0;
 
-	if (!rp->ahead_done) {
-		rp->ahead_done = true;
-		if (posix_memalign((void **)&buf, 4096, REPLAY_CHUNK_BUF))
-			return false;
-		if (posix_memalign((void **)&ahead.buf, 4096, REPLAY_WINDOW))
-			ahead.buf = NULL;
-		/* Bounded: one chunk of the ring per pass, in sequence. */
-		for (;;) {
-			struct fmt_jchunk h;
-			uint64_t at;
+	/* Bounded: one chunk of the ring per pass, in sequence. */
+	for (;;) {
+		struct fmt_jchunk h;
+		uint64_t at;
 
-			if (replay_read_chunk(s, buf, pos, seq, &h, &at,
-					      ahead.buf ? &ahead : NULL) <= 0)
-				break;
-			rp->ahead_synced = COIL_MAX(rp->ahead_synced, h.synced);
-			pos = at + fmt_jchunk_len(&h);
-			if (pos >= jlen)
-				pos = 0;
-			seq++;
-		}
-		free(ahead.buf);
-		free(buf);
+		if (replay_read_chunk(s, buf, pos, seq, &h, &at, &rp->win) <= 0)
+			break;
+		max = COIL_MAX(max, h.synced);
+		pos = at + fmt_jchunk_len(&h);
+		if (pos >= jlen)
+			pos = 0;
+		seq++;
 	}
-	return rp->ahead_synced >= rp->seq;
+	return max;
+}
+
+/* Was the chunk being applied flushed? */
+static bool replay_chunk_flushed(const struct replay *rp)
+{
+	return rp->synced_max && rp->seq <= rp->synced_max;
 }
 
 /* Read a blob and check every checksum its descriptor carries.
@@ -506,7 +498,8 @@ static bool replay_chunk_flushed(struct replay *rp)
  * errno when the device failed: that is not evidence about the journal, so
  * open fails instead of dropping (and then checkpointing away) a suffix of
  * acknowledged writes. */
-static int replay_verify_blob(struct replay *rp, const struct fmt_blob *b)
+static int replay_verify_blob(struct replay *rp, const struct fmt_blob *b,
+			      bool read)
 {
 	struct coil_store *s = rp->s;
 	uint64_t a = COIL_ALIGN_DOWN(b->dev_off, FMT_BLOCK);
@@ -527,6 +520,8 @@ static int replay_verify_blob(struct replay *rp, const struct fmt_blob *b)
 	if (idx >= s->nseg &&
 	    (fstat(s->fd, &st) < 0 || (uint64_t)st.st_size < z))
 		return 1;
+	if (!read)
+		goto placed;
 	if (a < rp->io_off || z > rp->io_off + rp->io_len) {
 		rp->io_len = 0;
 		rc = store_io_sync(s, URING_OP_READ, rp->io, (uint32_t)(z - a),
@@ -541,6 +536,7 @@ static int replay_verify_blob(struct replay *rp, const struct fmt_blob *b)
 			     b->stored_len, rp->dec, FMT_BLOB_MAX);
 	if (rc < 0)
 		return 1;
+placed:
 	if (idx >= s->nseg) {
 		s->nseg = idx + 1;
 		stat_add(&s->st.grow_replayed, 1);
@@ -621,20 +617,24 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r)
 					return 1;
 				continue;
 			}
-			v = replay_verify_blob(rp, &rp->fe.blob);
+			/* A record a later chunk shows was flushed had its
+			 * data durable before it (a record is written after
+			 * its data, a flush covers every write completed
+			 * before it): data that does not verify there is
+			 * damage, not a write a power cut cut short, and
+			 * costs only its range (-EIO on read; the scrub
+			 * names it), so it is not read here: replay neither
+			 * stops at it nor pays a device read per blob.  The
+			 * unflushed tail is read and verified, and replay
+			 * stops at its first blob that is not whole. */
+			v = replay_verify_blob(rp, &rp->fe.blob,
+					       s->salvage ||
+						       !replay_chunk_flushed(rp));
 
-			/* Data that does not verify under a record that was
-			 * flushed is damage, not a write cut short by a
-			 * power loss: the record applies (a read of those
-			 * bytes fails with -EIO and the scrub names it)
-			 * rather than stopping replay and losing every later
-			 * write.  A salvage open does the same for any record
-			 * whose blob lies inside the data area. */
-			if (v == 1 && blob_in_bounds(s, &rp->fe.blob) == 0 &&
-			    !s->salvage && replay_chunk_flushed(rp)) {
-				stat_add(&s->st.replayed_damaged, 1);
-				continue;
-			}
+			/* A salvage open applies the record anyway (unless
+			 * the blob lies outside the data area): a read of its
+			 * bytes then fails with -EIO and is reported, where
+			 * stopping would silently drop every later write. */
 			if (v != 0 && s->salvage &&
 			    blob_in_bounds(s, &rp->fe.blob) == 0) {
 				stat_add(&s->salvage_unverified, 1);
@@ -789,6 +789,7 @@ int replay_journal(struct coil_store *s)
 		rc = -ENOMEM;
 		goto out;
 	}
+	rp->synced_max = chain_synced_max(rp, chunk, pos, seq);
 	/* Bounded: each pass consumes one chunk of the journal with the next
 	 * sequence, and the journal holds finitely many. */
 	for (;;) {
@@ -810,7 +811,6 @@ int replay_journal(struct coil_store *s)
 		if (pos >= jlen)
 			pos = 0;
 		rp->seq = seq;
-		rp->next_pos = pos;
 		seq++;
 		stat_add(&s->st.replayed_chunks, 1);
 		stat_add(&s->st.replayed_bytes, fmt_jchunk_len(&h));
