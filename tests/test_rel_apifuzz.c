@@ -459,6 +459,11 @@ static bool step(struct fz *f)
 		rc = coil_obj_remove(f->s, names[i]);
 		note(f, "remove %d -> %lld", i, (long long)rc);
 		if (!c->exists) {
+			/* a cut (of a background checkpoint's I/O, say) has
+			 * made the store fail everything: -EIO is the cut's */
+			if (rc < 0 && rc != -ENOENT &&
+			    uring_fault_is_cut(uring_fault_last()))
+				return op_failed(f, "remove", rc);
 			if (rc != -ENOENT)
 				violation(f, "remove of a missing object: %lld",
 					  (long long)rc);
