@@ -237,12 +237,11 @@ struct coil_store {
 	/* Sector chunks (FMT_INCOMPAT_JSECT): a chunk may start in the block
 	 * the one before ended in, rewriting that block whole with its
 	 * earlier bytes, which are still in the buffer of the cycle that
-	 * wrote them (cyc[jtail_slot].buf + jtail_off holds the block at
-	 * jtail_lin, while jtail_ok).  Only when no cycle is in flight: then
-	 * nothing writes that buffer. */
+	 * wrote them (cyc[jtail_slot].buf + jtail_off holds the block the
+	 * head is in, while jtail_ok: not after open).  Only when no cycle is
+	 * in flight: then nothing writes that buffer. */
 	bool jsect;
 	bool jtail_ok;
-	uint64_t jtail_lin;
 	uint32_t jtail_slot, jtail_off;
 	uint64_t j_tail_lin;     /* replay point of the durable checkpoint */
 	/* The last early wrap (a ring allocated in part wraps at its

@@ -310,9 +310,20 @@ static void load_objects(coil_store *s, uint64_t first, uint64_t n)
 	}
 }
 
-static void load_blobs(coil_store *s, uint64_t m)
+/* Blob @k of the blob load: BLOB_BYTES at k * BLOB_STRIDE. */
+static void put_blob(coil_obj *o, uint64_t k, uint64_t *rng)
 {
 	static uint8_t buf[BLOB_BYTES];
+	int64_t w;
+
+	fill(buf, sizeof(buf), k, rng);
+	w = coil_pwrite(o, buf, sizeof(buf), k * BLOB_STRIDE);
+	if (w != (int64_t)sizeof(buf))
+		die_rc("coil_pwrite", w < 0 ? w : -EIO);
+}
+
+static void load_blobs(coil_store *s, uint64_t m)
+{
 	uint64_t rng = SEED, prng = SEED ^ 0xabcdefull;
 	uint32_t *order;
 	coil_obj *o = NULL;
@@ -335,15 +346,8 @@ static void load_blobs(coil_store *s, uint64_t m)
 	rc = coil_obj_open(s, "blobs", COIL_CREATE | COIL_EXCL, &o);
 	if (rc < 0)
 		die_rc("coil_obj_open blobs", rc);
-	for (uint64_t i = 0; i < m; i++) {
-		uint64_t k = order[i];
-		int64_t w;
-
-		fill(buf, sizeof(buf), k, &rng);
-		w = coil_pwrite(o, buf, sizeof(buf), k * BLOB_STRIDE);
-		if (w != (int64_t)sizeof(buf))
-			die_rc("coil_pwrite", w < 0 ? w : -EIO);
-	}
+	for (uint64_t i = 0; i < m; i++)
+		put_blob(o, order[i], &rng);
 	rc = coil_obj_close(o);
 	if (rc < 0)
 		die_rc("coil_obj_close", rc);
@@ -392,22 +396,14 @@ static int cmd_reopen(const char *path)
  * random. */
 static void overwrite_blobs(coil_store *s, uint64_t m, uint64_t n)
 {
-	static uint8_t buf[BLOB_BYTES];
 	uint64_t rng = SEED ^ 0x5eed, prng = SEED ^ 0x1234ull;
 	coil_obj *o = NULL;
 	int rc = coil_obj_open(s, "blobs", 0, &o);
 
 	if (rc < 0)
 		die_rc("coil_obj_open blobs", rc);
-	for (uint64_t i = 0; i < n; i++) {
-		uint64_t k = xorshift(&prng) % m;
-		int64_t w;
-
-		fill(buf, sizeof(buf), k, &rng);
-		w = coil_pwrite(o, buf, sizeof(buf), k * BLOB_STRIDE);
-		if (w != (int64_t)sizeof(buf))
-			die_rc("coil_pwrite", w < 0 ? w : -EIO);
-	}
+	for (uint64_t i = 0; i < n; i++)
+		put_blob(o, xorshift(&prng) % m, &rng);
 	rc = coil_obj_close(o);
 	if (rc < 0)
 		die_rc("coil_obj_close", rc);

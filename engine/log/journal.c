@@ -685,8 +685,7 @@ static bool cycle_start(struct coil_store *s)
 		 * order).  Otherwise the chunk starts at the next block, where
 		 * replay looks next. */
 		if (head % FMT_BLOCK) {
-			if (s->cyc_n == 0 && s->jtail_ok &&
-			    s->jtail_lin == COIL_ALIGN_DOWN(head, FMT_BLOCK))
+			if (s->cyc_n == 0 && s->jtail_ok)
 				pre = (uint32_t)(head % FMT_BLOCK);
 			else
 				head = COIL_ALIGN_UP(head, FMT_BLOCK);
@@ -748,7 +747,6 @@ static bool cycle_start(struct coil_store *s)
 			       pre);
 		s->j_head_lin = c->chunk_lin + chunk_len;
 		s->jtail_ok = s->j_head_lin % FMT_BLOCK != 0;
-		s->jtail_lin = COIL_ALIGN_DOWN(s->j_head_lin, FMT_BLOCK);
 		s->jtail_slot = (uint32_t)(c - s->cyc);
 		s->jtail_off = (uint32_t)COIL_ALIGN_DOWN(pre + chunk_len,
 							 FMT_BLOCK);
