@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/batch.h"
 #include "engine/cleaner.h"
 #include "engine/io/read.h"
 #include "engine/io/readahead.h"
@@ -118,7 +119,14 @@ COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 
 	pthread_mutex_lock(&s->mlock);
 	o = objtab_find_name(s, name, len);
-	if (o) {
+	if (!o && (flags & COIL_CREATE) && !s->rdonly) {
+		/* a batch that creates or renames onto it decides first */
+		rc = batch_name_wait(s, name, len);
+		o = objtab_find_name(s, name, len);
+	}
+	if (rc < 0) {
+		/* a coil thread may not wait */
+	} else if (o) {
 		if (flags & COIL_EXCL)
 			rc = -EEXIST;
 	} else if (!(flags & COIL_CREATE)) {
@@ -222,8 +230,10 @@ COIL_API int coil_obj_remove(coil_store *s, const char *name)
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&s->mlock);
-	o = objtab_find_name(s, name, len);
-	rc = o ? meta_remove(s, o) : -ENOENT;
+	rc = batch_name_wait(s, name, len);
+	o = rc == 0 ? objtab_find_name(s, name, len) : NULL;
+	if (rc == 0)
+		rc = o ? meta_remove(s, o) : -ENOENT;
 	pthread_mutex_unlock(&s->mlock);
 	if (rc < 0)
 		journal_release_meta(s);

@@ -156,6 +156,10 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen)
 			  LD(s->st.pack_blobs), LD(s->st.pack_bytes),
 			  LD(s->st.pack_installed), LD(s->st.rd_mem));
 	}
+	sb_printf(&b, "\"batches\":{\"applied\":%llu,\"failed\":%llu,"
+		  "\"name_waits\":%llu},",
+		  LD(s->st.batches), LD(s->st.batch_errors),
+		  LD(s->st.batch_waits));
 	sb_printf(&b, "\"io\":{\"writes\":%llu,\"write_bytes\":%llu,"
 		  "\"write_errors\":%llu,\"reads\":%llu,\"read_bytes\":%llu,"
 		  "\"read_errors\":%llu,\"checksum_failures\":%llu,"

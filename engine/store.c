@@ -690,6 +690,8 @@ static int store_start(struct coil_store *s, const struct coil_options *o)
 	/* Likewise sector chunks: every chunk from here on. */
 	s->sb.incompat |= FMT_INCOMPAT_JSECT;
 	s->jsect = true;
+	/* And RENAME and BATCH records (engine/batch.c). */
+	s->sb.incompat |= FMT_INCOMPAT_BATCH;
 	/* The recovered state becomes the new base: nothing written before
 	 * this point is needed from the journal again. */
 	rc = ckpt_write(s, false);

@@ -75,6 +75,9 @@ struct engine_stats {
 	_Atomic uint64_t csum_failures;
 	_Atomic uint64_t blobs_raw, blobs_zstd;
 	_Atomic uint64_t inline_writes; /* small writes kept in the journal */
+	/* batches applied, failed after submission, and waits for another
+	 * batch's claim on a name (engine/batch.c) */
+	_Atomic uint64_t batches, batch_errors, batch_waits;
 	_Atomic uint64_t pack_batches, pack_blobs, pack_bytes, pack_installed;
 	_Atomic uint64_t rd_mem; /* blobs reads took from memory */
 	_Atomic uint64_t ckpt_last_bytes; /* the last checkpoint's size */
@@ -156,7 +159,10 @@ struct coil_store {
 
 	/* ---- metadata (mlock) ---- */
 	pthread_mutex_t mlock;
-	pthread_cond_t mcond;   /* truncate/remove/ticket waiters */
+	pthread_cond_t mcond;   /* truncate/remove/ticket waiters, and
+				 * waiters for a batch's names */
+	/* batches between claiming their names and applying (batch.c) */
+	struct coil_batch *batches;
 	struct object **by_name;
 	struct object **by_id;
 	uint32_t tab_cap;       /* buckets (power of two) */

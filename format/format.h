@@ -212,9 +212,14 @@ static inline void fmt_cursor_get_bytes(struct fmt_cursor *c, void *dst, size_t 
  * blocks, so small records share a block.  A reader that ignored it would
  * stop replay at the first such chunk and lose the synced writes after it. */
 #define FMT_INCOMPAT_JSECT 0x8ull
+/* incompat bit 4: the journal may hold RENAME records and BATCH records
+ * (a batch: the records after it that apply together or not at all).  A
+ * reader that ignored it would stop replay at the first one and lose the
+ * synced writes after it, or apply part of a batch. */
+#define FMT_INCOMPAT_BATCH 0x10ull
 #define FMT_INCOMPAT_KNOWN \
 	(FMT_INCOMPAT_GROW | FMT_INCOMPAT_INLINE | FMT_INCOMPAT_CKPT_DELTA | \
-	 FMT_INCOMPAT_JSECT)
+	 FMT_INCOMPAT_JSECT | FMT_INCOMPAT_BATCH)
 #define FMT_COMPAT_KNOWN 0x0ull
 /* fmt_super_decode: a superblock that is intact (checksum) but needs a
  * feature or version this code does not know.  The same value as the
@@ -444,7 +449,11 @@ enum fmt_jrec_type {
 	FMT_JREC_TRUNCATE,
 	FMT_JREC_WRITE,
 	FMT_JREC_DICT,
+	FMT_JREC_RENAME,       /* FMT_INCOMPAT_BATCH */
+	FMT_JREC_BATCH,        /* FMT_INCOMPAT_BATCH */
 };
+/* The most records a BATCH record may group. */
+#define FMT_BATCH_RECS_MAX 65536u
 #define FMT_JREC_HDR 16u
 #define FMT_JREC_REMAP 0x1u    /* WRITE flag: relocation, size unchanged */
 #define FMT_JREC_WRITE_FIXED 28u /* WRITE body before its extents */
@@ -473,6 +482,14 @@ int fmt_jrec_put_create(struct fmt_cursor *c, uint64_t obj_id, const char *name,
 int fmt_jrec_put_remove(struct fmt_cursor *c, uint64_t obj_id);
 int fmt_jrec_put_truncate(struct fmt_cursor *c, uint64_t obj_id, uint64_t size);
 int fmt_jrec_put_dict(struct fmt_cursor *c, uint32_t dict_id, uint64_t obj_id);
+/* RENAME: object @obj_id takes @name; @replaced (0: none) is the object
+ * that held the name, removed in the same step. */
+int fmt_jrec_put_rename(struct fmt_cursor *c, uint64_t obj_id, uint64_t replaced,
+			const char *name, size_t name_len);
+/* BATCH: the @n_records records after it (1..FMT_BATCH_RECS_MAX, none of
+ * them a BATCH) apply together or not at all.  They follow it in the same
+ * chunk. */
+int fmt_jrec_put_batch(struct fmt_cursor *c, uint32_t n_records);
 /* WRITE with all extents at once; each extent must lie in [off, off + len). */
 int fmt_jrec_put_write(struct fmt_cursor *c, uint16_t flags, uint64_t obj_id, uint64_t off,
 		       uint64_t len, const struct fmt_extent *ext, uint32_t n_extents);
@@ -487,6 +504,12 @@ struct fmt_jrec_create { uint64_t obj_id; uint16_t name_len; const char *name; /
 struct fmt_jrec_remove { uint64_t obj_id; };
 struct fmt_jrec_truncate { uint64_t obj_id, size; };
 struct fmt_jrec_dict { uint32_t dict_id; uint64_t obj_id; };
+struct fmt_jrec_rename {
+	uint64_t obj_id, replaced;
+	uint16_t name_len;
+	const char *name; /* not NUL terminated */
+};
+struct fmt_jrec_batch { uint32_t n_records; };
 struct fmt_jrec_write {
 	uint16_t flags;
 	uint64_t obj_id, off, len;
@@ -501,6 +524,9 @@ int fmt_jrec_create_decode(const struct fmt_jrec *r, struct fmt_jrec_create *out
 int fmt_jrec_remove_decode(const struct fmt_jrec *r, struct fmt_jrec_remove *out);
 int fmt_jrec_truncate_decode(const struct fmt_jrec *r, struct fmt_jrec_truncate *out);
 int fmt_jrec_dict_decode(const struct fmt_jrec *r, struct fmt_jrec_dict *out);
+/* Also checks obj_id != replaced. */
+int fmt_jrec_rename_decode(const struct fmt_jrec *r, struct fmt_jrec_rename *out);
+int fmt_jrec_batch_decode(const struct fmt_jrec *r, struct fmt_jrec_batch *out);
 /* Validates the whole WRITE body up front (every extent decodes, lies in
  * [off, off + len), count matches the bytes exactly), so a record that
  * decodes can be applied without a later failure. */

@@ -191,6 +191,31 @@ int fmt_jrec_put_dict(struct fmt_cursor *c, uint32_t dict_id, uint64_t obj_id)
 	return jrec_end(c, start);
 }
 
+int fmt_jrec_put_rename(struct fmt_cursor *c, uint64_t obj_id, uint64_t replaced,
+			const char *name, size_t name_len)
+{
+	size_t start;
+	if (!fmt_name_ok(name, name_len) || obj_id == replaced)
+		return -EINVAL;
+	jrec_begin(c, &start, FMT_JREC_RENAME, 0);
+	fmt_cursor_put_u64(c, obj_id);
+	fmt_cursor_put_u64(c, replaced);
+	fmt_cursor_put_u16(c, (uint16_t)name_len);
+	fmt_cursor_put_bytes(c, name, name_len);
+	return jrec_end(c, start);
+}
+
+int fmt_jrec_put_batch(struct fmt_cursor *c, uint32_t n_records)
+{
+	size_t start;
+	if (n_records == 0 || n_records > FMT_BATCH_RECS_MAX)
+		return -EINVAL;
+	jrec_begin(c, &start, FMT_JREC_BATCH, 0);
+	fmt_cursor_put_u32(c, n_records);
+	fmt_cursor_put_u32(c, 0);
+	return jrec_end(c, start);
+}
+
 int fmt_jrec_write_begin(struct fmt_cursor *c, size_t *mark, uint16_t flags, uint64_t obj_id,
 			 uint64_t off, uint64_t len)
 {
@@ -266,7 +291,7 @@ int fmt_jrec_next(struct fmt_cursor *c, struct fmt_jrec *out)
 		return -EIO;
 	if (fmt_jrec_csum(h, body, len) != coil_get_le64(h + 8))
 		goto bad;
-	if (type < FMT_JREC_CREATE || type > FMT_JREC_DICT || !flags_ok(type, flags))
+	if (type < FMT_JREC_CREATE || type > FMT_JREC_BATCH || !flags_ok(type, flags))
 		goto bad;
 	out->type = type;
 	out->flags = flags;
@@ -316,6 +341,33 @@ int fmt_jrec_dict_decode(const struct fmt_jrec *r, struct fmt_jrec_dict *out)
 	out->dict_id = coil_get_le32(r->body);
 	out->obj_id = coil_get_le64(r->body + 4);
 	if (out->dict_id == 0)
+		return -EIO;
+	return 0;
+}
+
+int fmt_jrec_rename_decode(const struct fmt_jrec *r, struct fmt_jrec_rename *out)
+{
+	if (r->type != FMT_JREC_RENAME || r->len < 18)
+		return -EIO;
+	uint16_t n = coil_get_le16(r->body + 16);
+	const char *name = (const char *)r->body + 18;
+	if (r->len != 18u + n || !fmt_name_ok(name, n))
+		return -EIO;
+	out->obj_id = coil_get_le64(r->body);
+	out->replaced = coil_get_le64(r->body + 8);
+	out->name_len = n;
+	out->name = name;
+	if (out->obj_id == out->replaced)
+		return -EIO;
+	return 0;
+}
+
+int fmt_jrec_batch_decode(const struct fmt_jrec *r, struct fmt_jrec_batch *out)
+{
+	if (r->type != FMT_JREC_BATCH || r->len != 8 || coil_get_le32(r->body + 4))
+		return -EIO;
+	out->n_records = coil_get_le32(r->body);
+	if (out->n_records == 0 || out->n_records > FMT_BATCH_RECS_MAX)
 		return -EIO;
 	return 0;
 }

@@ -276,6 +276,85 @@ COIL_API int coil_flush(coil_store *s, coil_cb cb, void *arg);
  *   -EBADF. */
 COIL_API int coil_prefetch(coil_obj *o, uint64_t off, uint64_t len);
 
+/* ---- rename and batches ----------------------------------------------------
+ *
+ * A batch changes several objects of one store at once: writes, truncates,
+ * creates, removes and renames, applied in the order they were added.
+ * After any crash the whole batch is present or wholly absent (a completed
+ * batch survives the process being killed; after a later coil_flush, power
+ * loss), and no reader ever sees part of it: a read submitted after the
+ * batch completed sees all of it, one that completed before it was
+ * submitted sees none, and every object it changes changes in one step.
+ * Batches and single writes to the same object apply in submission order.
+ * Objects are named, not opened: a batch may create an object and write
+ * it, or write one and rename it over another.  Open handles follow a
+ * renamed object; handles to an object the batch removes (or renames
+ * another over) then fail with -EBADF, as after coil_obj_remove.
+ *
+ * Limits, checked as each operation is added (-E2BIG, and the batch is
+ * unchanged): COIL_BATCH_OPS_MAX operations, COIL_BATCH_BYTES_MAX bytes of
+ * write data.  The encoded batch must also fit one journal chunk (at most
+ * 1 MiB, a quarter of the journal); a batch that does not is refused whole
+ * with -E2BIG at submission.  With the default max_blob the data limit
+ * is what binds. */
+#define COIL_BATCH_OPS_MAX   1024u
+#define COIL_BATCH_BYTES_MAX (16u << 20)
+/* coil_obj_rename / coil_batch_rename: fail with -EEXIST instead of
+ * replacing an object that holds the new name. */
+#define COIL_RENAME_NOREPLACE 0x1u
+
+typedef struct coil_batch coil_batch; /* opaque: operations not yet submitted */
+
+/* A new empty batch for store @s.  @return 0, -EINVAL, -EBADF, -ENOMEM. */
+COIL_API int coil_batch_new(coil_store *s, coil_batch **out);
+/* Add a write of @len bytes of @buf at @off to the object @name (which must
+ * exist when the batch applies, or be created earlier in it).  The bytes
+ * are copied: @buf may be reused at once.
+ * @return 0, -EINVAL, -ENAMETOOLONG, -EFBIG (past 2^60), -E2BIG, -ENOMEM. */
+COIL_API int coil_batch_write(coil_batch *b, const char *name, const void *buf,
+                              size_t len, uint64_t off);
+/* Add a truncate (as coil_obj_truncate).  Same errors. */
+COIL_API int coil_batch_truncate(coil_batch *b, const char *name, uint64_t size);
+/* Add the creation of an empty object @name; the batch fails with -EEXIST
+ * if it exists then.  Same errors. */
+COIL_API int coil_batch_create(coil_batch *b, const char *name);
+/* Add the removal of @name; the batch fails with -ENOENT if it is missing
+ * then.  Same errors. */
+COIL_API int coil_batch_remove(coil_batch *b, const char *name);
+/* Add a rename of @old to @new_name (as coil_obj_rename; flags 0 or
+ * COIL_RENAME_NOREPLACE).  Same errors. */
+COIL_API int coil_batch_rename(coil_batch *b, const char *old,
+                               const char *new_name, unsigned flags);
+/* Submit the batch; it is consumed (freed) whatever the result.  Checks it
+ * against the store first: a batch that fails a check changes nothing.
+ * The call may wait on the calling thread for the writes submitted before
+ * it to the same objects, and for other batches naming the same objects.
+ * Not from a callback (-EDEADLK).
+ * @cb (may be NULL) receives 0 or a negative errno: -ENOSPC (nothing of the
+ * batch applied; the store stays usable), -EIO, -ENOMEM.
+ * @return 0 when submitted (then @cb runs exactly once), or a negative
+ *   errno and @cb never runs: -EINVAL, -EBADF, -EROFS, -EIO (the store
+ *   failed a write before), -ENOENT (an operation names an object that is
+ *   missing at that point of the batch), -EEXIST (a create or a
+ *   no-replace rename onto an object that exists), -E2BIG, -ENOSPC,
+ *   -ENOMEM, -EDEADLK. */
+COIL_API int coil_batch_submit(coil_batch *b, coil_cb cb, void *arg);
+/* coil_batch_submit, waiting for the completion.  @return 0 or -errno. */
+COIL_API int coil_batch_commit(coil_batch *b);
+/* Discard a batch that was not submitted.  Accepts NULL. */
+COIL_API void coil_batch_free(coil_batch *b);
+
+/* Rename object @old to @new_name atomically, like rename(2): an object
+ * holding @new_name is replaced (removed in the same step) unless @flags
+ * has COIL_RENAME_NOREPLACE.  Renaming an object to its own name does
+ * nothing.  Open handles follow the object.  Durable with the next flush;
+ * once it returns, it survives the process being killed.  Not from a
+ * callback (-EDEADLK).
+ * @return 0, -EINVAL, -ENAMETOOLONG, -ENOENT, -EEXIST, -EROFS, -EBADF, -EIO,
+ *   -ENOSPC, -ENOMEM, -EDEADLK. */
+COIL_API int coil_obj_rename(coil_store *s, const char *old,
+                             const char *new_name, unsigned flags);
+
 /* Synchronous wrappers of coil_write / coil_read / coil_flush: they wait
  * on the calling thread.  Not from a callback (-EDEADLK).
  * @return bytes written or read (or 0), or a negative errno. */

@@ -54,7 +54,11 @@ static size_t build_payload(uint8_t *p, size_t cap, uint32_t *nrec)
 	cr_assert_eq(fmt_jrec_write_begin(&c, &mark, 0, 7, 0, 0), 0);
 	cr_assert_eq(fmt_jrec_write_end(&c, mark, 0), 0);        /* an empty write */
 	cr_assert_eq(fmt_jrec_put_remove(&c, 5), 0);
-	*nrec = 7;
+	cr_assert_eq(fmt_jrec_put_batch(&c, 1), 0);
+	cr_assert_eq(fmt_jrec_put_rename(&c, 7, 0, "t/new", 5), 0);
+	cr_assert_eq(fmt_jrec_put_rename(&c, 7, 7, "t/new", 5), -EINVAL);
+	cr_assert_eq(fmt_jrec_put_batch(&c, 0), -EINVAL);
+	*nrec = 9;
 	return c.pos;
 }
 
@@ -74,8 +78,12 @@ static int walk(const uint8_t *p, size_t len, int decode_bodies)
 		struct fmt_jrec_truncate tr;
 		struct fmt_jrec_dict di;
 		struct fmt_jrec_write w;
+		struct fmt_jrec_rename rn;
+		struct fmt_jrec_batch ba;
 		static struct fmt_extent e;
 		switch (r.type) {
+		case FMT_JREC_RENAME: rc = fmt_jrec_rename_decode(&r, &rn); break;
+		case FMT_JREC_BATCH: rc = fmt_jrec_batch_decode(&r, &ba); break;
 		case FMT_JREC_CREATE: rc = fmt_jrec_create_decode(&r, &cr_); break;
 		case FMT_JREC_REMOVE: rc = fmt_jrec_remove_decode(&r, &rm); break;
 		case FMT_JREC_TRUNCATE: rc = fmt_jrec_truncate_decode(&r, &tr); break;
@@ -111,7 +119,7 @@ Test(format_journal, round_trip_every_record_type)
 	cr_assert_eq(h.nblocks, 0);
 	cr_assert_eq(fmt_jchunk_len(&h), (uint64_t)total);
 	cr_assert_eq(h.payload_len, n);
-	cr_assert_eq(h.nrec, 7);
+	cr_assert_eq(h.nrec, 9);
 	cr_assert_eq(fmt_jchunk_verify_payload(&h, chunk + FMT_JCHUNK_HDR, (size_t)total - 64), 0);
 
 	struct fmt_cursor c;
@@ -175,6 +183,19 @@ Test(format_journal, round_trip_every_record_type)
 	cr_assert_eq(fmt_jrec_next(&c, &r), 1);
 	cr_assert_eq(fmt_jrec_remove_decode(&r, &rm), 0);
 	cr_assert_eq(rm.obj_id, 5);
+
+	struct fmt_jrec_batch ba;
+	cr_assert_eq(fmt_jrec_next(&c, &r), 1);
+	cr_assert_eq(fmt_jrec_batch_decode(&r, &ba), 0);
+	cr_assert_eq(ba.n_records, 1);
+	struct fmt_jrec_rename rn;
+	cr_assert_eq(fmt_jrec_next(&c, &r), 1);
+	cr_assert_eq(fmt_jrec_rename_decode(&r, &rn), 0);
+	cr_assert_eq(rn.obj_id, 7);
+	cr_assert_eq(rn.replaced, 0);
+	cr_assert_eq(rn.name_len, 5);
+	cr_assert_eq(memcmp(rn.name, "t/new", 5), 0);
+	cr_assert_eq(fmt_jrec_batch_decode(&r, &ba), -EIO);
 	cr_assert_eq(fmt_jrec_next(&c, &r), 0);
 	cr_assert_eq(fmt_jrec_next(&c, &r), 0);
 }
@@ -276,7 +297,7 @@ Test(format_journal, every_payload_byte_flipped)
 	size_t n = build_payload(p, sizeof(p), &nrec);
 	struct fmt_jchunk h = { .store_id = STORE, .seq = 1, .nblocks = 3,
 				.payload_len = (uint32_t)n, .nrec = nrec, .payload_csum = fmt_csum(p, n) };
-	cr_assert_eq(walk(p, n, 1), 7);
+	cr_assert_eq(walk(p, n, 1), 9);
 	for (size_t i = 0; i < n; i++) {
 		p[i] ^= 0x10;
 		cr_assert_eq(fmt_jchunk_verify_payload(&h, p, n), -EIO, "byte %zu", i);
@@ -301,7 +322,7 @@ Test(format_journal, truncated_at_every_length)
 	bounds[nb++] = 0;
 	while (fmt_jrec_next(&c, &r) == 1)
 		bounds[nb++] = c.pos;
-	cr_assert_eq(nb, 8);
+	cr_assert_eq(nb, 10);
 	for (size_t len = 0; len <= n; len++) {
 		int at = -1;
 		for (int b = 0; b < nb; b++)
@@ -334,13 +355,13 @@ Test(format_journal, unknown_types_flags_and_bad_bodies)
 	memset(body, 0, sizeof(body));
 	body[0] = 1;
 
-	uint16_t bad_types[] = { 0, 6, 0xffff };
+	uint16_t bad_types[] = { 0, FMT_JREC_BATCH + 1, 0xffff };
 	for (size_t i = 0; i < COIL_ARRAY_LEN(bad_types); i++) {
 		size_t n = hand_record(p, bad_types[i], 0, body, 8);
 		fmt_cursor_init_ro(&c, p, n);
 		cr_assert_eq(fmt_jrec_next(&c, &r), -EIO, "type %u", bad_types[i]);
 	}
-	for (uint16_t t = FMT_JREC_CREATE; t <= FMT_JREC_DICT; t++) {
+	for (uint16_t t = FMT_JREC_CREATE; t <= FMT_JREC_BATCH; t++) {
 		size_t n = hand_record(p, t, t == FMT_JREC_WRITE ? 2 : 1, body, 8);
 		fmt_cursor_init_ro(&c, p, n);
 		cr_assert_eq(fmt_jrec_next(&c, &r), -EIO, "flags on type %u", t);
@@ -350,6 +371,8 @@ Test(format_journal, unknown_types_flags_and_bad_bodies)
 		{ FMT_JREC_REMOVE, 7 }, { FMT_JREC_REMOVE, 9 }, { FMT_JREC_TRUNCATE, 15 },
 		{ FMT_JREC_TRUNCATE, 17 }, { FMT_JREC_DICT, 11 }, { FMT_JREC_DICT, 13 },
 		{ FMT_JREC_CREATE, 9 }, { FMT_JREC_CREATE, 10 }, { FMT_JREC_WRITE, 27 },
+		{ FMT_JREC_RENAME, 17 }, { FMT_JREC_RENAME, 18 }, { FMT_JREC_BATCH, 7 },
+		{ FMT_JREC_BATCH, 9 },
 	};
 	for (size_t i = 0; i < COIL_ARRAY_LEN(wrong); i++) {
 		size_t n = hand_record(p, wrong[i].type, 0, body, wrong[i].len);
@@ -366,6 +389,23 @@ Test(format_journal, unknown_types_flags_and_bad_bodies)
 	cr_assert_eq(walk(p, hand_record(p, FMT_JREC_CREATE, 0, cb, 14), 1), -EIO);
 	coil_put_le16(cb + 8, 0);
 	cr_assert_eq(walk(p, hand_record(p, FMT_JREC_CREATE, 0, cb, 10), 1), -EIO);
+	/* RENAME: onto itself; BATCH: no records, too many, reserved bits */
+	uint8_t rb[18 + 1] = { 0 };
+	coil_put_le64(rb, 7);
+	coil_put_le64(rb + 8, 9);
+	coil_put_le16(rb + 16, 1);
+	rb[18] = 'x';
+	cr_assert_eq(walk(p, hand_record(p, FMT_JREC_RENAME, 0, rb, 19), 1), 1);
+	coil_put_le64(rb + 8, 7);
+	cr_assert_eq(walk(p, hand_record(p, FMT_JREC_RENAME, 0, rb, 19), 1), -EIO);
+	uint8_t bb[8] = { 0 };
+	cr_assert_eq(walk(p, hand_record(p, FMT_JREC_BATCH, 0, bb, 8), 1), -EIO);
+	coil_put_le32(bb, FMT_BATCH_RECS_MAX + 1);
+	cr_assert_eq(walk(p, hand_record(p, FMT_JREC_BATCH, 0, bb, 8), 1), -EIO);
+	coil_put_le32(bb, 3);
+	cr_assert_eq(walk(p, hand_record(p, FMT_JREC_BATCH, 0, bb, 8), 1), 1);
+	coil_put_le32(bb + 4, 1);
+	cr_assert_eq(walk(p, hand_record(p, FMT_JREC_BATCH, 0, bb, 8), 1), -EIO);
 	/* DICT id 0 */
 	uint8_t db[12] = { 0 };
 	cr_assert_eq(walk(p, hand_record(p, FMT_JREC_DICT, 0, db, 12), 1), -EIO);

@@ -108,6 +108,33 @@ void wreq_put(struct coil_store *s, struct wreq *w)
 	pthread_mutex_unlock(&s->rq_mu);
 }
 
+int wreq_reserve(struct wreq *w, uint32_t n)
+{
+	struct pool_task *t;
+	struct fmt_blob *fb;
+	struct blobd **bd;
+	uint32_t *slot;
+
+	if (n <= w->cap_blobs)
+		return 0;
+	t = realloc(w->tasks, n * sizeof(*t));
+	if (t)
+		w->tasks = t;
+	fb = realloc(w->fb, n * sizeof(*fb));
+	if (fb)
+		w->fb = fb;
+	bd = realloc(w->bd, n * sizeof(*bd));
+	if (bd)
+		w->bd = bd;
+	slot = realloc(w->slot, n * sizeof(*slot));
+	if (slot)
+		w->slot = slot;
+	if (!t || !fb || !bd || !slot)
+		return -ENOMEM;
+	w->cap_blobs = n;
+	return 0;
+}
+
 /* ---- place ----------------------------------------------------------------- */
 
 int wreq_place(struct coil_store *s, struct wreq *w, uint64_t keep,

@@ -41,73 +41,48 @@
 #include "engine/place/segment.h"
 #include "engine/store.h"
 
-static int wreq_reserve(struct wreq *w, uint32_t n)
-{
-	struct pool_task *t;
-	struct fmt_blob *fb;
-	struct blobd **bd;
-	uint32_t *slot;
-
-	if (n <= w->cap_blobs)
-		return 0;
-	t = realloc(w->tasks, n * sizeof(*t));
-	if (t)
-		w->tasks = t;
-	fb = realloc(w->fb, n * sizeof(*fb));
-	if (fb)
-		w->fb = fb;
-	bd = realloc(w->bd, n * sizeof(*bd));
-	if (bd)
-		w->bd = bd;
-	slot = realloc(w->slot, n * sizeof(*slot));
-	if (slot)
-		w->slot = slot;
-	if (!t || !fb || !bd || !slot)
-		return -ENOMEM;
-	w->cap_blobs = n;
-	return 0;
-}
-
 /* ---- completion --------------------------------------------------------- */
+
+int write_apply_blobs(struct coil_store *s, struct wreq *w, struct object *o,
+		      uint64_t off, uint32_t k0, uint32_t n)
+{
+	struct ext ex[64];
+	uint64_t pos = off;
+	uint32_t k = k0, end = k0 + n;
+	int rc = 0;
+
+	/* Apply in groups so the stack array stays small. */
+	while (k < end && rc == 0) {
+		uint32_t m = 0;
+		uint64_t goff = pos;
+		while (k < end && m < COIL_ARRAY_LEN(ex)) {
+			ex[m].off = pos;
+			ex[m].len = w->fb[k].logical_len;
+			ex[m].skip = 0;
+			ex[m].b = w->bd[k];
+			w->bd[k] = NULL;
+			pos += ex[m].len;
+			m++;
+			k++;
+		}
+		rc = meta_apply_write(s, o, goff, pos - goff, ex, m, false);
+	}
+	return rc;
+}
 
 static void write_apply(struct coil_store *s, struct jent *e)
 {
 	struct wreq *w = (struct wreq *)e;
 	struct object *o = w->obj;
 
-	if (e->status == 0 && !o->removed && w->nblobs) {
-		struct ext ex[64];
-		uint64_t pos = w->off;
-		uint32_t k = 0;
-		int rc = 0;
-
-		/* Apply in groups so the stack array stays small. */
-		while (k < w->nblobs && rc == 0) {
-			uint32_t n = 0;
-			uint64_t goff = pos;
-			while (k < w->nblobs && n < COIL_ARRAY_LEN(ex)) {
-				ex[n].off = pos;
-				ex[n].len = w->fb[k].logical_len;
-				ex[n].skip = 0;
-				ex[n].b = w->bd[k];
-				w->bd[k] = NULL;
-				pos += ex[n].len;
-				n++;
-				k++;
-			}
-			rc = meta_apply_write(s, o, goff, pos - goff, ex, n,
-					      false);
-		}
+	if (e->status == 0 && !o->removed) {
+		int rc = write_apply_blobs(s, w, o, w->off, 0, w->nblobs);
 		if (rc < 0) {
 			store_break(s, rc);
 			e->status = rc;
 		}
-		wreq_drop_blobs(w, k);
-	} else if (e->status == 0 && !o->removed) {
-		/* zero-length write: nothing to map */
-	} else {
-		wreq_drop_blobs(w, 0);
 	}
+	wreq_drop_blobs(w, 0);
 	seg_inflight_done(s, w);
 	w->nruns = 0;
 }
@@ -147,58 +122,79 @@ static void write_fail(struct coil_store *s, struct wreq *w, int err)
 	journal_ready(s, &w->je);
 }
 
-/* The write's blob descriptors (in memory for an inline write: the encoded
- * bytes are copied out of the batch) and its journal record.  @return 0,
- * -ENOMEM, or the record encoder's error. */
-static int write_describe(struct coil_store *s, struct wreq *w, bool inl)
+int write_describe_range(struct coil_store *s, struct wreq *w,
+			 uint64_t obj_id, uint64_t off, uint64_t len,
+			 uint32_t k0, uint32_t n, bool inl,
+			 struct fmt_cursor *c)
 {
-	size_t need = FMT_JREC_HDR + FMT_JREC_WRITE_FIXED, mark;
-	uint64_t pos = w->off;
-	struct fmt_cursor c;
+	uint64_t pos = off;
+	size_t mark;
 	int rc = 0;
 
-	for (uint32_t k = 0; k < w->nblobs; k++) {
+	for (uint32_t k = k0; k < k0 + n; k++) {
 		struct fmt_blob *fb = &w->fb[k];
 
-		need += FMT_EXTENT_FIXED + 8u * fb->n_csums;
-		if (inl)
-			need += fb->stored_len;
 		w->stored += fb->stored_len;
 		if (fb->codec == FMT_CODEC_RAW)
 			stat_add(&s->st.blobs_raw, 1);
 		else
 			stat_add(&s->st.blobs_zstd, 1);
 		w->bd[k] = inl ? blobd_new_mem(fb, w->batch + w->slot[k],
-					       &s->mem, w->obj->id, pos) :
+					       &s->mem, obj_id, pos) :
 				 blobd_new(fb);
 		if (!w->bd[k])
 			rc = -ENOMEM;
 		pos += fb->logical_len;
 	}
-	stat_add(&s->st.enc_logical, w->len);
-	stat_add(&s->st.enc_stored, w->stored);
-	if (rc == 0 && need > w->rec_cap) {
+	if (rc < 0)
+		return rc;
+	pos = off;
+	rc = fmt_jrec_write_begin(c, &mark, 0, obj_id, off, len);
+	for (uint32_t k = k0; rc == 0 && k < k0 + n; k++) {
+		struct fmt_extent ex;
+
+		rc = wreq_put_extent(c, &ex, pos, w->fb[k].logical_len, 0,
+				     &w->fb[k],
+				     inl ? w->bd[k]->mem->bytes : NULL);
+		pos += w->fb[k].logical_len;
+	}
+	if (rc == 0)
+		rc = fmt_jrec_write_end(c, mark, n);
+	return rc;
+}
+
+size_t write_record_bound(const struct wreq *w, uint32_t k0, uint32_t n,
+			  bool inl)
+{
+	size_t need = FMT_JREC_HDR + FMT_JREC_WRITE_FIXED;
+
+	for (uint32_t k = k0; k < k0 + n; k++)
+		need += FMT_EXTENT_FIXED + 8u * w->fb[k].n_csums +
+			(inl ? w->fb[k].stored_len : 0);
+	return need;
+}
+
+/* The write's blob descriptors (in memory for an inline write: the encoded
+ * bytes are copied out of the batch) and its journal record.  @return 0,
+ * -ENOMEM, or the record encoder's error. */
+static int write_describe(struct coil_store *s, struct wreq *w, bool inl)
+{
+	size_t need = write_record_bound(w, 0, w->nblobs, inl);
+	struct fmt_cursor c;
+	int rc;
+
+	if (need > w->rec_cap) {
 		uint8_t *nb = realloc(w->recbuf, need);
 		if (!nb)
 			return -ENOMEM;
 		w->recbuf = nb;
 		w->rec_cap = need;
 	}
-	if (rc < 0)
-		return rc;
-	pos = w->off;
 	fmt_cursor_init(&c, w->recbuf, w->rec_cap);
-	rc = fmt_jrec_write_begin(&c, &mark, 0, w->obj->id, w->off, w->len);
-	for (uint32_t k = 0; rc == 0 && k < w->nblobs; k++) {
-		struct fmt_extent ex;
-
-		rc = wreq_put_extent(&c, &ex, pos, w->fb[k].logical_len, 0,
-				     &w->fb[k],
-				     inl ? w->bd[k]->mem->bytes : NULL);
-		pos += w->fb[k].logical_len;
-	}
-	if (rc == 0)
-		rc = fmt_jrec_write_end(&c, mark, w->nblobs);
+	rc = write_describe_range(s, w, w->obj->id, w->off, w->len, 0,
+				  w->nblobs, inl, &c);
+	stat_add(&s->st.enc_logical, w->len);
+	stat_add(&s->st.enc_stored, w->stored);
 	w->je.rec = w->recbuf;
 	w->je.rec_len = (uint32_t)c.pos;
 	return rc;
@@ -212,12 +208,7 @@ static uint64_t write_mem_cap(const struct coil_store *s)
 	return COIL_MIN((uint64_t)ENGINE_MEM_MAX, (s->sb.ckpt_len - FMT_BLOCK) / 8);
 }
 
-/* A small write completes at memory speed: its encoded blobs travel inside
- * its journal record, which reaches the page cache (journal.c), and stay in
- * memory (reads are served from there) until the packer writes them densely
- * into a segment (engine/pack.c).  No data write, no placement.  @return
- * false when the write does not qualify (the caller places it). */
-static bool write_inline(struct coil_store *s, struct wreq *w)
+bool write_inline_reserve(struct coil_store *s, struct wreq *w)
 {
 	uint64_t stored = 0;
 	int rc;
@@ -236,44 +227,38 @@ static bool write_inline(struct coil_store *s, struct wreq *w)
 	pthread_mutex_unlock(&s->mlock);
 	if (rc < 0)
 		return false; /* the segment path says -ENOSPC, or relieves */
+	stat_add(&s->st.inline_writes, 1);
+	return true;
+}
+
+/* A small write completes at memory speed: its encoded blobs travel inside
+ * its journal record, which reaches the page cache (journal.c), and stay in
+ * memory (reads are served from there) until the packer writes them densely
+ * into a segment (engine/pack.c).  No data write, no placement.  @return
+ * false when the write does not qualify (the caller places it). */
+static bool write_inline(struct coil_store *s, struct wreq *w)
+{
+	int rc;
+
+	if (!write_inline_reserve(s, w))
+		return false;
 	rc = write_describe(s, w, true);
 	if (rc < 0) {
 		write_fail(s, w, rc);
 		return true;
 	}
-	stat_add(&s->st.inline_writes, 1);
 	if (atomic_load(&s->mem.bytes) >= ENGINE_PACK_AT)
 		pack_kick(s);
 	journal_ready(s, &w->je);
 	return true;
 }
 
-/* Encoded and holding its ticket: place, describe, submit (or fail).  Runs
- * on a pool worker, or on whichever thread encoded it or released it. */
-static void write_ticketed(struct coil_store *s, struct jent *e)
+int write_place(struct coil_store *s, struct wreq *w)
 {
-	struct wreq *w = (struct wreq *)e;
-	uint64_t keep;
+	uint64_t keep = cleaner_write_keep(s, w);
 	unsigned rep = 0;
-	int rc = w->enc_rc;
+	int rc;
 
-	if (rc == 0 && w->nblobs == 0) {
-		journal_ready(s, &w->je); /* zero-length: nothing to map */
-		return;
-	}
-
-	for (uint32_t k = 0; rc == 0 && k < w->nblobs; k++)
-		if (w->tasks[k].result < 0)
-			rc = (int)w->tasks[k].result;
-	if (rc < 0) {
-		write_fail(s, w, rc);
-		return;
-	}
-	for (uint32_t k = 0; k < w->nblobs; k++)
-		w->bd[k] = NULL;
-	if (write_inline(s, w))
-		return;
-	keep = cleaner_write_keep(s, w);
 	rc = wreq_place(s, w, keep, &rep);
 	for (int tries = 0; rc == -ENOSPC && w->space_pending &&
 	     tries < ENGINE_SPACE_CKPT_TRIES && !uring_on_ring_thread(s->ring) &&
@@ -296,6 +281,33 @@ static void write_ticketed(struct coil_store *s, struct jent *e)
 	 * under its low mark (its passes take the checkpoints then). */
 	if (rep & SEG_REPORT_OPENED)
 		cleaner_kick(s);
+	return rc;
+}
+
+/* Encoded and holding its ticket: place, describe, submit (or fail).  Runs
+ * on a pool worker, or on whichever thread encoded it or released it. */
+static void write_ticketed(struct coil_store *s, struct jent *e)
+{
+	struct wreq *w = (struct wreq *)e;
+	int rc = w->enc_rc;
+
+	if (rc == 0 && w->nblobs == 0) {
+		journal_ready(s, &w->je); /* zero-length: nothing to map */
+		return;
+	}
+
+	for (uint32_t k = 0; rc == 0 && k < w->nblobs; k++)
+		if (w->tasks[k].result < 0)
+			rc = (int)w->tasks[k].result;
+	if (rc < 0) {
+		write_fail(s, w, rc);
+		return;
+	}
+	for (uint32_t k = 0; k < w->nblobs; k++)
+		w->bd[k] = NULL;
+	if (write_inline(s, w))
+		return;
+	rc = write_place(s, w);
 	if (rc < 0) {
 		write_fail(s, w, rc);
 		return;

@@ -111,6 +111,17 @@ int ckpt_reserve_write(struct coil_store *s, struct wreq *w, bool inl)
 	return 0;
 }
 
+int ckpt_reserve_more(struct coil_store *s, struct wreq *w, uint64_t bytes)
+{
+	if (ckpt_payload_now(s) + s->ckpt_reserved + bytes > payload_limit(s)) {
+		stat_add(&s->st.ckpt_area_full, 1);
+		return -ENOSPC;
+	}
+	s->ckpt_reserved += bytes;
+	w->ckpt_res += bytes;
+	return 0;
+}
+
 int ckpt_room_for_object(const struct coil_store *s, size_t name_len)
 {
 	uint64_t need = FMT_CKPT_OBJ_MIN - 1 + name_len;

@@ -26,6 +26,9 @@ uint64_t ckpt_payload_now(const struct coil_store *s);
  * checkpoint again, its journal would fill and it would break.  @inl: the
  * blobs are kept in memory, and written whole into checkpoints. */
 int ckpt_reserve_write(struct coil_store *s, struct wreq *w, bool inl);
+/* mlock held.  @bytes more for @w (a batch's objects, names and extra
+ * extents), released with the rest.  0 or -ENOSPC. */
+int ckpt_reserve_more(struct coil_store *s, struct wreq *w, uint64_t bytes);
 /* mlock held.  Room in the checkpoint area for one more object named with
  * @name_len bytes?  0 or -ENOSPC. */
 int ckpt_room_for_object(const struct coil_store *s, size_t name_len);

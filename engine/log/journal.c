@@ -138,19 +138,16 @@ uint64_t journal_turn(struct coil_store *s, struct object *o)
 	return t;
 }
 
-/* @e is first of @o: its ticket, then every parked entry this makes first.
- * jlock held.  @return the released entries, in ticket order. */
-static struct jent *turn_ticket(struct coil_store *s, struct object *o,
-				struct jent *e)
+/* @o's place after the one that just took its ticket: continue, with a
+ * ticket each, the parked entries this makes first, appended at *@tail.
+ * jlock held. */
+static void turn_release(struct coil_store *s, struct object *o,
+			 struct jent ***tail)
 {
-	struct jent *head = NULL, **tail = &head;
-
+	o->turn_done++;
 	for (;;) {
-		struct jent **pp;
+		struct jent **pp, *e;
 
-		COIL_ASSERT(s->next_ticket - s->head_ticket < ENGINE_JSLOTS);
-		e->ticket = s->next_ticket++;
-		o->turn_done++;
 		for (pp = &o->turn_parked; *pp && (*pp)->turn != o->turn_done;
 		     pp = &(*pp)->turn_next)
 			;
@@ -159,42 +156,99 @@ static struct jent *turn_ticket(struct coil_store *s, struct object *o,
 		e = *pp;
 		*pp = e->turn_next;
 		e->turn_next = NULL;
-		*tail = e;
-		tail = &e->turn_next;
+		COIL_ASSERT(s->next_ticket - s->head_ticket < ENGINE_JSLOTS);
+		e->ticket = s->next_ticket++;
+		o->turn_done++;
+		**tail = e;
+		*tail = &e->turn_next;
 	}
 	if (o->turn_waiters)
 		pthread_cond_broadcast(&s->jcond);
+}
+
+/* @e is first of @o: its ticket, then every parked entry this makes first.
+ * jlock held.  @return the released entries, in ticket order. */
+static struct jent *turn_ticket(struct coil_store *s, struct object *o,
+				struct jent *e)
+{
+	struct jent *head = NULL, **tail = &head;
+
+	COIL_ASSERT(s->next_ticket - s->head_ticket < ENGINE_JSLOTS);
+	e->ticket = s->next_ticket++;
+	turn_release(s, o, &tail);
 	return head;
 }
 
-bool journal_take_turn(struct coil_store *s, struct object *o, struct jent *e,
-		       bool wait)
+/* Continue entries released by a ticket, in ticket order. */
+static void turn_continue(struct coil_store *s, struct jent *rel)
 {
-	struct jent *rel, *next;
+	struct jent *next;
 
-	pthread_mutex_lock(&s->jlock);
-	if (o->turn_done != e->turn) {
-		COIL_ASSERT(e->turn > o->turn_done);
-		stat_add(&s->st.turn_waits, 1);
-		if (!wait) {
-			e->turn_next = o->turn_parked;
-			o->turn_parked = e;
-			pthread_mutex_unlock(&s->jlock);
-			return false;
-		}
-		o->turn_waiters++;
-		while (o->turn_done != e->turn)
-			pthread_cond_wait(&s->jcond, &s->jlock);
-		o->turn_waiters--;
-	}
-	rel = turn_ticket(s, o, e);
-	pthread_mutex_unlock(&s->jlock);
-	e->ticketed(s, e);
 	for (; rel; rel = next) {
 		next = rel->turn_next;
 		rel->turn_next = NULL;
 		rel->ticketed(s, rel);
 	}
+}
+
+/* Wait (jlock held) until @turn is @o's next place. */
+static void turn_wait(struct coil_store *s, struct object *o, uint64_t turn)
+{
+	if (o->turn_done == turn)
+		return;
+	COIL_ASSERT(turn > o->turn_done);
+	stat_add(&s->st.turn_waits, 1);
+	o->turn_waiters++;
+	while (o->turn_done != turn)
+		pthread_cond_wait(&s->jcond, &s->jlock);
+	o->turn_waiters--;
+}
+
+void journal_turns(struct coil_store *s, struct object **o, uint64_t *turn,
+		   uint32_t n)
+{
+	pthread_mutex_lock(&s->jlock);
+	for (uint32_t i = 0; i < n; i++)
+		turn[i] = o[i]->turn_next++;
+	pthread_mutex_unlock(&s->jlock);
+}
+
+void journal_take_turns(struct coil_store *s, struct object **o,
+			const uint64_t *turn, uint32_t n, struct jent *e)
+{
+	struct jent *head = NULL, **tail = &head;
+
+	pthread_mutex_lock(&s->jlock);
+	/* Only its holder moves a place on: the places waited for stay. */
+	for (uint32_t i = 0; i < n; i++)
+		turn_wait(s, o[i], turn[i]);
+	COIL_ASSERT(s->next_ticket - s->head_ticket < ENGINE_JSLOTS);
+	e->ticket = s->next_ticket++;
+	for (uint32_t i = 0; i < n; i++)
+		turn_release(s, o[i], &tail);
+	pthread_mutex_unlock(&s->jlock);
+	turn_continue(s, head);
+}
+
+bool journal_take_turn(struct coil_store *s, struct object *o, struct jent *e,
+		       bool wait)
+{
+	struct jent *rel;
+
+	pthread_mutex_lock(&s->jlock);
+	if (o->turn_done != e->turn && !wait) {
+		COIL_ASSERT(e->turn > o->turn_done);
+		stat_add(&s->st.turn_waits, 1);
+		e->turn_next = o->turn_parked;
+		o->turn_parked = e;
+		pthread_mutex_unlock(&s->jlock);
+		return false;
+	}
+	turn_wait(s, o, e->turn);
+	rel = turn_ticket(s, o, e);
+	pthread_mutex_unlock(&s->jlock);
+	e->ticketed(s, e);
+	turn_continue(s, rel);
 	return true;
 }
 

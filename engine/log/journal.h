@@ -127,6 +127,15 @@ uint64_t journal_turn(struct coil_store *s, struct object *o);
  * after @e, in ticket order. */
 bool journal_take_turn(struct coil_store *s, struct object *o, struct jent *e,
 		       bool wait);
+/* A batch's places in each of @n objects, taken together (so two batches
+ * order alike in every object they share). */
+void journal_turns(struct coil_store *s, struct object **o, uint64_t *turn,
+		   uint32_t n);
+/* Wait until each place is first in its object, then take one ticket for
+ * @e (not continued: the caller readies it) and pass every place on.  May
+ * block: not on a coil thread. */
+void journal_take_turns(struct coil_store *s, struct object **o,
+			const uint64_t *turn, uint32_t n, struct jent *e);
 /* Metadata ops reserve a ticket slot first (writes are bounded by the write
  * contexts); waits, or -EAGAIN when @can_wait is false. */
 int journal_reserve_meta(struct coil_store *s, bool can_wait);

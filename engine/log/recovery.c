@@ -101,6 +101,9 @@ static int insert_fmt_extent(struct coil_store *s, struct object *o,
 struct delta_load {
 	struct coil_store *s;
 	struct fmt_extent *fe;
+	/* objects whose name a later object of this delta took (renames
+	 * that traded names): each must be renamed or gone by its end */
+	uint64_t detached;
 };
 
 /* The next @n extents at @c into @o's map. */
@@ -119,11 +122,13 @@ static int load_extents(struct coil_store *s, struct object *o,
 	return 0;
 }
 
-/* An object whole, from a base or a delta's FMT_DREC_OBJ record (which
- * replaces one of the same id: @replace). */
+/* An object whole, from a base or a delta's FMT_DREC_OBJ record (@dl: it
+ * replaces one of the same id, and may take the name of another that this
+ * delta renames or removes too). */
 static int load_whole_obj(struct coil_store *s, struct fmt_cursor *c,
-			  struct fmt_extent *fe, bool replace)
+			  struct fmt_extent *fe, struct delta_load *dl)
 {
+	struct object *holder;
 	struct fmt_ckpt_obj co;
 	struct object *o;
 	int rc;
@@ -133,12 +138,21 @@ static int load_whole_obj(struct coil_store *s, struct fmt_cursor *c,
 	if (co.size > ENGINE_OBJ_SIZE_MAX || memchr(co.name, 0, co.name_len))
 		return -EIO;
 	o = objtab_find_id(s, co.obj_id);
-	if (o && replace) {
+	if (o && dl) {
+		if (o->name_detached)
+			dl->detached--;
 		meta_apply_remove(s, o);
 		o = NULL;
 	}
-	if (o || objtab_find_name(s, co.name, co.name_len))
+	if (o)
 		return -EIO;
+	holder = objtab_find_name(s, co.name, co.name_len);
+	if (holder && !dl)
+		return -EIO;
+	if (holder) {
+		objtab_name_detach(s, holder);
+		dl->detached++;
+	}
 	rc = objtab_add(s, co.obj_id, co.name, co.name_len, &o);
 	if (rc < 0)
 		return rc;
@@ -180,7 +194,7 @@ static int delta_apply(void *arg, const struct fmt_ckpt_delta *h,
 	for (uint32_t i = 0; i < h->n_records; i++) {
 		switch (fmt_delta_get_kind(&c)) {
 		case FMT_DREC_OBJ:
-			rc = load_whole_obj(s, &c, dl->fe, true);
+			rc = load_whole_obj(s, &c, dl->fe, dl);
 			if (rc < 0)
 				return rc;
 			break;
@@ -203,6 +217,8 @@ static int delta_apply(void *arg, const struct fmt_ckpt_delta *h,
 			/* an object created and removed between two
 			 * checkpoints was never in one */
 			o = objtab_find_id(s, id);
+			if (o && o->name_detached)
+				dl->detached--;
 			if (o)
 				meta_apply_remove(s, o);
 			break;
@@ -210,7 +226,7 @@ static int delta_apply(void *arg, const struct fmt_ckpt_delta *h,
 			return -EIO;
 		}
 	}
-	if (fmt_cursor_remaining(&c) != 0)
+	if (fmt_cursor_remaining(&c) != 0 || dl->detached)
 		return -EIO;
 	s->applied_end_lin = h->replay_off;
 	s->applied_next_seq = h->replay_seq;
@@ -315,7 +331,7 @@ static int ckpt_load_deltas(struct coil_store *s, struct fmt_extent *fe,
 			    bool *mirror_used)
 {
 	struct fmt_super sb = s->sb;
-	struct delta_load dl = { s, fe };
+	struct delta_load dl = { s, fe, 0 };
 	uint64_t end, last;
 	uint8_t *buf = NULL;
 	int rc, n;
@@ -415,7 +431,7 @@ int ckpt_load(struct coil_store *s)
 		s->segs[i].live = 0; /* recomputed from the extents */
 	}
 	for (uint64_t i = 0; i < h.n_objects; i++) {
-		rc = load_whole_obj(s, &c, fe, false);
+		rc = load_whole_obj(s, &c, fe, NULL);
 		if (rc < 0)
 			goto out;
 	}
@@ -544,9 +560,83 @@ placed:
 	return 0;
 }
 
-/* Apply one record.  @return 0 applied (or a no-op), 1 stop replay here,
- * < 0 a device error (open fails rather than silently dropping a suffix). */
-static int replay_record(struct replay *rp, const struct fmt_jrec *r)
+/* A WRITE record's blobs, verified (or, in a flushed chunk, only placed)
+ * before any of it applies.  @return 0, 1 (replay stops here), or a device
+ * error. */
+static int replay_write_verify(struct replay *rp, struct fmt_jrec_write w)
+{
+	struct coil_store *s = rp->s;
+	int rc;
+
+	while ((rc = fmt_jrec_write_next(&w, &rp->fe)) == 1) {
+		int v;
+
+		if (rp->fe.blob.flags & FMT_BLOB_INLINE) {
+			/* the record carries it (checked on decode); a
+			 * relocation never moves into memory */
+			if ((w.flags & FMT_JREC_REMAP) ||
+			    blob_inline_ok(s, &rp->fe) < 0)
+				return 1;
+			continue;
+		}
+		/* A record a later chunk shows was flushed had its data
+		 * durable before it (a record is written after its data, a
+		 * flush covers every write completed before it): data that
+		 * does not verify there is damage, not a write a power cut
+		 * cut short, and costs only its range (-EIO on read; the
+		 * scrub names it), so it is not read here: replay neither
+		 * stops at it nor pays a device read per blob.  The
+		 * unflushed tail is read and verified, and replay stops at
+		 * its first blob that is not whole. */
+		v = replay_verify_blob(rp, &rp->fe.blob,
+				       s->salvage || !replay_chunk_flushed(rp));
+
+		/* A salvage open applies the record anyway (unless the blob
+		 * lies outside the data area): a read of its bytes then
+		 * fails with -EIO and is reported, where stopping would
+		 * silently drop every later write. */
+		if (v != 0 && s->salvage &&
+		    blob_in_bounds(s, &rp->fe.blob) == 0) {
+			stat_add(&s->salvage_unverified, 1);
+			continue;
+		}
+		if (v != 0)
+			return v;
+	}
+	return rc < 0 ? 1 : 0;
+}
+
+/* A RENAME, applied or found already applied.  Replay may meet records
+ * whose effect the checkpoint already holds (a checkpoint can be taken
+ * between the entries of one chunk), and a create or remove outside a
+ * batch changes the table when it takes its ticket, so the checkpoint may
+ * hold later ones too: a missing object was removed later, and a holder of
+ * the name newer than both objects was created later.  @return 0, 1 (a
+ * contradiction: stop), -errno. */
+static int replay_rename(struct coil_store *s, const struct fmt_jrec_rename *rn)
+{
+	struct object *o = objtab_find_id(s, rn->obj_id), *holder, *rep;
+
+	if (!o)
+		return 0;
+	rep = rn->replaced ? objtab_find_id(s, rn->replaced) : NULL;
+	holder = objtab_find_name(s, rn->name, rn->name_len);
+	if (holder == o)
+		return 0;
+	if (holder && holder != rep)
+		return (holder->id > rn->obj_id && holder->id > rn->replaced) ?
+			       0 : 1;
+	if (rep)
+		meta_apply_remove(s, rep);
+	return objtab_rename(s, o, rn->name, rn->name_len);
+}
+
+/* Apply one record (@verify: check a WRITE's blobs first; a batch checked
+ * all of its own before applying any).  @return 0 applied (or a no-op), 1
+ * stop replay here, < 0 a device error (open fails rather than silently
+ * dropping a suffix). */
+static int replay_record(struct replay *rp, const struct fmt_jrec *r,
+			 bool verify)
 {
 	struct coil_store *s = rp->s;
 	struct object *o;
@@ -558,10 +648,9 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r)
 		if (fmt_jrec_create_decode(r, &cr) < 0 ||
 		    memchr(cr.name, 0, cr.name_len))
 			return 1;
-		o = objtab_find_id(s, cr.obj_id);
-		if (o)
-			return (o->name_len == cr.name_len &&
-				!memcmp(o->name, cr.name, cr.name_len)) ? 0 : 1;
+		/* applied already (a later rename may have renamed it) */
+		if (objtab_find_id(s, cr.obj_id))
+			return 0;
 		o = objtab_find_name(s, cr.name, cr.name_len);
 		if (o)	/* A later object holds the name: this one was
 			 * removed after (create and remove change the table
@@ -583,6 +672,12 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r)
 			meta_apply_remove(s, o);
 		return 0;
 	}
+	case FMT_JREC_RENAME: {
+		struct fmt_jrec_rename rn;
+		if (fmt_jrec_rename_decode(r, &rn) < 0)
+			return 1;
+		return replay_rename(s, &rn);
+	}
 	case FMT_JREC_TRUNCATE: {
 		struct fmt_jrec_truncate tr;
 		if (fmt_jrec_truncate_decode(r, &tr) < 0 ||
@@ -597,7 +692,7 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r)
 		return 0;
 	}
 	case FMT_JREC_WRITE: {
-		struct fmt_jrec_write w, w2;
+		struct fmt_jrec_write w;
 		if (fmt_jrec_write_decode(r, &w) < 0 ||
 		    w.off + w.len > ENGINE_OBJ_SIZE_MAX)
 			return 1;
@@ -605,47 +700,12 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r)
 		if (!o)
 			return 0; /* removed later: nothing to verify */
 		/* Every blob first, so the write applies whole or not. */
-		w2 = w;
-		while ((rc = fmt_jrec_write_next(&w, &rp->fe)) == 1) {
-			int v;
-
-			if (rp->fe.blob.flags & FMT_BLOB_INLINE) {
-				/* the record carries it (checked on decode);
-				 * a relocation never moves into memory */
-				if ((w.flags & FMT_JREC_REMAP) ||
-				    blob_inline_ok(s, &rp->fe) < 0)
-					return 1;
-				continue;
-			}
-			/* A record a later chunk shows was flushed had its
-			 * data durable before it (a record is written after
-			 * its data, a flush covers every write completed
-			 * before it): data that does not verify there is
-			 * damage, not a write a power cut cut short, and
-			 * costs only its range (-EIO on read; the scrub
-			 * names it), so it is not read here: replay neither
-			 * stops at it nor pays a device read per blob.  The
-			 * unflushed tail is read and verified, and replay
-			 * stops at its first blob that is not whole. */
-			v = replay_verify_blob(rp, &rp->fe.blob,
-					       s->salvage ||
-						       !replay_chunk_flushed(rp));
-
-			/* A salvage open applies the record anyway (unless
-			 * the blob lies outside the data area): a read of its
-			 * bytes then fails with -EIO and is reported, where
-			 * stopping would silently drop every later write. */
-			if (v != 0 && s->salvage &&
-			    blob_in_bounds(s, &rp->fe.blob) == 0) {
-				stat_add(&s->salvage_unverified, 1);
-				continue;
-			}
-			if (v != 0)
-				return v;
+		if (verify) {
+			rc = replay_write_verify(rp, w);
+			if (rc != 0)
+				return rc;
 		}
-		if (rc < 0)
-			return 1;
-		while ((rc = fmt_jrec_write_next(&w2, &rp->fe)) == 1) {
+		while ((rc = fmt_jrec_write_next(&w, &rp->fe)) == 1) {
 			/* a relocation installs only where the map
 			 * still holds the same blob (as the live path did) */
 			if (w.flags & FMT_JREC_REMAP)
@@ -661,8 +721,81 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r)
 		return 0;
 	}
 	default:
-		return 1; /* DICT and unknown: not in this version */
+		return 1; /* DICT and unknown: not in this version; a BATCH
+			   * inside a batch is malformed */
 	}
+}
+
+/* Does a WRITE to @id in a batch need its blobs verified: its object exists
+ * now, or an earlier record of the batch creates it. */
+static bool batch_obj_live(struct coil_store *s, const struct fmt_jrec *m,
+			   uint32_t upto, uint64_t id)
+{
+	if (objtab_find_id(s, id))
+		return true;
+	for (uint32_t i = 0; i < upto; i++) {
+		struct fmt_jrec_create cr;
+
+		if (fmt_jrec_create_decode(&m[i], &cr) == 0 && cr.obj_id == id)
+			return true;
+	}
+	return false;
+}
+
+/* A BATCH record and the @n records after it in the chunk (at @c): every
+ * one decodes and every blob verifies, or none applies.  @return 0, 1
+ * (replay stops before the batch), -errno. */
+static int replay_batch(struct replay *rp, struct fmt_cursor *c, uint32_t n)
+{
+	struct coil_store *s = rp->s;
+	struct fmt_jrec *m = malloc((size_t)n * sizeof(*m));
+	int rc = 0;
+
+	if (!m)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n && rc == 0; i++) {
+		if (fmt_jrec_next(c, &m[i]) != 1 || m[i].type == FMT_JREC_BATCH ||
+		    m[i].type == FMT_JREC_DICT)
+			rc = 1;
+	}
+	for (uint32_t i = 0; i < n && rc == 0; i++) {
+		union {
+			struct fmt_jrec_create cr;
+			struct fmt_jrec_remove rm;
+			struct fmt_jrec_rename rn;
+			struct fmt_jrec_truncate tr;
+			struct fmt_jrec_write w;
+		} u;
+
+		switch (m[i].type) {
+		case FMT_JREC_CREATE:
+			rc = fmt_jrec_create_decode(&m[i], &u.cr) < 0;
+			break;
+		case FMT_JREC_REMOVE:
+			rc = fmt_jrec_remove_decode(&m[i], &u.rm) < 0;
+			break;
+		case FMT_JREC_RENAME:
+			rc = fmt_jrec_rename_decode(&m[i], &u.rn) < 0;
+			break;
+		case FMT_JREC_TRUNCATE:
+			rc = fmt_jrec_truncate_decode(&m[i], &u.tr) < 0 ||
+			     u.tr.size > ENGINE_OBJ_SIZE_MAX;
+			break;
+		default:
+			if (fmt_jrec_write_decode(&m[i], &u.w) < 0 ||
+			    u.w.off + u.w.len > ENGINE_OBJ_SIZE_MAX)
+				rc = 1;
+			else if (batch_obj_live(s, m, i, u.w.obj_id))
+				rc = replay_write_verify(rp, u.w);
+			break;
+		}
+	}
+	for (uint32_t i = 0; i < n && rc == 0; i++) {
+		rc = replay_record(rp, &m[i], false);
+		stat_add(&s->st.replayed_records, 1);
+	}
+	free(m);
+	return rc;
 }
 
 /* @len journal bytes at journal offset @off (both BLOCK multiples) into
@@ -756,7 +889,17 @@ static int replay_chunk_records(struct replay *rp, const uint8_t *chunk,
 
 		if (got <= 0)
 			return got < 0 ? 1 : 0;
-		rc = replay_record(rp, &r);
+		if (r.type == FMT_JREC_BATCH) {
+			struct fmt_jrec_batch b;
+
+			if (fmt_jrec_batch_decode(&r, &b) < 0)
+				return 1;
+			rc = replay_batch(rp, &c, b.n_records);
+			if (rc != 0)
+				return rc;
+			continue;
+		}
+		rc = replay_record(rp, &r, true);
 		if (rc != 0)
 			return rc;
 		stat_add(&rp->s->st.replayed_records, 1);

@@ -274,6 +274,55 @@ int objtab_add(struct coil_store *s, uint64_t id, const char *name,
 	return 0;
 }
 
+/* Take @o out of the name table (its name stays in o->name). */
+static void name_unlink(struct coil_store *s, struct object *o)
+{
+	struct object **pp;
+
+	pp = &s->by_name[name_hash(o->name, o->name_len) & (s->tab_cap - 1)];
+	while (*pp != o)
+		pp = &(*pp)->name_next;
+	*pp = o->name_next;
+	o->name_next = NULL;
+}
+
+void objtab_name_detach(struct coil_store *s, struct object *o)
+{
+	COIL_ASSERT(!o->removed && !o->name_detached);
+	name_unlink(s, o);
+	o->name_detached = true;
+}
+
+int objtab_rename(struct coil_store *s, struct object *o, const char *name,
+		  size_t len)
+{
+	char *n;
+	uint64_t h;
+
+	COIL_ASSERT(!o->removed);
+	if (len == 0 || len > COIL_NAME_MAX)
+		return -EINVAL;
+	n = malloc(len + 1);
+	if (!n)
+		return -ENOMEM;
+	memcpy(n, name, len);
+	n[len] = 0;
+	if (!o->name_detached)
+		name_unlink(s, o);
+	o->name_detached = false;
+	s->name_bytes -= o->name_len;
+	free(o->name);
+	o->name = n;
+	o->name_len = (uint16_t)len;
+	s->name_bytes += len;
+	h = name_hash(name, len) & (s->tab_cap - 1);
+	o->name_next = s->by_name[h];
+	s->by_name[h] = o;
+	/* a delta records a renamed object whole (name and extents) */
+	dirty_all(s, o);
+	return 0;
+}
+
 /* Unlink from both tables and drop the table's reference.  The extents are
  * released now (live bytes fall), even if handles still point at it. */
 void objtab_unlink(struct coil_store *s, struct object *o,
@@ -286,10 +335,8 @@ void objtab_unlink(struct coil_store *s, struct object *o,
 	dirty_note(s, o);
 	obj_dirty_clear(o);
 	o->dirty = OBJ_DIRTY_ALL; /* no more notes for it */
-	pp = &s->by_name[name_hash(o->name, o->name_len) & (s->tab_cap - 1)];
-	while (*pp != o)
-		pp = &(*pp)->name_next;
-	*pp = o->name_next;
+	if (!o->name_detached)
+		name_unlink(s, o);
 	pp = &s->by_id[id_hash(o->id) & (s->tab_cap - 1)];
 	while (*pp != o)
 		pp = &(*pp)->id_next;

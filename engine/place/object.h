@@ -27,6 +27,7 @@ struct object {
 	char *name;
 	uint16_t name_len;
 	bool removed;
+	bool name_detached;    /* out of the name table (objtab_name_detach) */
 	uint32_t refs;         /* table link + handles + requests; under mlock */
 	/* Writes and truncates of this object take their journal tickets in
 	 * the order they were submitted (journal_turn); under jlock. */
@@ -57,6 +58,13 @@ int objtab_add(struct coil_store *s, uint64_t id, const char *name,
 void objtab_unlink(struct coil_store *s, struct object *o,
 		   extmap_drop_fn drop);
 void object_put(struct coil_store *s, struct object *o);
+/* Give @o the name @name (the caller made sure no other object holds it).
+ * 0, -EINVAL, -ENOMEM (nothing changed). */
+int objtab_rename(struct coil_store *s, struct object *o, const char *name,
+		  size_t len);
+/* Take @o out of the name table until objtab_rename gives it a name again
+ * or it is removed: loading a delta in which objects traded names. */
+void objtab_name_detach(struct coil_store *s, struct object *o);
 
 /* ---- what changed since the last checkpoint ------------------------------
  *

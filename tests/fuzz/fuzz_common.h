@@ -44,6 +44,8 @@ static inline int fuzz_walk_records(const uint8_t *p, size_t len)
 			struct fmt_jrec_truncate t;
 			struct fmt_jrec_dict d;
 			struct fmt_jrec_write w;
+			struct fmt_jrec_rename rn;
+			struct fmt_jrec_batch b;
 		} u;
 		switch (r.type) {
 		case FMT_JREC_CREATE:
@@ -54,6 +56,17 @@ static inline int fuzz_walk_records(const uint8_t *p, size_t len)
 		case FMT_JREC_REMOVE: (void)fmt_jrec_remove_decode(&r, &u.rm); break;
 		case FMT_JREC_TRUNCATE: (void)fmt_jrec_truncate_decode(&r, &u.t); break;
 		case FMT_JREC_DICT: (void)fmt_jrec_dict_decode(&r, &u.d); break;
+		case FMT_JREC_RENAME:
+			if (fmt_jrec_rename_decode(&r, &u.rn) == 0)
+				FUZZ_CHECK(u.rn.name_len >= 1 && u.rn.name_len <= FMT_NAME_MAX &&
+					   !memchr(u.rn.name, 0, u.rn.name_len) &&
+					   u.rn.obj_id != u.rn.replaced);
+			break;
+		case FMT_JREC_BATCH:
+			if (fmt_jrec_batch_decode(&r, &u.b) == 0)
+				FUZZ_CHECK(u.b.n_records >= 1 &&
+					   u.b.n_records <= FMT_BATCH_RECS_MAX);
+			break;
 		case FMT_JREC_WRITE:
 			if (fmt_jrec_write_decode(&r, &u.w) == 0) {
 				uint32_t got = 0;

@@ -90,6 +90,8 @@ static void rt_records(const uint8_t *d, size_t n)
 			struct fmt_jrec_truncate t;
 			struct fmt_jrec_dict d;
 			struct fmt_jrec_write w;
+			struct fmt_jrec_rename rn;
+			struct fmt_jrec_batch b;
 		} u;
 		switch (r.type) {
 		case FMT_JREC_CREATE:
@@ -107,6 +109,15 @@ static void rt_records(const uint8_t *d, size_t n)
 		case FMT_JREC_DICT:
 			if (fmt_jrec_dict_decode(&r, &u.d) == 0)
 				rc = fmt_jrec_put_dict(&w, u.d.dict_id, u.d.obj_id);
+			break;
+		case FMT_JREC_RENAME:
+			if (fmt_jrec_rename_decode(&r, &u.rn) == 0)
+				rc = fmt_jrec_put_rename(&w, u.rn.obj_id, u.rn.replaced,
+							 u.rn.name, u.rn.name_len);
+			break;
+		case FMT_JREC_BATCH:
+			if (fmt_jrec_batch_decode(&r, &u.b) == 0)
+				rc = fmt_jrec_put_batch(&w, u.b.n_records);
 			break;
 		case FMT_JREC_WRITE:
 			if (fmt_jrec_write_decode(&r, &u.w) == 0) {
