@@ -51,7 +51,9 @@
 #include "engine/place/segment.h"
 #include "engine/store.h"
 
-enum bop_kind { BOP_WRITE, BOP_TRUNCATE, BOP_CREATE, BOP_REMOVE, BOP_RENAME };
+enum bop_kind {
+	BOP_WRITE, BOP_TRUNCATE, BOP_CREATE, BOP_REMOVE, BOP_RENAME, BOP_CLONE
+};
 
 /* An object the batch names: one of the table (referenced while the batch
  * is in flight) or one it creates. */
@@ -166,7 +168,7 @@ static int op_add(struct coil_batch *b, uint8_t kind, const char *name,
 	memset(&op, 0, sizeof(op));
 	op.kind = kind;
 	rc = name_copy(name, &op.name, &op.name_len);
-	if (rc == 0 && kind == BOP_RENAME)
+	if (rc == 0 && (kind == BOP_RENAME || kind == BOP_CLONE))
 		rc = name_copy(name2, &op.name2, &op.name2_len);
 	if (rc == 0 && b->nops == b->cap_ops) {
 		uint32_t cap = b->cap_ops ? 2 * b->cap_ops : 8;
@@ -264,6 +266,13 @@ COIL_API int coil_batch_rename(coil_batch *b, const char *old,
 	if (rc == 0)
 		op->flags = flags;
 	return rc;
+}
+
+COIL_API int coil_batch_clone(coil_batch *b, const char *src, const char *dst)
+{
+	struct bop *op;
+
+	return op_add(b, BOP_CLONE, src, dst, &op);
 }
 
 /* ---- claim and resolve (mlock) ------------------------------------------ */
@@ -397,6 +406,20 @@ static int batch_resolve(struct coil_store *s, struct coil_batch *b)
 			}
 			op->t = t;
 			view_set(&v, op->name, op->name_len, 0);
+			break;
+		case BOP_CLONE:
+			if (!t) {
+				rc = -ENOENT;
+				break;
+			}
+			op->t = t;
+			if (view_get(s, b, &v, op->name2, op->name2_len)) {
+				rc = -EEXIST;
+				break;
+			}
+			b->binds[b->nbinds].created = true;
+			op->rep = ++b->nbinds; /* the new object */
+			view_set(&v, op->name2, op->name2_len, op->rep);
 			break;
 		case BOP_RENAME:
 			if (!t) {
@@ -572,9 +595,27 @@ static size_t batch_rec_bound(const struct coil_batch *b, bool inl)
 	return need;
 }
 
+/* What a clone of @o adds to a checkpoint: its extents again (and an
+ * in-memory blob's bytes with each).  mlock held. */
+static uint64_t clone_ckpt_bytes(const struct object *o)
+{
+	struct extmap_iter it;
+	const struct ext *e;
+	uint64_t need = 0;
+
+	if (!o)
+		return 0; /* created by the batch: its writes reserved theirs */
+	extmap_iter_init(&it, &o->map, 0);
+	while ((e = extmap_iter_next(&it)))
+		need += FMT_EXTENT_FIXED + 8u * e->b->n_csums +
+			(blobd_is_mem(e->b) ? e->b->stored_len : 0);
+	return need;
+}
+
 /* What the batch adds to the next checkpoint beyond its blobs: a new
- * object per create, a renamed object's new name, and the extents each
- * write or truncate may split (ckpt_reserve_write counts one write's). */
+ * object per create, a renamed object's new name, a clone's extents, and
+ * the extents each write or truncate may split (ckpt_reserve_write counts
+ * one write's).  mlock held. */
 static uint64_t batch_ckpt_extra(const struct coil_batch *b)
 {
 	uint64_t need = 0;
@@ -584,6 +625,9 @@ static uint64_t batch_ckpt_extra(const struct coil_batch *b)
 
 		if (op->kind == BOP_CREATE)
 			need += FMT_CKPT_OBJ_MIN - 1 + op->name_len;
+		else if (op->kind == BOP_CLONE)
+			need += FMT_CKPT_OBJ_MIN - 1 + op->name2_len +
+				clone_ckpt_bytes(b->binds[op->t - 1].o);
 		else if (op->kind == BOP_RENAME)
 			need += op->name2_len;
 		else
@@ -662,6 +706,11 @@ static int batch_describe(struct coil_store *s, struct coil_batch *b)
 		case BOP_REMOVE:
 			rc = fmt_jrec_put_remove(&c, id);
 			break;
+		case BOP_CLONE:
+			rc = fmt_jrec_put_clone(&c, id,
+						b->binds[op->rep - 1].id,
+						op->name2, op->name2_len);
+			break;
 		case BOP_RENAME:
 			rc = fmt_jrec_put_rename(&c, id,
 						 op->noop || !op->rep ? 0 :
@@ -710,6 +759,13 @@ static int batch_apply_op(struct coil_store *s, struct coil_batch *b,
 	o = bind_obj(b, op->t);
 	if (!o)
 		return 0;
+	if (op->kind == BOP_CLONE) {
+		struct bind *bd = &b->binds[op->rep - 1];
+
+		COIL_ASSERT(!objtab_find_name(s, op->name2, op->name2_len));
+		return meta_clone(s, o, bd->id, op->name2, op->name2_len,
+				  &bd->o);
+	}
 	switch (op->kind) {
 	case BOP_WRITE:
 		rc = write_apply_blobs(s, b->w, o, op->off, op->blob0,
@@ -922,6 +978,24 @@ COIL_API int coil_batch_commit(coil_batch *b)
 	pthread_mutex_destroy(&bw.mu);
 	pthread_cond_destroy(&bw.cv);
 	return rc;
+}
+
+COIL_API int coil_obj_clone(coil_store *s, const char *src, const char *dst)
+{
+	coil_batch *b;
+	int rc;
+
+	if (!s || !src || !dst)
+		return -EINVAL;
+	rc = coil_batch_new(s, &b);
+	if (rc < 0)
+		return rc;
+	rc = coil_batch_clone(b, src, dst);
+	if (rc < 0) {
+		coil_batch_free(b);
+		return rc;
+	}
+	return coil_batch_commit(b);
 }
 
 COIL_API int coil_obj_rename(coil_store *s, const char *old,

@@ -365,17 +365,17 @@ static void reloc_apply(struct coil_store *s, struct jent *e)
 {
 	struct wreq *w = (struct wreq *)e;
 	struct cleaner *cl = s->cl;
-	struct object *o = w->obj;
 	struct citem *it = (struct citem *)w->src;
 	uint32_t n = (uint32_t)w->len;
 
 	/* w->src/w->len carry the batch's items (see reloc_submit). */
-	if (e->status == 0 && !o->removed) {
+	if (e->status == 0) {
 		for (uint32_t i = 0; i < n; i++) {
+			struct object *o = it[i].o;
 			struct ext ex;
 			int64_t got;
 
-			if (it[i].k == UINT32_MAX)
+			if (it[i].k == UINT32_MAX || o->removed)
 				continue;
 			ex = (struct ext){ .off = it[i].off, .len = it[i].len,
 					   .skip = it[i].nskip,
@@ -410,25 +410,82 @@ static void reloc_done(struct coil_store *s, struct jent *e, int res)
 	pthread_mutex_unlock(&cl->mu);
 }
 
+static int cmp_item_obj(const void *pa, const void *pb)
+{
+	const struct citem *a = *(const struct citem *const *)pa;
+	const struct citem *b = *(const struct citem *const *)pb;
+
+	if (a->o->id != b->o->id)
+		return a->o->id < b->o->id ? -1 : 1;
+	return a->off < b->off ? -1 : (a->off > b->off);
+}
+
+/* The batch's records: one REMAP WRITE per object among @n items, each
+ * with the extents of that object's items.  @return records, or -errno. */
+static int reloc_records(struct cleaner *cl, struct citem *items, uint32_t n,
+			 struct fmt_cursor *c)
+{
+	struct wreq *w = &cl->w;
+	struct citem **ord;
+	int nrec = 0, rc = 0;
+
+	ord = malloc((n ? n : 1) * sizeof(*ord));
+	if (!ord)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		ord[i] = &items[i];
+	qsort(ord, n, sizeof(*ord), cmp_item_obj);
+	for (uint32_t i = 0; rc == 0 && i < n;) {
+		struct object *o = ord[i]->o;
+		uint64_t lo = UINT64_MAX, hi = 0;
+		uint32_t j, next = 0;
+		size_t mark;
+
+		for (j = i; j < n && ord[j]->o == o; j++) {
+			if (ord[j]->k == UINT32_MAX)
+				continue;
+			lo = COIL_MIN(lo, ord[j]->off);
+			hi = COIL_MAX(hi, ord[j]->off + ord[j]->len);
+			next++;
+		}
+		if (next) {
+			rc = fmt_jrec_write_begin(c, &mark, FMT_JREC_REMAP,
+						  o->id, lo, hi - lo);
+			for (uint32_t k = i; rc == 0 && k < j; k++) {
+				const struct citem *it = ord[k];
+
+				if (it->k == UINT32_MAX)
+					continue;
+				rc = wreq_put_extent(c, &cl->fe, it->off,
+						     it->len, it->nskip,
+						     &w->fb[it->k], NULL);
+			}
+			if (rc == 0)
+				rc = fmt_jrec_write_end(c, mark, next);
+			nrec++;
+		}
+		i = j;
+	}
+	free(ord);
+	return rc < 0 ? rc : nrec;
+}
+
 /* Relocate the batch in cl->w (blobs copied into w->batch at w->slot[k],
- * descriptors in w->fb[k]) for @n items of object @o; wait for it.
- * @return 0 or -errno. */
-static int reloc_submit(struct cleaner *cl, struct object *o,
-			struct citem *items, uint32_t n)
+ * descriptors in w->fb[k]) for @n items, of one object or of several that
+ * share its blobs; wait for it.  @return 0 or -errno. */
+static int reloc_submit(struct cleaner *cl, struct citem *items, uint32_t n)
 {
 	struct coil_store *s = cl->s;
 	struct wreq *w = &cl->w;
-	uint64_t lo = UINT64_MAX, hi = 0, stored = 0;
-	uint32_t nrec = 0;
+	uint64_t stored = 0;
 	struct fmt_cursor c;
-	size_t mark;
 	unsigned rep = 0;
-	int rc;
+	int rc, nrec = 0;
 
 	w->je = (struct jent){ .apply = reloc_apply, .done = reloc_done };
 	w->s = s;
 	w->h = NULL;
-	w->obj = o;
+	w->obj = NULL;
 	w->src = (const uint8_t *)items;
 	w->len = n;
 	w->use_reserve = true;
@@ -444,24 +501,10 @@ static int reloc_submit(struct cleaner *cl, struct object *o,
 		stored += w->fb[k].stored_len;
 	}
 	fmt_cursor_init(&c, w->recbuf, w->rec_cap);
-	for (uint32_t i = 0; i < n; i++) {
-		if (items[i].k == UINT32_MAX)
-			continue;
-		lo = COIL_MIN(lo, items[i].off);
-		hi = COIL_MAX(hi, items[i].off + items[i].len);
+	if (rc == 0) {
+		nrec = reloc_records(cl, items, n, &c);
+		rc = nrec < 0 ? nrec : 0;
 	}
-	if (rc == 0)
-		rc = fmt_jrec_write_begin(&c, &mark, FMT_JREC_REMAP, o->id, lo,
-					  hi - lo);
-	for (uint32_t i = 0; rc == 0 && i < n; i++) {
-		if (items[i].k == UINT32_MAX)
-			continue;
-		nrec++;
-		rc = wreq_put_extent(&c, &cl->fe, items[i].off, items[i].len,
-				     items[i].nskip, &w->fb[items[i].k], NULL);
-	}
-	if (rc == 0)
-		rc = fmt_jrec_write_end(&c, mark, nrec);
 	if (rc < 0) {
 		/* Nothing was submitted: give the placed space back as dead
 		 * (the segments' in-flight counts drop, nothing is live). */
@@ -472,6 +515,7 @@ static int reloc_submit(struct cleaner *cl, struct object *o,
 		pthread_mutex_unlock(&s->mlock);
 		return rc;
 	}
+	w->je.nrec = (uint32_t)nrec;
 	rc = journal_reserve_meta(s, true);
 	if (rc < 0)
 		return rc; /* cannot happen when waiting */
@@ -504,10 +548,10 @@ static int cmp_item(const void *pa, const void *pb)
 
 	if (a->seg != b->seg)
 		return a->seg < b->seg ? -1 : 1;
-	if (a->o->id != b->o->id)
-		return a->o->id < b->o->id ? -1 : 1;
 	if (a->b->dev_off != b->b->dev_off)
 		return a->b->dev_off < b->b->dev_off ? -1 : 1;
+	if (a->o->id != b->o->id)
+		return a->o->id < b->o->id ? -1 : 1;
 	if (a->off != b->off)
 		return a->off < b->off ? -1 : 1;
 	return 0;
@@ -631,8 +675,20 @@ static int collect_items(struct cleaner *cl)
 	return rc;
 }
 
-/* Runs of items [a, z) (sorted by object, blob, offset: within a blob,
- * offset order is skip order).  @return how many, in cl->runs. */
+/* The record bytes one item may take: its extent, and a record header of
+ * its own (a batch holds a record per object, and objects sharing a blob
+ * share a run). */
+static uint32_t item_rec_bytes(uint32_t n_csums)
+{
+	return FMT_EXTENT_FIXED + 8u * n_csums + FMT_JREC_HDR +
+	       FMT_JREC_WRITE_FIXED;
+}
+
+/* Runs of items [a, z) (sorted by blob, object, offset).  A blob that
+ * objects share (clones) is one run: it is copied once and every extent
+ * that maps it moves to the copy.  A run is cut where its records would
+ * outgrow half a batch's record space (a blob shared very widely is then
+ * copied more than once).  @return how many, in cl->runs. */
 static int make_runs(struct cleaner *cl, size_t a, size_t z, size_t *nrun)
 {
 	size_t n = 0;
@@ -663,7 +719,9 @@ static int make_runs(struct cleaner *cl, size_t a, size_t z, size_t *nrun)
 				(uint64_t)b->logical_len);
 		}
 		if (r && cl->items[r->i0].b->dev_off == b->dev_off &&
-		    cl->items[r->i0].o == it->o && lo <= r->hi) {
+		    lo <= r->hi &&
+		    (uint64_t)(i + 1 - r->i0) * item_rec_bytes(b->n_csums) <=
+			    cl->rec_max / 2) {
 			r->hi = COIL_MAX(r->hi, hi);
 			r->lo = COIL_MIN(r->lo, lo);
 			r->i1 = i + 1;
@@ -676,7 +734,7 @@ static int make_runs(struct cleaner *cl, size_t a, size_t z, size_t *nrun)
 	return 0;
 }
 
-/* Relocate runs [r0, r1) (one object) that are in w's batch. */
+/* Relocate runs [r0, r1) that are in w's batch. */
 static int batch_flush(struct cleaner *cl, size_t r0, size_t r1, uint32_t nb,
 		       size_t slot)
 {
@@ -688,8 +746,7 @@ static int batch_flush(struct cleaner *cl, size_t r0, size_t r1, uint32_t nb,
 		return 0;
 	w->nblobs = nb;
 	w->batch_len = slot;
-	rc = reloc_submit(cl, cl->items[i0].o, &cl->items[i0],
-			  (uint32_t)(i1 - i0));
+	rc = reloc_submit(cl, &cl->items[i0], (uint32_t)(i1 - i0));
 	if (rc < 0)
 		stat_add(&cl->reloc_failures, 1);
 	return rc;
@@ -820,15 +877,14 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 		uint32_t ncs = raw ? (run->hi - run->lo + FMT_BLOCK - 1) /
 					     FMT_BLOCK : b->n_csums;
 		uint32_t ext_len = (uint32_t)(run->i1 - run->i0) *
-				   (FMT_EXTENT_FIXED + 8u * ncs);
+				   item_rec_bytes(ncs);
 		const uint8_t *src = cl->seg_buf + (b->dev_off - base) +
 				     (raw ? run->lo : 0);
 		struct fmt_blob *fb;
 		bool ok;
 
-		/* Close the batch at another object or at a bound. */
-		if (nb && (it->o != cl->items[cl->runs[r0].i0].o ||
-			   nb == CLEAN_BATCH_BLOBS ||
+		/* Close the batch at a bound. */
+		if (nb && (nb == CLEAN_BATCH_BLOBS ||
 			   slot + slot_len > CLEAN_BATCH_BYTES ||
 			   next + (run->i1 - run->i0) > CLEAN_BATCH_EXTS ||
 			   rec + ext_len > cl->rec_max)) {

@@ -212,7 +212,7 @@ static inline void fmt_cursor_get_bytes(struct fmt_cursor *c, void *dst, size_t 
  * blocks, so small records share a block.  A reader that ignored it would
  * stop replay at the first such chunk and lose the synced writes after it. */
 #define FMT_INCOMPAT_JSECT 0x8ull
-/* incompat bit 4: the journal may hold RENAME records and BATCH records
+/* incompat bit 4: the journal may hold RENAME, CLONE and BATCH records
  * (a batch: the records after it that apply together or not at all).  A
  * reader that ignored it would stop replay at the first one and lose the
  * synced writes after it, or apply part of a batch. */
@@ -451,6 +451,7 @@ enum fmt_jrec_type {
 	FMT_JREC_DICT,
 	FMT_JREC_RENAME,       /* FMT_INCOMPAT_BATCH */
 	FMT_JREC_BATCH,        /* FMT_INCOMPAT_BATCH */
+	FMT_JREC_CLONE,        /* FMT_INCOMPAT_BATCH */
 };
 /* The most records a BATCH record may group. */
 #define FMT_BATCH_RECS_MAX 65536u
@@ -490,6 +491,10 @@ int fmt_jrec_put_rename(struct fmt_cursor *c, uint64_t obj_id, uint64_t replaced
  * them a BATCH) apply together or not at all.  They follow it in the same
  * chunk. */
 int fmt_jrec_put_batch(struct fmt_cursor *c, uint32_t n_records);
+/* CLONE: a new object @dst_id named @name maps what object @src_id maps
+ * at this point of the journal (its size and extents; the blobs shared). */
+int fmt_jrec_put_clone(struct fmt_cursor *c, uint64_t src_id, uint64_t dst_id,
+		       const char *name, size_t name_len);
 /* WRITE with all extents at once; each extent must lie in [off, off + len). */
 int fmt_jrec_put_write(struct fmt_cursor *c, uint16_t flags, uint64_t obj_id, uint64_t off,
 		       uint64_t len, const struct fmt_extent *ext, uint32_t n_extents);
@@ -510,6 +515,11 @@ struct fmt_jrec_rename {
 	const char *name; /* not NUL terminated */
 };
 struct fmt_jrec_batch { uint32_t n_records; };
+struct fmt_jrec_clone {
+	uint64_t src_id, dst_id;
+	uint16_t name_len;
+	const char *name; /* not NUL terminated */
+};
 struct fmt_jrec_write {
 	uint16_t flags;
 	uint64_t obj_id, off, len;
@@ -527,6 +537,8 @@ int fmt_jrec_dict_decode(const struct fmt_jrec *r, struct fmt_jrec_dict *out);
 /* Also checks obj_id != replaced. */
 int fmt_jrec_rename_decode(const struct fmt_jrec *r, struct fmt_jrec_rename *out);
 int fmt_jrec_batch_decode(const struct fmt_jrec *r, struct fmt_jrec_batch *out);
+/* Also checks src_id != dst_id. */
+int fmt_jrec_clone_decode(const struct fmt_jrec *r, struct fmt_jrec_clone *out);
 /* Validates the whole WRITE body up front (every extent decodes, lies in
  * [off, off + len), count matches the bytes exactly), so a record that
  * decodes can be applied without a later failure. */

@@ -191,18 +191,32 @@ int fmt_jrec_put_dict(struct fmt_cursor *c, uint32_t dict_id, uint64_t obj_id)
 	return jrec_end(c, start);
 }
 
-int fmt_jrec_put_rename(struct fmt_cursor *c, uint64_t obj_id, uint64_t replaced,
+
+/* RENAME and CLONE: two ids, then a name. */
+static int put_ids_name(struct fmt_cursor *c, uint16_t type, uint64_t a, uint64_t b,
 			const char *name, size_t name_len)
 {
 	size_t start;
-	if (!fmt_name_ok(name, name_len) || obj_id == replaced)
+	if (!fmt_name_ok(name, name_len) || a == b)
 		return -EINVAL;
-	jrec_begin(c, &start, FMT_JREC_RENAME, 0);
-	fmt_cursor_put_u64(c, obj_id);
-	fmt_cursor_put_u64(c, replaced);
+	jrec_begin(c, &start, type, 0);
+	fmt_cursor_put_u64(c, a);
+	fmt_cursor_put_u64(c, b);
 	fmt_cursor_put_u16(c, (uint16_t)name_len);
 	fmt_cursor_put_bytes(c, name, name_len);
 	return jrec_end(c, start);
+}
+
+int fmt_jrec_put_rename(struct fmt_cursor *c, uint64_t obj_id, uint64_t replaced,
+			const char *name, size_t name_len)
+{
+	return put_ids_name(c, FMT_JREC_RENAME, obj_id, replaced, name, name_len);
+}
+
+int fmt_jrec_put_clone(struct fmt_cursor *c, uint64_t src_id, uint64_t dst_id,
+		       const char *name, size_t name_len)
+{
+	return put_ids_name(c, FMT_JREC_CLONE, src_id, dst_id, name, name_len);
 }
 
 int fmt_jrec_put_batch(struct fmt_cursor *c, uint32_t n_records)
@@ -291,7 +305,7 @@ int fmt_jrec_next(struct fmt_cursor *c, struct fmt_jrec *out)
 		return -EIO;
 	if (fmt_jrec_csum(h, body, len) != coil_get_le64(h + 8))
 		goto bad;
-	if (type < FMT_JREC_CREATE || type > FMT_JREC_BATCH || !flags_ok(type, flags))
+	if (type < FMT_JREC_CREATE || type > FMT_JREC_CLONE || !flags_ok(type, flags))
 		goto bad;
 	out->type = type;
 	out->flags = flags;
@@ -345,21 +359,35 @@ int fmt_jrec_dict_decode(const struct fmt_jrec *r, struct fmt_jrec_dict *out)
 	return 0;
 }
 
-int fmt_jrec_rename_decode(const struct fmt_jrec *r, struct fmt_jrec_rename *out)
+/* RENAME and CLONE bodies: two different ids, a name. */
+static int ids_name_decode(const struct fmt_jrec *r, uint16_t type, uint64_t *a,
+			   uint64_t *b, uint16_t *name_len, const char **name)
 {
-	if (r->type != FMT_JREC_RENAME || r->len < 18)
+	if (r->type != type || r->len < 18)
 		return -EIO;
 	uint16_t n = coil_get_le16(r->body + 16);
-	const char *name = (const char *)r->body + 18;
-	if (r->len != 18u + n || !fmt_name_ok(name, n))
+	const char *nm = (const char *)r->body + 18;
+	if (r->len != 18u + n || !fmt_name_ok(nm, n))
 		return -EIO;
-	out->obj_id = coil_get_le64(r->body);
-	out->replaced = coil_get_le64(r->body + 8);
-	out->name_len = n;
-	out->name = name;
-	if (out->obj_id == out->replaced)
+	*a = coil_get_le64(r->body);
+	*b = coil_get_le64(r->body + 8);
+	if (*a == *b)
 		return -EIO;
+	*name_len = n;
+	*name = nm;
 	return 0;
+}
+
+int fmt_jrec_rename_decode(const struct fmt_jrec *r, struct fmt_jrec_rename *out)
+{
+	return ids_name_decode(r, FMT_JREC_RENAME, &out->obj_id, &out->replaced,
+			       &out->name_len, &out->name);
+}
+
+int fmt_jrec_clone_decode(const struct fmt_jrec *r, struct fmt_jrec_clone *out)
+{
+	return ids_name_decode(r, FMT_JREC_CLONE, &out->src_id, &out->dst_id,
+			       &out->name_len, &out->name);
 }
 
 int fmt_jrec_batch_decode(const struct fmt_jrec *r, struct fmt_jrec_batch *out)

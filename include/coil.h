@@ -279,7 +279,8 @@ COIL_API int coil_prefetch(coil_obj *o, uint64_t off, uint64_t len);
 /* ---- rename and batches ----------------------------------------------------
  *
  * A batch changes several objects of one store at once: writes, truncates,
- * creates, removes and renames, applied in the order they were added.
+ * creates, removes, renames and clones, applied in the order they were
+ * added.
  * After any crash the whole batch is present or wholly absent (a completed
  * batch survives the process being killed; after a later coil_flush, power
  * loss), and no reader ever sees part of it: a read submitted after the
@@ -325,6 +326,9 @@ COIL_API int coil_batch_remove(coil_batch *b, const char *name);
  * COIL_RENAME_NOREPLACE).  Same errors. */
 COIL_API int coil_batch_rename(coil_batch *b, const char *old,
                                const char *new_name, unsigned flags);
+/* Add a clone of @src as a new object @dst (as coil_obj_clone); the batch
+ * fails with -EEXIST if @dst exists then.  Same errors. */
+COIL_API int coil_batch_clone(coil_batch *b, const char *src, const char *dst);
 /* Submit the batch; it is consumed (freed) whatever the result.  Checks it
  * against the store first: a batch that fails a check changes nothing.
  * The call may wait on the calling thread for the writes submitted before
@@ -354,6 +358,17 @@ COIL_API void coil_batch_free(coil_batch *b);
  *   -ENOSPC, -ENOMEM, -EDEADLK. */
 COIL_API int coil_obj_rename(coil_store *s, const char *old,
                              const char *new_name, unsigned flags);
+
+/* Make @dst a copy of @src that shares @src's data: no data is copied (a
+ * small write's bytes still waiting in memory to be packed are the
+ * exception), and later writes to either object diverge.  @dst must not
+ * exist.  Atomic, ordered after the writes to @src submitted before it,
+ * durable like a rename.  Space: shared blocks count once in the store's
+ * allocated bytes and in each object's coil_obj_stat.  Not from a callback
+ * (-EDEADLK).
+ * @return 0, -EINVAL, -ENAMETOOLONG, -ENOENT, -EEXIST, -EROFS, -EBADF, -EIO,
+ *   -ENOSPC, -ENOMEM, -EDEADLK. */
+COIL_API int coil_obj_clone(coil_store *s, const char *src, const char *dst);
 
 /* Synchronous wrappers of coil_write / coil_read / coil_flush: they wait
  * on the calling thread.  Not from a callback (-EDEADLK).

@@ -58,7 +58,9 @@ static size_t build_payload(uint8_t *p, size_t cap, uint32_t *nrec)
 	cr_assert_eq(fmt_jrec_put_rename(&c, 7, 0, "t/new", 5), 0);
 	cr_assert_eq(fmt_jrec_put_rename(&c, 7, 7, "t/new", 5), -EINVAL);
 	cr_assert_eq(fmt_jrec_put_batch(&c, 0), -EINVAL);
-	*nrec = 9;
+	cr_assert_eq(fmt_jrec_put_clone(&c, 7, 8, "t/copy", 6), 0);
+	cr_assert_eq(fmt_jrec_put_clone(&c, 8, 8, "t/copy", 6), -EINVAL);
+	*nrec = 10;
 	return c.pos;
 }
 
@@ -80,8 +82,10 @@ static int walk(const uint8_t *p, size_t len, int decode_bodies)
 		struct fmt_jrec_write w;
 		struct fmt_jrec_rename rn;
 		struct fmt_jrec_batch ba;
+		struct fmt_jrec_clone cl;
 		static struct fmt_extent e;
 		switch (r.type) {
+		case FMT_JREC_CLONE: rc = fmt_jrec_clone_decode(&r, &cl); break;
 		case FMT_JREC_RENAME: rc = fmt_jrec_rename_decode(&r, &rn); break;
 		case FMT_JREC_BATCH: rc = fmt_jrec_batch_decode(&r, &ba); break;
 		case FMT_JREC_CREATE: rc = fmt_jrec_create_decode(&r, &cr_); break;
@@ -119,7 +123,7 @@ Test(format_journal, round_trip_every_record_type)
 	cr_assert_eq(h.nblocks, 0);
 	cr_assert_eq(fmt_jchunk_len(&h), (uint64_t)total);
 	cr_assert_eq(h.payload_len, n);
-	cr_assert_eq(h.nrec, 9);
+	cr_assert_eq(h.nrec, 10);
 	cr_assert_eq(fmt_jchunk_verify_payload(&h, chunk + FMT_JCHUNK_HDR, (size_t)total - 64), 0);
 
 	struct fmt_cursor c;
@@ -196,6 +200,13 @@ Test(format_journal, round_trip_every_record_type)
 	cr_assert_eq(rn.name_len, 5);
 	cr_assert_eq(memcmp(rn.name, "t/new", 5), 0);
 	cr_assert_eq(fmt_jrec_batch_decode(&r, &ba), -EIO);
+	struct fmt_jrec_clone cl;
+	cr_assert_eq(fmt_jrec_next(&c, &r), 1);
+	cr_assert_eq(fmt_jrec_clone_decode(&r, &cl), 0);
+	cr_assert_eq(cl.src_id, 7);
+	cr_assert_eq(cl.dst_id, 8);
+	cr_assert_eq(memcmp(cl.name, "t/copy", 6), 0);
+	cr_assert_eq(fmt_jrec_rename_decode(&r, &rn), -EIO);
 	cr_assert_eq(fmt_jrec_next(&c, &r), 0);
 	cr_assert_eq(fmt_jrec_next(&c, &r), 0);
 }
@@ -297,7 +308,7 @@ Test(format_journal, every_payload_byte_flipped)
 	size_t n = build_payload(p, sizeof(p), &nrec);
 	struct fmt_jchunk h = { .store_id = STORE, .seq = 1, .nblocks = 3,
 				.payload_len = (uint32_t)n, .nrec = nrec, .payload_csum = fmt_csum(p, n) };
-	cr_assert_eq(walk(p, n, 1), 9);
+	cr_assert_eq(walk(p, n, 1), 10);
 	for (size_t i = 0; i < n; i++) {
 		p[i] ^= 0x10;
 		cr_assert_eq(fmt_jchunk_verify_payload(&h, p, n), -EIO, "byte %zu", i);
@@ -322,7 +333,7 @@ Test(format_journal, truncated_at_every_length)
 	bounds[nb++] = 0;
 	while (fmt_jrec_next(&c, &r) == 1)
 		bounds[nb++] = c.pos;
-	cr_assert_eq(nb, 10);
+	cr_assert_eq(nb, 11);
 	for (size_t len = 0; len <= n; len++) {
 		int at = -1;
 		for (int b = 0; b < nb; b++)
@@ -355,13 +366,13 @@ Test(format_journal, unknown_types_flags_and_bad_bodies)
 	memset(body, 0, sizeof(body));
 	body[0] = 1;
 
-	uint16_t bad_types[] = { 0, FMT_JREC_BATCH + 1, 0xffff };
+	uint16_t bad_types[] = { 0, FMT_JREC_CLONE + 1, 0xffff };
 	for (size_t i = 0; i < COIL_ARRAY_LEN(bad_types); i++) {
 		size_t n = hand_record(p, bad_types[i], 0, body, 8);
 		fmt_cursor_init_ro(&c, p, n);
 		cr_assert_eq(fmt_jrec_next(&c, &r), -EIO, "type %u", bad_types[i]);
 	}
-	for (uint16_t t = FMT_JREC_CREATE; t <= FMT_JREC_BATCH; t++) {
+	for (uint16_t t = FMT_JREC_CREATE; t <= FMT_JREC_CLONE; t++) {
 		size_t n = hand_record(p, t, t == FMT_JREC_WRITE ? 2 : 1, body, 8);
 		fmt_cursor_init_ro(&c, p, n);
 		cr_assert_eq(fmt_jrec_next(&c, &r), -EIO, "flags on type %u", t);
@@ -372,7 +383,7 @@ Test(format_journal, unknown_types_flags_and_bad_bodies)
 		{ FMT_JREC_TRUNCATE, 17 }, { FMT_JREC_DICT, 11 }, { FMT_JREC_DICT, 13 },
 		{ FMT_JREC_CREATE, 9 }, { FMT_JREC_CREATE, 10 }, { FMT_JREC_WRITE, 27 },
 		{ FMT_JREC_RENAME, 17 }, { FMT_JREC_RENAME, 18 }, { FMT_JREC_BATCH, 7 },
-		{ FMT_JREC_BATCH, 9 },
+		{ FMT_JREC_BATCH, 9 }, { FMT_JREC_CLONE, 17 }, { FMT_JREC_CLONE, 18 },
 	};
 	for (size_t i = 0; i < COIL_ARRAY_LEN(wrong); i++) {
 		size_t n = hand_record(p, wrong[i].type, 0, body, wrong[i].len);

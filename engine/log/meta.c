@@ -76,6 +76,58 @@ void meta_apply_remove(struct coil_store *s, struct object *o)
 	objtab_unlink(s, o, meta_extent_dropped);
 }
 
+int meta_clone(struct coil_store *s, struct object *src, uint64_t dst_id,
+	       const char *name, size_t len, struct object **out)
+{
+	struct extmap_iter it;
+	const struct ext *e;
+	struct object *d;
+	struct ext ex[64];
+	uint32_t n = 0;
+	int rc;
+
+	rc = objtab_add(s, dst_id, name, len, &d);
+	if (rc < 0)
+		return rc;
+	extmap_iter_init(&it, &src->map, 0);
+	while (rc == 0 && (e = extmap_iter_next(&it))) {
+		struct blobd *b = e->b;
+
+		if (blobd_is_mem(b)) {
+			/* An in-memory blob belongs to the one place the
+			 * packer moves it from: the clone gets its own copy
+			 * (small, and only until packed). */
+			struct fmt_blob fb;
+
+			blobd_to_fmt(e->b, &fb);
+			b = blobd_new_mem(&fb, e->b->mem->bytes, &s->mem,
+					  dst_id, e->off - e->skip);
+			if (!b) {
+				rc = -ENOMEM;
+				break;
+			}
+		} else {
+			blobd_ref(b);
+		}
+		ex[n++] = (struct ext){ .off = e->off, .len = e->len,
+					.skip = e->skip, .b = b };
+		if (n == COIL_ARRAY_LEN(ex)) {
+			rc = meta_apply_write(s, d, 0, 0, ex, n, true);
+			n = 0;
+		}
+	}
+	if (rc == 0 && n)
+		rc = meta_apply_write(s, d, 0, 0, ex, n, true);
+	else
+		for (uint32_t i = 0; i < n; i++)
+			blobd_unref(ex[i].b);
+	if (rc < 0)
+		return rc;
+	d->size = src->size;
+	*out = d;
+	return 0;
+}
+
 /* ---- metadata ops through the journal ----------------------------------- */
 
 struct mop {

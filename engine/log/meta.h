@@ -21,6 +21,12 @@ int meta_apply_truncate(struct coil_store *s, struct object *o, uint64_t size);
 int meta_apply_punch(struct coil_store *s, struct object *o, uint64_t lo,
 		     uint64_t hi);
 void meta_apply_remove(struct coil_store *s, struct object *o);
+/* A new object @dst_id named @name that maps what @src maps now: the same
+ * size and extents, its blobs shared (in-memory blobs copied).  The live
+ * path and replay both.  @return 0, -ENOMEM (the new object may then hold
+ * part of the extents: the caller breaks the store or fails the open). */
+int meta_clone(struct coil_store *s, struct object *src, uint64_t dst_id,
+	       const char *name, size_t len, struct object **out);
 /* Metadata ops through the journal (sync: they wait for the commit). */
 int meta_create(struct coil_store *s, const char *name, size_t len,
 		struct object **out);

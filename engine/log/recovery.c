@@ -678,6 +678,23 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r,
 			return 1;
 		return replay_rename(s, &rn);
 	}
+	case FMT_JREC_CLONE: {
+		struct fmt_jrec_clone cl;
+		struct object *src;
+		if (fmt_jrec_clone_decode(r, &cl) < 0)
+			return 1;
+		/* as CREATE: applied already, or its name taken later */
+		if (objtab_find_id(s, cl.dst_id))
+			return 0;
+		o = objtab_find_name(s, cl.name, cl.name_len);
+		if (o)
+			return o->id > cl.dst_id ? 0 : 1;
+		src = objtab_find_id(s, cl.src_id);
+		if (!src)
+			return 0; /* both gone since (see RENAME) */
+		rc = meta_clone(s, src, cl.dst_id, cl.name, cl.name_len, &o);
+		return rc < 0 ? rc : 0;
+	}
 	case FMT_JREC_TRUNCATE: {
 		struct fmt_jrec_truncate tr;
 		if (fmt_jrec_truncate_decode(r, &tr) < 0 ||
@@ -735,8 +752,11 @@ static bool batch_obj_live(struct coil_store *s, const struct fmt_jrec *m,
 		return true;
 	for (uint32_t i = 0; i < upto; i++) {
 		struct fmt_jrec_create cr;
+		struct fmt_jrec_clone cl;
 
 		if (fmt_jrec_create_decode(&m[i], &cr) == 0 && cr.obj_id == id)
+			return true;
+		if (fmt_jrec_clone_decode(&m[i], &cl) == 0 && cl.dst_id == id)
 			return true;
 	}
 	return false;
@@ -763,6 +783,7 @@ static int replay_batch(struct replay *rp, struct fmt_cursor *c, uint32_t n)
 			struct fmt_jrec_create cr;
 			struct fmt_jrec_remove rm;
 			struct fmt_jrec_rename rn;
+			struct fmt_jrec_clone cl;
 			struct fmt_jrec_truncate tr;
 			struct fmt_jrec_write w;
 		} u;
@@ -776,6 +797,9 @@ static int replay_batch(struct replay *rp, struct fmt_cursor *c, uint32_t n)
 			break;
 		case FMT_JREC_RENAME:
 			rc = fmt_jrec_rename_decode(&m[i], &u.rn) < 0;
+			break;
+		case FMT_JREC_CLONE:
+			rc = fmt_jrec_clone_decode(&m[i], &u.cl) < 0;
 			break;
 		case FMT_JREC_TRUNCATE:
 			rc = fmt_jrec_truncate_decode(&m[i], &u.tr) < 0 ||

@@ -46,6 +46,7 @@ static inline int fuzz_walk_records(const uint8_t *p, size_t len)
 			struct fmt_jrec_write w;
 			struct fmt_jrec_rename rn;
 			struct fmt_jrec_batch b;
+			struct fmt_jrec_clone cl;
 		} u;
 		switch (r.type) {
 		case FMT_JREC_CREATE:
@@ -66,6 +67,12 @@ static inline int fuzz_walk_records(const uint8_t *p, size_t len)
 			if (fmt_jrec_batch_decode(&r, &u.b) == 0)
 				FUZZ_CHECK(u.b.n_records >= 1 &&
 					   u.b.n_records <= FMT_BATCH_RECS_MAX);
+			break;
+		case FMT_JREC_CLONE:
+			if (fmt_jrec_clone_decode(&r, &u.cl) == 0)
+				FUZZ_CHECK(u.cl.name_len >= 1 && u.cl.name_len <= FMT_NAME_MAX &&
+					   !memchr(u.cl.name, 0, u.cl.name_len) &&
+					   u.cl.src_id != u.cl.dst_id);
 			break;
 		case FMT_JREC_WRITE:
 			if (fmt_jrec_write_decode(&r, &u.w) == 0) {

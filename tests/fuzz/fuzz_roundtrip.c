@@ -92,6 +92,7 @@ static void rt_records(const uint8_t *d, size_t n)
 			struct fmt_jrec_write w;
 			struct fmt_jrec_rename rn;
 			struct fmt_jrec_batch b;
+			struct fmt_jrec_clone cl;
 		} u;
 		switch (r.type) {
 		case FMT_JREC_CREATE:
@@ -118,6 +119,11 @@ static void rt_records(const uint8_t *d, size_t n)
 		case FMT_JREC_BATCH:
 			if (fmt_jrec_batch_decode(&r, &u.b) == 0)
 				rc = fmt_jrec_put_batch(&w, u.b.n_records);
+			break;
+		case FMT_JREC_CLONE:
+			if (fmt_jrec_clone_decode(&r, &u.cl) == 0)
+				rc = fmt_jrec_put_clone(&w, u.cl.src_id, u.cl.dst_id,
+							u.cl.name, u.cl.name_len);
 			break;
 		case FMT_JREC_WRITE:
 			if (fmt_jrec_write_decode(&r, &u.w) == 0) {

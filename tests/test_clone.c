@@ -1,0 +1,327 @@
+/* tests/test_clone.c — clones: objects that share blobs.
+ *
+ *   diverge              a clone reads like its source; writes, truncates and
+ *                        removes of either leave the other as it was; small
+ *                        writes still in memory are copied, not shared
+ *   errors               a missing source, an existing target, bad names,
+ *                        read-only stores
+ *   cleaner_relocates_shared_once  three objects share 8 MiB; four
+ *                        fifths of each are overwritten, forced cleaner
+ *                        passes move the old segments' live blobs: each
+ *                        shared blob is copied once for its three extents
+ *                        (logical bytes moved >= 2 x stored bytes moved),
+ *                        every byte of every object reads back and the
+ *                        live-byte recount matches, also after a reopen
+ *   replay               clones in the journal (no checkpoint after them)
+ *                        and in a delta checkpoint reopen exactly, clones of
+ *                        clones and a clone renamed over its source too
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "coil.h"
+#include "engine/cleaner.h"
+#include "engine/store.h"
+#include "tests/engine_test_util.h"
+
+#define MiB (1u << 20)
+
+static void check_obj(coil_store *s, const char *name, const uint8_t *want,
+		      size_t n)
+{
+	uint8_t *rd = malloc(n ? n : 1);
+	coil_obj *h;
+	uint64_t size;
+
+	cr_assert_eq(coil_obj_open(s, name, 0, &h), 0, "open %s", name);
+	cr_assert_eq(coil_obj_size(h, &size), 0);
+	cr_assert_eq(size, n, "%s: size %llu, want %zu", name,
+		     (unsigned long long)size, n);
+	cr_assert_eq(coil_pread(h, rd, n, 0), (int64_t)n);
+	cr_assert(memcmp(rd, want, n) == 0, "%s: content differs", name);
+	cr_assert_eq(coil_obj_close(h), 0);
+	free(rd);
+}
+
+static void put(coil_store *s, const char *name, const uint8_t *src, size_t n,
+		uint64_t off)
+{
+	coil_obj *h;
+
+	cr_assert_eq(coil_obj_open(s, name, COIL_CREATE, &h), 0);
+	for (size_t at = 0; at < n; at += MiB) {
+		size_t k = n - at < MiB ? n - at : MiB;
+
+		cr_assert_eq(coil_pwrite(h, src + at, k, off + at), (int64_t)k);
+	}
+	cr_assert_eq(coil_obj_close(h), 0);
+}
+
+static uint64_t disk_bytes(const char *path)
+{
+	struct stat st;
+
+	cr_assert_eq(stat(path, &st), 0);
+	return (uint64_t)st.st_blocks * 512;
+}
+
+Test(clone, diverge, .timeout = 60)
+{
+	char path[256];
+	coil_store *s = et_open(path, sizeof(path), "clone-diverge", NULL);
+	size_t n = 3 * MiB + 1234;
+	uint8_t *a = malloc(n), *b = malloc(n), small[3000];
+	coil_obj *h;
+
+	et_fill(a, n, 1, 1);
+	put(s, "src", a, n, 0);
+	/* a small write: its blob waits in memory for the packer */
+	et_fill(small, sizeof(small), 2, 0);
+	put(s, "src", small, sizeof(small), 4096 + 100);
+	memcpy(a + 4096 + 100, small, sizeof(small));
+	cr_assert_eq(coil_obj_clone(s, "src", "dst"), 0);
+	memcpy(b, a, n);
+	check_obj(s, "dst", b, n);
+	/* writes to either diverge */
+	et_fill(small, sizeof(small), 3, 0);
+	put(s, "src", small, sizeof(small), 4096 + 200);
+	memcpy(a + 4096 + 200, small, sizeof(small));
+	et_fill(small, sizeof(small), 4, 0);
+	put(s, "dst", small, sizeof(small), 2 * MiB);
+	memcpy(b + 2 * MiB, small, sizeof(small));
+	check_obj(s, "src", a, n);
+	check_obj(s, "dst", b, n);
+	/* a truncate of the source, then its removal */
+	cr_assert_eq(coil_obj_open(s, "src", 0, &h), 0);
+	cr_assert_eq(coil_obj_truncate(h, MiB), 0);
+	cr_assert_eq(coil_obj_close(h), 0);
+	check_obj(s, "src", a, MiB);
+	check_obj(s, "dst", b, n);
+	cr_assert_eq(coil_obj_remove(s, "src"), 0);
+	check_obj(s, "dst", b, n);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_close(s), 0);
+	free(a);
+	free(b);
+}
+
+Test(clone, errors, .timeout = 60)
+{
+	char path[256], longname[COIL_NAME_MAX + 2];
+	coil_store *s = et_open(path, sizeof(path), "clone-errors", NULL);
+	struct coil_options o;
+	uint8_t buf[100] = { 1 };
+
+	put(s, "a", buf, sizeof(buf), 0);
+	put(s, "b", buf, sizeof(buf), 0);
+	cr_assert_eq(coil_obj_clone(s, "missing", "c"), -ENOENT);
+	cr_assert_eq(coil_obj_clone(s, "a", "b"), -EEXIST);
+	cr_assert_eq(coil_obj_clone(s, "a", "a"), -EEXIST);
+	cr_assert_eq(coil_obj_clone(s, "a", ""), -EINVAL);
+	cr_assert_eq(coil_obj_clone(s, NULL, "c"), -EINVAL);
+	cr_assert_eq(coil_obj_clone(NULL, "a", "c"), -EINVAL);
+	memset(longname, 'x', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = 0;
+	cr_assert_eq(coil_obj_clone(s, "a", longname), -ENAMETOOLONG);
+	/* nothing of the failed clones exists */
+	{
+		coil_obj *h;
+		cr_assert_eq(coil_obj_open(s, "c", 0, &h), -ENOENT);
+	}
+	cr_assert_eq(coil_close(s), 0);
+	et_opts(&o, path);
+	o.flags = COIL_RDONLY;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(coil_obj_clone(s, "a", "c"), -EROFS);
+	cr_assert_eq(coil_close(s), 0);
+}
+
+Test(clone, cleaner_relocates_shared_once, .timeout = 240)
+{
+	const size_t n = 8 * MiB, piece = 64u << 10;
+	char path[256];
+	struct coil_options o;
+	coil_store *s;
+	uint8_t *a = malloc(n), *b = malloc(n), *c = malloc(n);
+	uint8_t *base = malloc(n), *p = malloc(piece);
+	uint64_t x = 99, moved_log, moved_st, d;
+	char *js = malloc(1 << 16);
+
+	et_path(path, sizeof(path), "clone-clean");
+	et_opts(&o, path);
+	o.compression = "none";
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	et_fill(base, n, 5, 0);
+	put(s, "a", base, n, 0);
+	cr_assert_eq(coil_obj_clone(s, "a", "b"), 0);
+	cr_assert_eq(coil_obj_clone(s, "b", "c"), 0);
+	memcpy(a, base, n);
+	memcpy(b, base, n);
+	memcpy(c, base, n);
+	/* Overwrite four fifths of each object, the same pieces in all three
+	 * (each its own bytes): the old segments keep a fifth of their blobs,
+	 * each mapped by all three objects, and become the cleaner's best
+	 * victims (a shared blob's bytes count once per extent in the live
+	 * bytes, so they look 60 % live). */
+	for (size_t k = 0; k < n / piece; k++) {
+		size_t off = k * piece;
+
+		if (tu_xorshift(&x) % 5 == 0)
+			continue;
+		et_fill(p, piece, 1000 + k, 0);
+		memcpy(a + off, p, piece);
+		put(s, "a", p, piece, off);
+		et_fill(p, piece, 2000 + k, 0);
+		memcpy(b + off, p, piece);
+		put(s, "b", p, piece, off);
+		et_fill(p, piece, 3000 + k, 0);
+		memcpy(c + off, p, piece);
+		put(s, "c", p, piece, off);
+	}
+	cr_assert_eq(coil_sync(s), 0);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	for (int i = 0; i < 8; i++)
+		cr_assert_geq(cleaner_run_now(s, 4), 0);
+	cr_assert(coil_stats_json(s, js, 1 << 16) > 0);
+	moved_log = json_u64(js, "\"cleaner\"", "logical_bytes_cleaned");
+	moved_st = json_u64(js, "\"cleaner\"", "bytes_cleaned");
+	cr_log_info("cleaner moved %llu stored bytes for %llu logical",
+		    (unsigned long long)moved_st,
+		    (unsigned long long)moved_log);
+	cr_assert_gt(moved_st, 0, "the cleaner moved nothing");
+	/* Every shared blob moved once for the (up to) three extents that
+	 * map it: well over the 1x a copy per extent would give. */
+	cr_assert_geq(moved_log, 2 * moved_st,
+		      "shared blobs were copied per object (%llu logical, "
+		      "%llu stored)", (unsigned long long)moved_log,
+		      (unsigned long long)moved_st);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	check_obj(s, "a", a, n);
+	check_obj(s, "b", b, n);
+	check_obj(s, "c", c, n);
+	cr_assert_eq(coil_close(s), 0);
+	/* three objects of 8 MiB each, raw: far less than 24 MiB of data */
+	d = disk_bytes(path);
+	cr_log_info("store: %llu bytes on disk", (unsigned long long)d);
+
+	o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	check_obj(s, "a", a, n);
+	check_obj(s, "b", b, n);
+	check_obj(s, "c", c, n);
+	for (int i = 0; i < 4; i++)
+		cr_assert_geq(cleaner_run_now(s, 4), 0);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	check_obj(s, "a", a, n);
+	check_obj(s, "b", b, n);
+	check_obj(s, "c", c, n);
+	cr_assert_eq(coil_close(s), 0);
+	free(a);
+	free(b);
+	free(c);
+	free(base);
+	free(p);
+	free(js);
+}
+
+/* In a forked child: @fn's operations, a sync, then an exit without a
+ * close (no checkpoint): they are in the journal only. */
+static void child_run(const char *path, const struct coil_options *o,
+		      int (*fn)(coil_store *s, void *arg), void *arg)
+{
+	pid_t pid = fork();
+	int st;
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		coil_store *s;
+
+		if (coil_open(path, o, &s) != 0)
+			_exit(2);
+		if (fn(s, arg) != 0)
+			_exit(3);
+		if (coil_sync(s) != 0)
+			_exit(4);
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
+}
+
+struct replay_data {
+	uint8_t *a, *b;
+	size_t n;
+	uint8_t small[5000];
+};
+
+static int child_pwrite(coil_store *s, const char *name, const uint8_t *p,
+			size_t len, uint64_t off)
+{
+	coil_obj *h;
+	int64_t r;
+
+	if (coil_obj_open(s, name, COIL_CREATE, &h) != 0)
+		return -1;
+	r = coil_pwrite(h, p, len, off);
+	if (coil_obj_close(h) != 0 || r != (int64_t)len)
+		return -1;
+	return 0;
+}
+
+static int replay_ops(coil_store *s, void *arg)
+{
+	struct replay_data *d = arg;
+
+	if (child_pwrite(s, "a", d->a, d->n, 0) ||
+	    coil_obj_clone(s, "a", "b") || coil_obj_clone(s, "b", "c") ||
+	    child_pwrite(s, "b", d->small, sizeof(d->small), 777) ||
+	    /* "c" (a's bytes) renamed over "a": a's old object is gone */
+	    coil_obj_rename(s, "c", "a", 0) || coil_obj_clone(s, "a", "d"))
+		return -1;
+	return 0;
+}
+
+Test(clone, replay, .timeout = 120)
+{
+	char path[256];
+	struct coil_options o;
+	coil_store *s;
+	struct replay_data d;
+	coil_obj *h;
+
+	d.n = 2 * MiB;
+	d.a = malloc(d.n);
+	d.b = malloc(d.n);
+	et_path(path, sizeof(path), "clone-replay");
+	et_opts(&o, path);
+	et_fill(d.a, d.n, 7, 1);
+	et_fill(d.small, sizeof(d.small), 8, 0);
+	memcpy(d.b, d.a, d.n);
+	memcpy(d.b + 777, d.small, sizeof(d.small));
+	child_run(path, &o, replay_ops, &d);
+	o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	check_obj(s, "a", d.a, d.n);
+	check_obj(s, "b", d.b, d.n);
+	check_obj(s, "d", d.a, d.n);
+	cr_assert_eq(coil_obj_open(s, "c", 0, &h), -ENOENT);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	/* and through a checkpoint (a delta: the open wrote a base) */
+	cr_assert_eq(coil_obj_clone(s, "d", "e"), 0);
+	cr_assert_eq(coil_obj_rename(s, "e", "b", 0), 0);
+	cr_assert_eq(coil_close(s), 0);
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	check_obj(s, "a", d.a, d.n);
+	check_obj(s, "b", d.a, d.n);
+	check_obj(s, "d", d.a, d.n);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_close(s), 0);
+	free(d.a);
+	free(d.b);
+}
