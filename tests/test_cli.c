@@ -155,8 +155,9 @@ Test(cli, help_goes_to_stdout_with_status_0)
 		cr_expect(strstr(r.out, "FILE - is standard input") != NULL);
 		cli_run_free(&r);
 	}
-	const char *cmds[] = { "create", "ls", "stats", "put", "get", "rm", "check" };
-	for (int i = 0; i < 7; i++) {
+	const char *cmds[] = { "create", "ls", "stats", "put", "get", "rm", "mv",
+			       "check" };
+	for (int i = 0; i < 8; i++) {
 		struct cli_run a = coil_run(NULL, "help", cmds[i], NULL);
 		struct cli_run b = coil_run(NULL, cmds[i], "--help", NULL);
 		char want[64];
@@ -518,21 +519,199 @@ Test(cli, failed_put_leaves_no_object)
 	r = coil_run(NULL, "ls", P("s"), NULL);
 	expect(r, 0, "", "");
 	cli_run_free(&r);
-	/* And the same with --force over an existing object. */
+	/* The same with --force over an existing object: the put goes to a
+	 * temporary object, which is removed; the old object stays whole. */
 	write_file(P("small"), 1000, 4, true);
 	r = coil_run(NULL, "put", P("s"), "big", P("small"), NULL);
 	expect(r, 0, "", "");
 	cli_run_free(&r);
 	r = coil_run(NULL, "put", "-f", P("s"), "big", P("big"), NULL);
 	expect(r, 1, "", NULL);
+	cr_expect(strstr(r.err, "coil: put: writing object 'big' to store '") &&
+		  strstr(r.err, "': store is full\n"), "%s", r.err);
 	cli_run_free(&r);
 	r = coil_run(NULL, "ls", P("s"), NULL);
-	expect(r, 0, "", "");
+	expect(r, 0, "big\n", "");
 	cli_run_free(&r);
+	r = coil_run(NULL, "get", P("s"), "big", P("got"), NULL);
+	expect(r, 0, "", "");
+	cr_expect(same_file(P("small"), P("got")), "the old object is untouched");
+	cli_run_free(&r);
+	/* ... and the space of the removed temporary objects is usable. */
 	r = coil_run(NULL, "put", P("s"), "ok", P("small"), NULL);
 	expect(r, 0, "", "");
 	cli_run_free(&r);
-	expect_listing("big d s small");
+	r = coil_run(NULL, "ls", P("s"), NULL);
+	expect(r, 0, "big\nok\n", "");
+	cli_run_free(&r);
+	expect_listing("big d got s small");
+}
+
+/* A name so long that the temporary object's name cannot hold it whole
+ * (it then holds a hash of it): the put still lands under that name. */
+Test(cli, put_under_the_longest_name)
+{
+	char name[COIL_NAME_MAX + 2], line[COIL_NAME_MAX + 3];
+	const char *want = line;
+	struct cli_run r;
+
+	make_store("s", "8M", "zstd");
+	write_file(P("one"), 3000, 1, true);
+	memset(name, 'n', COIL_NAME_MAX);
+	name[COIL_NAME_MAX] = 0;
+	r = coil_run(NULL, "put", P("s"), name, P("one"), NULL);
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+	snprintf(line, sizeof(line), "%s\n", name);
+	r = coil_run(NULL, "ls", P("s"), NULL);
+	expect(r, 0, want, "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "get", P("s"), name, P("got"), NULL);
+	expect(r, 0, "", "");
+	cr_expect(same_file(P("one"), P("got")));
+	cli_run_free(&r);
+	/* One byte more is refused before anything is written. */
+	name[COIL_NAME_MAX] = 'n';
+	name[COIL_NAME_MAX + 1] = 0;
+	r = coil_run(NULL, "put", P("s"), name, P("one"), NULL);
+	expect(r, 1, "", NULL);
+	cr_expect(strstr(r.err, "': name too long (at most 255 bytes)\n"), "%s", r.err);
+	cli_run_free(&r);
+	r = coil_run(NULL, "ls", P("s"), NULL);
+	expect(r, 0, want, "");
+	cli_run_free(&r);
+	expect_listing("got one s");
+}
+
+/* ---- mv ------------------------------------------------------------------ */
+
+Test(cli, mv_renames_and_replaces)
+{
+	struct cli_run r;
+
+	make_store("s", "16M", "zstd");
+	write_file(P("one"), 1000, 1, true);
+	write_file(P("two"), 70000, 2, false);
+	r = coil_run(NULL, "put", P("s"), "a", P("one"), NULL);
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "mv", P("s"), "a", "b", NULL);
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "ls", P("s"), NULL);
+	expect(r, 0, "b\n", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "get", P("s"), "b", P("got"), NULL);
+	expect(r, 0, "", "");
+	cr_expect(same_file(P("one"), P("got")));
+	cli_run_free(&r);
+	r = coil_run(NULL, "get", P("s"), "a", P("got"), NULL);
+	expect(r, 1, "", NULL);
+	cr_expect(strstr(r.err, "coil: get: no object 'a' in store '"), "%s", r.err);
+	cli_run_free(&r);
+	/* Onto an existing object: it is replaced. */
+	r = coil_run(NULL, "put", P("s"), "c", P("two"), NULL);
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "mv", P("s"), "c", "b", NULL);
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "ls", "-l", P("s"), NULL);
+	expect(r, 0, NULL, "");
+	cr_expect(strncmp(r.out, "70000  ", 7) == 0 && strstr(r.out, "  b\n") &&
+		  !strchr(strchr(r.out, '\n') + 1, '\n'), "%s", r.out);
+	cli_run_free(&r);
+	r = coil_run(NULL, "get", P("s"), "b", P("got"), NULL);
+	expect(r, 0, "", "");
+	cr_expect(same_file(P("two"), P("got")));
+	cli_run_free(&r);
+	/* Options go anywhere, "--" ends them. */
+	r = coil_run(NULL, "mv", P("s"), "--", "b", "-b", NULL);
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "ls", P("s"), NULL);
+	expect(r, 0, "-b\n", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "check", P("s"), NULL);
+	expect(r, 0, NULL, "");
+	cli_run_free(&r);
+	expect_listing("got one s two");
+}
+
+Test(cli, mv_no_clobber_and_errors)
+{
+	struct cli_run r;
+
+	make_store("s", "16M", "zstd");
+	write_file(P("one"), 1000, 1, true);
+	write_file(P("two"), 2000, 2, true);
+	r = coil_run(NULL, "put", P("s"), "a", P("one"), NULL);
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "put", P("s"), "b", P("two"), NULL);
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+	const char *forms[] = { "-n", "--no-clobber" };
+	for (int i = 0; i < 2; i++) {
+		r = coil_run(NULL, "mv", forms[i], P("s"), "a", "b", NULL);
+		expect(r, 1, "", NULL);
+		cr_expect(strstr(r.err, "coil: mv: object 'b' already exists in store '") &&
+			  strstr(r.err, "' (--no-clobber: nothing renamed)\n"),
+			  "%s", r.err);
+		cli_run_free(&r);
+	}
+	r = coil_run(NULL, "ls", P("s"), NULL);
+	expect(r, 0, "a\nb\n", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "get", P("s"), "a", P("got"), NULL);
+	expect(r, 0, "", "");
+	cr_expect(same_file(P("one"), P("got")));
+	cli_run_free(&r);
+	r = coil_run(NULL, "get", P("s"), "b", P("got"), NULL);
+	expect(r, 0, "", "");
+	cr_expect(same_file(P("two"), P("got")));
+	cli_run_free(&r);
+	/* -n onto a free name renames. */
+	r = coil_run(NULL, "mv", "-n", P("s"), "a", "c", NULL);
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+	/* A missing object. */
+	r = coil_run(NULL, "mv", P("s"), "nope", "d", NULL);
+	expect(r, 1, "", NULL);
+	cr_expect(strstr(r.err, "coil: mv: no object 'nope' in store '"), "%s", r.err);
+	cli_run_free(&r);
+	r = coil_run(NULL, "ls", P("s"), NULL);
+	expect(r, 0, "b\nc\n", "");
+	cli_run_free(&r);
+	/* Names the store cannot hold; the command line. */
+	{
+		char longname[COIL_NAME_MAX + 2];
+
+		memset(longname, 'x', COIL_NAME_MAX + 1);
+		longname[COIL_NAME_MAX + 1] = 0;
+		r = coil_run(NULL, "mv", P("s"), "b", longname, NULL);
+		expect(r, 1, "", "coil: mv: object name 'xxxxxxxxxxxxxxxxxxxxxxxx"
+				 "xxxxxxxxxxxxxxxx...' is too long (at most 255 "
+				 "bytes)\n");
+		cli_run_free(&r);
+	}
+	r = coil_run(NULL, "mv", P("s"), "", "b", NULL);
+	expect(r, 1, "", "coil: mv: object name '' is empty\n");
+	cli_run_free(&r);
+	r = coil_run(NULL, "mv", P("s"), "b", NULL);
+	expect(r, 2, "", "coil: mv: expected STORE OLD NEW\n"
+			 "usage: coil mv [-n] STORE OLD NEW\n"
+			 "(see 'coil help mv')\n");
+	cli_run_free(&r);
+	r = coil_run(NULL, "mv", P("nothere"), "b", "c", NULL);
+	expect(r, 1, "", NULL);
+	cr_expect(strstr(r.err, "nothere': no such file (make one with 'coil create')\n"),
+		  "%s", r.err);
+	cli_run_free(&r);
+	r = coil_run(NULL, "ls", P("s"), NULL);
+	expect(r, 0, "b\nc\n", "");
+	cli_run_free(&r);
+	expect_listing("got one s two");
 }
 
 Test(cli, failed_get_leaves_no_file)
@@ -704,16 +883,14 @@ Test(cli, progress_only_on_a_terminal)
 	expect_listing("big s");
 }
 
-/* Ctrl-C during a put from a pipe: status 1, "interrupted", and the object
- * that put created is gone. */
-Test(cli, interrupted_put_removes_the_object)
+/* Ctrl-C during a put (with @opt, or NULL) of the object 'partial' from a
+ * pipe, once a megabyte went in: status 1 and "interrupted". */
+static void interrupt_put(const char *opt)
 {
 	char errpath[600];
-	struct cli_run r;
 	int in[2], st;
 	pid_t pid;
 
-	make_store("s", "16M", "zstd");
 	snprintf(errpath, sizeof(errpath), "%s.err", dir);
 	cr_assert_eq(pipe(in), 0);
 	pid = fork();
@@ -723,8 +900,12 @@ Test(cli, interrupted_put_removes_the_object)
 		dup2(in[0], 0);
 		dup2(e, 2);
 		close(in[1]);
-		execl(COIL_CLI_PATH, COIL_CLI_PATH, "put", P("s"), "partial", "-",
-		      (char *)NULL);
+		if (opt)
+			execl(COIL_CLI_PATH, COIL_CLI_PATH, "put", opt, P("s"),
+			      "partial", "-", (char *)NULL);
+		else
+			execl(COIL_CLI_PATH, COIL_CLI_PATH, "put", P("s"),
+			      "partial", "-", (char *)NULL);
 		_exit(127);
 	}
 	close(in[0]);
@@ -733,19 +914,42 @@ Test(cli, interrupted_put_removes_the_object)
 		cr_assert_eq(write(in[1], data, 1u << 20), 1 << 20);
 		free(data);
 	}
-	usleep(500000); /* the object exists and holds a megabyte */
+	usleep(500000); /* the temporary object holds a megabyte */
 	kill(pid, SIGINT);
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	close(in[1]);
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
 	{
 		char *err = cr_slurp(errpath, NULL);
-		cr_expect_str_eq(err, "coil: put: interrupted; object 'partial' removed\n");
+		cr_expect_str_eq(err, "coil: put: interrupted; object 'partial' left "
+				      "as it was\n");
 		free(err);
 	}
 	unlink(errpath);
+}
+
+/* An interrupted put leaves no object: neither NAME nor the temporary one;
+ * with --force over an existing object, that object is as it was. */
+Test(cli, interrupted_put_leaves_the_name_as_it_was)
+{
+	struct cli_run r;
+
+	make_store("s", "16M", "zstd");
+	interrupt_put(NULL);
 	r = coil_run(NULL, "ls", P("s"), NULL);
 	expect(r, 0, "", "");
 	cli_run_free(&r);
-	expect_listing("s");
+	write_file(P("old"), 5000, 6, true);
+	r = coil_run(NULL, "put", P("s"), "partial", P("old"), NULL);
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+	interrupt_put("--force");
+	r = coil_run(NULL, "ls", P("s"), NULL);
+	expect(r, 0, "partial\n", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "get", P("s"), "partial", P("got"), NULL);
+	expect(r, 0, "", "");
+	cr_expect(same_file(P("old"), P("got")), "the old object is untouched");
+	cli_run_free(&r);
+	expect_listing("got old s");
 }

@@ -1,16 +1,21 @@
 /* tools/cli_copy.c — coil put and coil get: copies between a file and an
  * object that leave nothing half made behind when they fail.
  *
- * put creates the object exclusively (an existing one needs --force) and
- * removes it again on any failure; get writes a temporary file in the
- * destination's directory and renames it over the destination only after
- * the last byte was read (every read verifies checksums) and fsync'd. */
+ * put writes a temporary object and renames it to NAME (over an existing
+ * one with --force) only once every byte is written and durable; on any
+ * failure the temporary object is removed and NAME is as it was.  get
+ * writes a temporary file in the destination's directory and renames it
+ * over the destination only after the last byte was read (every read
+ * verifies checksums) and fsync'd. */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tools/cli.h"
@@ -65,9 +70,80 @@ static int put_copy(int fd, coil_obj *h, const char *what, uint64_t total,
 	return rc;
 }
 
+/* ---- put's temporary object ---------------------------------------------
+ *
+ * ".coil-put." + NAME + "." + 16 hex digits, or, when that would pass
+ * COIL_NAME_MAX, ".coil-put.#" + a 64-bit hash of NAME + "." + the digits.
+ * The prefix is the tool's (it starts with a dot so that it sorts apart
+ * and reads as not the user's); the random digits keep two puts of one
+ * name apart, and the create is exclusive, so an object that happens to
+ * hold the name is never touched: another suffix is tried instead. */
+#define PUT_TEMP_PREFIX ".coil-put."
+#define PUT_TEMP_DIGITS 16
+/* Exclusive creates tried before giving up: a 64-bit random suffix that
+ * collides twice means something other than chance is at work. */
+#define PUT_TEMP_TRIES 4
+
+static uint64_t name_hash(const char *name)
+{
+	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		h = (h ^ *p) * 0x100000001b3ull;
+	return h;
+}
+
+static uint64_t temp_suffix(void)
+{
+	struct timespec ts;
+	uint64_t x;
+
+	if (getrandom(&x, sizeof(x), GRND_NONBLOCK) == (ssize_t)sizeof(x))
+		return x;
+	/* No entropy yet (early boot): the pid and the clock still keep
+	 * concurrent tools apart, and the create is exclusive anyway. */
+	clock_gettime(CLOCK_REALTIME, &ts);
+	x = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	return x ^ ((uint64_t)getpid() << 40);
+}
+
+/* @tmp holds COIL_NAME_MAX + 1 bytes. */
+static void temp_name_for(const char *name, uint64_t suffix, char *tmp)
+{
+	size_t len = strlen(name);
+	int n;
+
+	if (sizeof(PUT_TEMP_PREFIX) - 1 + len + 1 + PUT_TEMP_DIGITS <= COIL_NAME_MAX)
+		n = snprintf(tmp, COIL_NAME_MAX + 1, PUT_TEMP_PREFIX "%s.%016llx",
+			     name, (unsigned long long)suffix);
+	else
+		n = snprintf(tmp, COIL_NAME_MAX + 1,
+			     PUT_TEMP_PREFIX "#%016llx.%016llx",
+			     (unsigned long long)name_hash(name),
+			     (unsigned long long)suffix);
+	assert(n > 0 && n <= COIL_NAME_MAX);
+}
+
+/* Create a new temporary object for @name: its name in @tmp, the handle
+ * in *@h.  @return 0 or the negative errno (@tmp then ""). */
+static int temp_create(coil_store *s, const char *name, char *tmp, coil_obj **h)
+{
+	int rc = -EEXIST;
+
+	for (int i = 0; i < PUT_TEMP_TRIES && rc == -EEXIST; i++) {
+		temp_name_for(name, temp_suffix(), tmp);
+		rc = coil_obj_open(s, tmp, COIL_CREATE | COIL_EXCL, h);
+	}
+	if (rc < 0)
+		tmp[0] = 0;
+	return rc;
+}
+
+/* ---- put ----------------------------------------------------------------- */
+
 int cmd_put(int argc, char **argv)
 {
-	bool force = false, local = false, made = false;
+	bool force = false, local = false, published = false;
 	const char *codec = NULL;
 	const struct cli_opt opts[] = {
 		{ "--force", 'f', NULL, &force },
@@ -75,7 +151,7 @@ int cmd_put(int argc, char **argv)
 		{ 0 },
 	};
 	const char *store, *name, *file;
-	char *pos[3];
+	char *pos[3], tmp[COIL_NAME_MAX + 1] = "";
 	coil_store *s;
 	coil_obj *h = NULL;
 	struct stat st;
@@ -112,9 +188,25 @@ int cmd_put(int argc, char **argv)
 	if (cli_open_store_codec("put", store, 0, codec, &s) < 0)
 		goto out_fd;
 
-	rc = coil_obj_open(s, name, COIL_CREATE | COIL_EXCL, &h);
-	if (rc == -EEXIST && force)
-		rc = coil_obj_open(s, name, 0, &h);
+	/* The name is checked, and without --force found free, before a
+	 * byte is copied; the rename below checks again (no-replace), so
+	 * this is for an early, clear message, not for correctness. */
+	rc = coil_obj_open(s, name, 0, &h);
+	if (rc == 0) {
+		coil_obj_close(h);
+		h = NULL;
+		rc = force ? 0 : -EEXIST;
+	} else if (rc == -ENOENT) {
+		rc = 0;
+	}
+	if (rc == 0) {
+		rc = temp_create(s, name, tmp, &h);
+		if (rc < 0) {
+			cli_err("put: writing object '%s' to store '%s': %s",
+				name, store, cli_reason(rc));
+			goto out_store;
+		}
+	}
 	if (rc == -EEXIST) {
 		cli_err("put: object '%s' already exists in store '%s' (--force "
 			"replaces it)", name, store);
@@ -125,21 +217,29 @@ int cmd_put(int argc, char **argv)
 			name_problem(rc) ? name_problem(rc) : cli_reason(rc));
 		goto out_store;
 	}
-	/* From here on a failure removes the object: after a truncate the old
-	 * contents are gone anyway, and a half-written object must not pass
-	 * for a whole one. */
-	made = true;
-	rc = coil_obj_truncate(h, 0);
-	if (rc == 0)
-		rc = put_copy(fd, h, name, total, &local);
+	rc = put_copy(fd, h, name, total, &local);
+	/* Durable under the temporary name before it takes NAME: a power cut
+	 * after the rename must not find NAME holding part of the bytes. */
 	if (rc == 0)
 		rc = coil_sync(s);
+	coil_obj_close(h);
+	h = NULL;
+	if (rc == 0)
+		rc = coil_obj_rename(s, tmp, name,
+				     force ? 0 : COIL_RENAME_NOREPLACE);
+	if (rc == 0) {
+		published = true;
+		rc = coil_sync(s);
+	}
 	if (rc == 0) {
 		ret = CLI_OK;
 	} else if (rc == -EINTR) {
-		cli_err("put: interrupted; object '%s' removed", name);
+		cli_err("put: interrupted; object '%s' left as it was", name);
 	} else if (local) {
 		cli_err("put: cannot read '%s': %s", file, strerror(-rc));
+	} else if (rc == -EEXIST) {
+		cli_err("put: object '%s' already exists in store '%s' (--force "
+			"replaces it)", name, store);
 	} else {
 		cli_err("put: writing object '%s' to store '%s': %s", name, store,
 			cli_reason(rc));
@@ -147,13 +247,15 @@ int cmd_put(int argc, char **argv)
 out_store:
 	if (h)
 		coil_obj_close(h);
-	if (ret != CLI_OK && made) {
-		int r2 = coil_obj_remove(s, name);
+	if (ret != CLI_OK && tmp[0] && !published) {
+		int r2 = coil_obj_remove(s, tmp);
+
 		if (r2 == 0)
 			r2 = coil_sync(s);
 		if (r2 < 0 && r2 != -ENOENT)
-			cli_err("put: could not remove the partial object '%s': %s",
-				name, cli_reason(r2));
+			cli_err("put: could not remove the temporary object '%s' "
+				"(remove it with 'coil rm'): %s", tmp,
+				cli_reason(r2));
 	}
 	if (cli_close_store(store, s) < 0)
 		ret = CLI_FAIL;

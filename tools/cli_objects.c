@@ -1,5 +1,5 @@
-/* tools/cli_objects.c — coil ls, rm and check: commands over the list of
- * objects. */
+/* tools/cli_objects.c — coil ls, rm, mv, compact and check: commands over
+ * the objects by name. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,6 +134,67 @@ int cmd_rm(int argc, char **argv)
 	if (cli_close_store(pos[0], s) < 0)
 		ret = CLI_FAIL;
 	free(pos);
+	return ret;
+}
+
+/* ---- mv ---------------------------------------------------------------- */
+
+/* What is wrong with @name, or NULL: checked here so that the message can
+ * say which of the two names is at fault. */
+static const char *mv_name_problem(const char *name)
+{
+	if (!name[0])
+		return "is empty";
+	if (strlen(name) > COIL_NAME_MAX)
+		return "is too long (at most 255 bytes)";
+	return NULL;
+}
+
+int cmd_mv(int argc, char **argv)
+{
+	bool keep = false;
+	const struct cli_opt opts[] = {
+		{ "--no-clobber", 'n', NULL, &keep },
+		{ 0 },
+	};
+	const char *store, *old, *new_name, *why;
+	char *pos[3];
+	coil_store *s;
+	int npos, rc, ret = CLI_FAIL;
+
+	rc = cli_parse_args("mv", argc, argv, opts, pos, 3, &npos);
+	if (rc)
+		return rc;
+	if (npos != 3)
+		return cli_usage_error("mv", "expected STORE OLD NEW");
+	store = pos[0];
+	old = pos[1];
+	new_name = pos[2];
+	for (int i = 1; i < 3; i++) {
+		why = mv_name_problem(pos[i]);
+		if (why) {
+			cli_err("mv: object name '%.40s%s' %s", pos[i],
+				strlen(pos[i]) > 40 ? "..." : "", why);
+			return CLI_FAIL;
+		}
+	}
+	if (cli_open_store("mv", store, 0, &s) < 0)
+		return CLI_FAIL;
+	rc = coil_obj_rename(s, old, new_name, keep ? COIL_RENAME_NOREPLACE : 0);
+	if (rc == 0)
+		rc = coil_sync(s); /* durable before exit, as put and rm */
+	if (rc == 0)
+		ret = CLI_OK;
+	else if (rc == -ENOENT)
+		cli_err("mv: no object '%s' in store '%s'", old, store);
+	else if (rc == -EEXIST)
+		cli_err("mv: object '%s' already exists in store '%s' "
+			"(--no-clobber: nothing renamed)", new_name, store);
+	else
+		cli_err("mv '%s' to '%s' in store '%s': %s", old, new_name, store,
+			cli_reason(rc));
+	if (cli_close_store(store, s) < 0)
+		ret = CLI_FAIL;
 	return ret;
 }
 

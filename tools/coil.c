@@ -1,9 +1,9 @@
 /* coil — the command-line tool for a coil store (uses only coil.h).
  *
  * This file: the command table, help, --version and `create`.  The other
- * commands live in cli_objects.c (ls, rm, check), cli_copy.c (put, get)
- * and cli_stats.c (stats).  docs/cli.md is the manual; keep the help texts
- * below and it saying the same. */
+ * commands live in cli_objects.c (ls, rm, mv, compact, check), cli_copy.c
+ * (put, get) and cli_stats.c (stats).  docs/cli.md is the manual; keep the
+ * help texts below and it saying the same. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,9 +76,12 @@ static const struct cmd cmds[] = {
 	  "                            (default zstd:1); a blob that does not\n"
 	  "                            shrink by 12.5 % is stored raw\n"
 	  "\n"
-	  "If the put fails or is interrupted, the object NAME is removed: a\n"
-	  "new object is never left half written.  With --force this also means\n"
-	  "the old contents are gone: replacing is not atomic.\n" },
+	  "The bytes go to a temporary object (.coil-put.NAME.XXXXXXXXXXXXXXXX)\n"
+	  "that is renamed to NAME, in one step, once all of them are written\n"
+	  "and durable.  If the put fails or is interrupted, the temporary object\n"
+	  "is removed and NAME is left as it was (with --force: the old contents\n"
+	  "stay).  Only a put killed outright (SIGKILL, power cut) can leave a\n"
+	  "temporary object behind; 'coil rm' removes it.\n" },
 	{ "get", cmd_get,
 	  "coil get STORE NAME FILE",
 	  "copy the object NAME into FILE (- for stdout)",
@@ -92,6 +95,13 @@ static const struct cmd cmds[] = {
 	  "remove objects",
 	  "Remove each object NAME.  A missing name is reported and the others\n"
 	  "are still removed; the exit status is then 1.\n" },
+	{ "mv", cmd_mv,
+	  "coil mv [-n] STORE OLD NEW",
+	  "rename an object",
+	  "Rename the object OLD to NEW in one step.  An object already named\n"
+	  "NEW is replaced (removed in the same step).\n"
+	  "\n"
+	  "  -n, --no-clobber   fail instead, leaving both objects as they were\n" },
 	{ "compact", cmd_compact,
 	  "coil compact STORE",
 	  "give free space at the store's end back to the file system",
