@@ -156,8 +156,8 @@ Test(cli, help_goes_to_stdout_with_status_0)
 		cli_run_free(&r);
 	}
 	const char *cmds[] = { "create", "ls", "stats", "put", "get", "rm", "mv",
-			       "check" };
-	for (int i = 0; i < 8; i++) {
+			       "cp", "check" };
+	for (int i = 0; i < 9; i++) {
 		struct cli_run a = coil_run(NULL, "help", cmds[i], NULL);
 		struct cli_run b = coil_run(NULL, cmds[i], "--help", NULL);
 		char want[64];
@@ -584,6 +584,58 @@ Test(cli, put_under_the_longest_name)
 }
 
 /* ---- mv ------------------------------------------------------------------ */
+
+Test(cli, cp_clones_and_replaces)
+{
+	struct cli_run r;
+
+	make_store("s", "16M", "zstd");
+	write_file(P("one"), 300000, 1, true);
+	write_file(P("two"), 70000, 2, false);
+	r = coil_run(NULL, "put", P("s"), "a", P("one"), NULL);
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "put", P("s"), "c", P("two"), NULL);
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "cp", P("s"), "a", "b", NULL);
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "get", P("s"), "b", P("got"), NULL);
+	expect(r, 0, "", "");
+	cr_expect(same_file(P("one"), P("got")));
+	cli_run_free(&r);
+	r = coil_run(NULL, "get", P("s"), "a", P("got"), NULL);
+	expect(r, 0, "", "");
+	cr_expect(same_file(P("one"), P("got")));
+	cli_run_free(&r);
+	/* onto an existing object: refused, both unchanged; -f replaces */
+	r = coil_run(NULL, "cp", P("s"), "a", "c", NULL);
+	expect(r, 1, "", NULL);
+	cr_expect(strstr(r.err, "coil: cp: object 'c' already exists in store '"),
+		  "%s", r.err);
+	cli_run_free(&r);
+	r = coil_run(NULL, "get", P("s"), "c", P("got"), NULL);
+	expect(r, 0, "", "");
+	cr_expect(same_file(P("two"), P("got")));
+	cli_run_free(&r);
+	r = coil_run(NULL, "cp", "-f", P("s"), "a", "c", NULL);
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "get", P("s"), "c", P("got"), NULL);
+	expect(r, 0, "", "");
+	cr_expect(same_file(P("one"), P("got")));
+	cli_run_free(&r);
+	r = coil_run(NULL, "ls", P("s"), NULL);
+	expect(r, 0, "a\nb\nc\n", "");
+	cli_run_free(&r);
+	/* a missing source */
+	r = coil_run(NULL, "cp", P("s"), "zz", "q", NULL);
+	expect(r, 1, "", NULL);
+	cr_expect(strstr(r.err, "coil: cp: no object 'zz' in store '"), "%s",
+		  r.err);
+	cli_run_free(&r);
+}
 
 Test(cli, mv_renames_and_replaces)
 {

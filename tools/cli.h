@@ -104,6 +104,7 @@ int cmd_put(int argc, char **argv);
 int cmd_get(int argc, char **argv);
 int cmd_rm(int argc, char **argv);
 int cmd_mv(int argc, char **argv);
+int cmd_cp(int argc, char **argv);
 int cmd_compact(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_scrub(int argc, char **argv);

@@ -137,7 +137,7 @@ int cmd_rm(int argc, char **argv)
 	return ret;
 }
 
-/* ---- mv ---------------------------------------------------------------- */
+/* ---- mv, cp ---------------------------------------------------------------- */
 
 /* What is wrong with @name, or NULL: checked here so that the message can
  * say which of the two names is at fault. */
@@ -150,52 +150,102 @@ static const char *mv_name_problem(const char *name)
 	return NULL;
 }
 
-int cmd_mv(int argc, char **argv)
+/* cp -f: the clone replaces an existing DST in the same step (a batch:
+ * remove it, then clone); without one, a plain clone. */
+static int clone_replace(coil_store *s, const char *src, const char *dst)
 {
-	bool keep = false;
-	const struct cli_opt opts[] = {
-		{ "--no-clobber", 'n', NULL, &keep },
+	coil_batch *b;
+	coil_obj *h;
+	int rc;
+
+	rc = coil_obj_open(s, dst, 0, &h);
+	if (rc == -ENOENT)
+		return coil_obj_clone(s, src, dst);
+	if (rc < 0)
+		return rc;
+	coil_obj_close(h);
+	rc = coil_batch_new(s, &b);
+	if (rc < 0)
+		return rc;
+	rc = coil_batch_remove(b, dst);
+	if (rc == 0)
+		rc = coil_batch_clone(b, src, dst);
+	if (rc < 0) {
+		coil_batch_free(b);
+		return rc;
+	}
+	return coil_batch_commit(b);
+}
+
+/* mv and cp: STORE, two names, one step, then a sync. */
+static int two_names(const char *cmd, int argc, char **argv, bool cp)
+{
+	bool flag = false;
+	const struct cli_opt mv_opts[] = {
+		{ "--no-clobber", 'n', NULL, &flag },
 		{ 0 },
 	};
-	const char *store, *old, *new_name, *why;
+	const struct cli_opt cp_opts[] = {
+		{ "--force", 'f', NULL, &flag },
+		{ 0 },
+	};
+	const char *store, *from, *to, *why;
 	char *pos[3];
 	coil_store *s;
 	int npos, rc, ret = CLI_FAIL;
 
-	rc = cli_parse_args("mv", argc, argv, opts, pos, 3, &npos);
+	rc = cli_parse_args(cmd, argc, argv, cp ? cp_opts : mv_opts, pos, 3,
+			    &npos);
 	if (rc)
 		return rc;
 	if (npos != 3)
-		return cli_usage_error("mv", "expected STORE OLD NEW");
+		return cli_usage_error(cmd, cp ? "expected STORE SRC DST" :
+						 "expected STORE OLD NEW");
 	store = pos[0];
-	old = pos[1];
-	new_name = pos[2];
+	from = pos[1];
+	to = pos[2];
 	for (int i = 1; i < 3; i++) {
 		why = mv_name_problem(pos[i]);
 		if (why) {
-			cli_err("mv: object name '%.40s%s' %s", pos[i],
+			cli_err("%s: object name '%.40s%s' %s", cmd, pos[i],
 				strlen(pos[i]) > 40 ? "..." : "", why);
 			return CLI_FAIL;
 		}
 	}
-	if (cli_open_store("mv", store, 0, &s) < 0)
+	if (cli_open_store(cmd, store, 0, &s) < 0)
 		return CLI_FAIL;
-	rc = coil_obj_rename(s, old, new_name, keep ? COIL_RENAME_NOREPLACE : 0);
+	if (cp)
+		rc = flag ? clone_replace(s, from, to) :
+			    coil_obj_clone(s, from, to);
+	else
+		rc = coil_obj_rename(s, from, to,
+				     flag ? COIL_RENAME_NOREPLACE : 0);
 	if (rc == 0)
 		rc = coil_sync(s); /* durable before exit, as put and rm */
 	if (rc == 0)
 		ret = CLI_OK;
 	else if (rc == -ENOENT)
-		cli_err("mv: no object '%s' in store '%s'", old, store);
+		cli_err("%s: no object '%s' in store '%s'", cmd, from, store);
 	else if (rc == -EEXIST)
-		cli_err("mv: object '%s' already exists in store '%s' "
-			"(--no-clobber: nothing renamed)", new_name, store);
+		cli_err("%s: object '%s' already exists in store '%s' (%s)",
+			cmd, to, store,
+			cp ? "-f replaces it" : "--no-clobber: nothing renamed");
 	else
-		cli_err("mv '%s' to '%s' in store '%s': %s", old, new_name, store,
-			cli_reason(rc));
+		cli_err("%s '%s' to '%s' in store '%s': %s", cmd, from, to,
+			store, cli_reason(rc));
 	if (cli_close_store(store, s) < 0)
 		ret = CLI_FAIL;
 	return ret;
+}
+
+int cmd_mv(int argc, char **argv)
+{
+	return two_names("mv", argc, argv, false);
+}
+
+int cmd_cp(int argc, char **argv)
+{
+	return two_names("cp", argc, argv, true);
 }
 
 /* ---- compact ----------------------------------------------------------- */

@@ -1,7 +1,7 @@
 /* coil — the command-line tool for a coil store (uses only coil.h).
  *
  * This file: the command table, help, --version and `create`.  The other
- * commands live in cli_objects.c (ls, rm, mv, compact, check), cli_copy.c
+ * commands live in cli_objects.c (ls, rm, mv, cp, compact, check), cli_copy.c
  * (put, get) and cli_stats.c (stats).  docs/cli.md is the manual; keep the
  * help texts below and it saying the same. */
 #include <errno.h>
@@ -102,6 +102,14 @@ static const struct cmd cmds[] = {
 	  "NEW is replaced (removed in the same step).\n"
 	  "\n"
 	  "  -n, --no-clobber   fail instead, leaving both objects as they were\n" },
+	{ "cp", cmd_cp,
+	  "coil cp [-f] STORE SRC DST",
+	  "copy an object without copying its data (a clone)",
+	  "Make DST a copy of SRC in one step.  The copy shares SRC's blocks:\n"
+	  "nothing is read or written but metadata, whatever the size, and later\n"
+	  "writes to either object diverge.  DST must not exist.\n"
+	  "\n"
+	  "  -f, --force   replace an existing DST (removed in the same step)\n" },
 	{ "compact", cmd_compact,
 	  "coil compact STORE",
 	  "give free space at the store's end back to the file system",

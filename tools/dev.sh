@@ -7,6 +7,7 @@
 #   tools/dev.sh demo    load a real corpus into a store and report what happened
 #   tools/dev.sh bench   the side-by-side benchmarks under perf/
 #   tools/dev.sh bench-meta  metadata cost against object/blob count (perf/bench_meta.py)
+#   tools/dev.sh bench-batch page writes one by one vs in batches, and RocksDB (perf/bench_batch.py)
 #   tools/dev.sh sqlite-suite [FILE...]  SQLite's TCL tests, default VFS vs coil
 #   tools/dev.sh soak    the release suites with the crash/fault loops at full count
 #
@@ -418,7 +419,7 @@ cmd_soak() {
 }
 
 usage() {
-	sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 case "${1:-}" in
@@ -428,6 +429,8 @@ test) cmd_test ;;
 demo) shift; cmd_demo "$@" ;;
 bench) shift; cmd_bench "$@" ;;
 bench-meta) shift; cmd_bench_meta "$@" ;;
+bench-batch) shift; cmd_deps; build_release
+	BUILD=build/release PYTHONDONTWRITEBYTECODE=1 exec python3 perf/bench_batch.py "$@" ;;
 sqlite-suite) shift; cmd_sqlite_suite "$@" ;;
 soak) cmd_soak ;;
 *) usage; exit 2 ;;
