@@ -12,12 +12,23 @@
  *                        (logical bytes moved >= 2 x stored bytes moved),
  *                        every byte of every object reads back and the
  *                        live-byte recount matches, also after a reopen
+ *   races                a writer keeps overwriting blocks of an object
+ *                        (async, through a handle) and
+ *                        a reader reads it while the main thread clones it,
+ *                        renames clones over each other and removes them,
+ *                        with forced cleaner passes: every block of every
+ *                        clone is a whole version of that block, never
+ *                        newer than what had completed when the clone
+ *                        returned, and the source ends exactly as written;
+ *                        the live-byte recount matches, also reopened
  *   replay               clones in the journal (no checkpoint after them)
  *                        and in a delta checkpoint reopen exactly, clones of
  *                        clones and a clone renamed over its source too
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -28,6 +39,7 @@
 #include "engine/cleaner.h"
 #include "engine/store.h"
 #include "tests/engine_test_util.h"
+#include "tests/test_util.h"
 
 #define MiB (1u << 20)
 
@@ -228,6 +240,200 @@ Test(clone, cleaner_relocates_shared_once, .timeout = 240)
 	free(base);
 	free(p);
 	free(js);
+}
+
+#define RBLK (64u << 10)
+#define RNBLK 64u
+
+/* A block's bytes for (block, version), its first 16 bytes naming both. */
+static void rblock(uint8_t *p, uint64_t blk, uint64_t ver)
+{
+	et_fill(p, RBLK, blk * 7919u + ver, 1);
+	memcpy(p, &blk, 8);
+	memcpy(p + 8, &ver, 8);
+}
+
+struct racer {
+	coil_store *s;
+	coil_obj *h;
+	_Atomic bool stop;
+	/* per block: the newest version submitted and completed */
+	_Atomic uint64_t done[RNBLK];
+	_Atomic uint64_t sub[RNBLK];
+	_Atomic int errors;
+};
+
+struct rwrite {
+	struct racer *r;
+	uint64_t blk, ver;
+	struct counter *c;
+	uint8_t buf[RBLK];
+};
+
+static void rwrite_cb(void *arg, int64_t res)
+{
+	struct rwrite *w = arg;
+	uint64_t cur;
+
+	if (res != (int64_t)RBLK)
+		atomic_fetch_add(&w->r->errors, 1);
+	cur = atomic_load(&w->r->done[w->blk]);
+	while (cur < w->ver &&
+	       !atomic_compare_exchange_weak(&w->r->done[w->blk], &cur, w->ver))
+		;
+	count_cb(w->c, 0);
+	free(w);
+}
+
+static void *race_writer(void *arg)
+{
+	struct racer *r = arg;
+	struct counter c = COUNTER_INIT;
+	uint64_t x = 4242;
+
+	while (!atomic_load(&r->stop)) {
+		struct rwrite *w = malloc(sizeof(*w));
+		uint64_t blk = tu_xorshift(&x) % RNBLK;
+
+		w->r = r;
+		w->blk = blk;
+		w->ver = atomic_fetch_add(&r->sub[blk], 1) + 1;
+		w->c = &c;
+		rblock(w->buf, blk, w->ver);
+		counter_add(&c);
+		if (coil_write(r->h, w->buf, RBLK, blk * RBLK, rwrite_cb, w) != 0) {
+			atomic_fetch_add(&r->errors, 1);
+			count_cb(&c, 0);
+			free(w);
+		}
+		counter_wait_below(&c, 1);
+	}
+	counter_wait(&c);
+	return NULL;
+}
+
+static void *race_reader(void *arg)
+{
+	struct racer *r = arg;
+	uint8_t *buf = malloc(RBLK);
+	uint64_t x = 99;
+
+	while (!atomic_load(&r->stop)) {
+		uint64_t blk = tu_xorshift(&x) % RNBLK, b, v;
+
+		if (coil_pread(r->h, buf, RBLK, blk * RBLK) != (int64_t)RBLK) {
+			atomic_fetch_add(&r->errors, 1);
+			continue;
+		}
+		memcpy(&b, buf, 8);
+		memcpy(&v, buf + 8, 8);
+		if (b != blk)
+			atomic_fetch_add(&r->errors, 1);
+	}
+	free(buf);
+	return NULL;
+}
+
+/* Every block of @name is a whole version of itself, at most @max[blk]. */
+static void check_versions(coil_store *s, const char *name,
+			   const uint64_t *max)
+{
+	uint8_t *buf = malloc(RBLK), *want = malloc(RBLK);
+	coil_obj *h;
+
+	cr_assert_eq(coil_obj_open(s, name, 0, &h), 0, "open %s", name);
+	for (uint64_t blk = 0; blk < RNBLK; blk++) {
+		uint64_t b, v;
+
+		cr_assert_eq(coil_pread(h, buf, RBLK, blk * RBLK),
+			     (int64_t)RBLK);
+		memcpy(&b, buf, 8);
+		memcpy(&v, buf + 8, 8);
+		cr_assert_eq(b, blk, "%s: block %llu names block %llu", name,
+			     (unsigned long long)blk, (unsigned long long)b);
+		cr_assert_leq(v, max[blk], "%s: block %llu has version %llu, "
+			      "newer than %llu", name, (unsigned long long)blk,
+			      (unsigned long long)v,
+			      (unsigned long long)max[blk]);
+		rblock(want, blk, v);
+		cr_assert(memcmp(buf, want, RBLK) == 0, "%s: block %llu torn",
+			  name, (unsigned long long)blk);
+	}
+	cr_assert_eq(coil_obj_close(h), 0);
+	free(buf);
+	free(want);
+}
+
+Test(clone, races, .timeout = 240)
+{
+	int rounds = (int)tu_scaled(200, 20);
+	char path[256], name[32];
+	struct coil_options o;
+	struct racer r;
+	pthread_t wt, rt;
+	uint64_t max[RNBLK];
+	uint8_t *buf = malloc(RBLK);
+
+	memset(&r, 0, sizeof(r));
+	et_path(path, sizeof(path), "clone-races");
+	et_opts(&o, path);
+	cr_assert_eq(coil_open(path, &o, &r.s), 0);
+	cr_assert_eq(coil_obj_open(r.s, "src", COIL_CREATE, &r.h), 0);
+	for (uint64_t blk = 0; blk < RNBLK; blk++) {
+		rblock(buf, blk, 0);
+		cr_assert_eq(coil_pwrite(r.h, buf, RBLK, blk * RBLK),
+			     (int64_t)RBLK);
+	}
+	cr_assert_eq(pthread_create(&wt, NULL, race_writer, &r), 0);
+	cr_assert_eq(pthread_create(&rt, NULL, race_reader, &r), 0);
+	for (int i = 0; i < rounds; i++) {
+		int rc;
+
+		snprintf(name, sizeof(name), "c%d", i % 4);
+		rc = coil_obj_clone(r.s, "src", name);
+		cr_assert(rc == 0 || rc == -EEXIST, "clone: %d", rc);
+		/* a write submitted after the clone returned is not in it */
+		for (uint64_t blk = 0; blk < RNBLK; blk++)
+			max[blk] = atomic_load(&r.sub[blk]);
+		if (i % 3 == 0) {
+			cr_assert_eq(coil_obj_rename(r.s, name, "keep", 0), 0);
+			if (rc == 0)
+				check_versions(r.s, "keep", max);
+		} else if (i % 3 == 1 && rc == 0)
+			cr_assert_eq(coil_obj_remove(r.s, name), 0);
+		if (i % 5 == 0)
+			cr_assert_geq(cleaner_run_now(r.s, 2), 0);
+	}
+	atomic_store(&r.stop, true);
+	pthread_join(wt, NULL);
+	pthread_join(rt, NULL);
+	cr_assert_eq(atomic_load(&r.errors), 0);
+	for (uint64_t blk = 0; blk < RNBLK; blk++)
+		max[blk] = atomic_load(&r.done[blk]);
+	check_versions(r.s, "keep", max);
+	cr_assert_eq(coil_obj_close(r.h), 0);
+	cr_assert_eq(cleaner_check_live(r.s), 0);
+	cr_assert_eq(coil_close(r.s), 0);
+	/* the source holds exactly the last version of every block */
+	o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, &o, &r.s), 0);
+	for (uint64_t blk = 0; blk < RNBLK; blk++) {
+		uint8_t *want = malloc(RBLK);
+		coil_obj *h;
+
+		cr_assert_eq(coil_obj_open(r.s, "src", 0, &h), 0);
+		cr_assert_eq(coil_pread(h, buf, RBLK, blk * RBLK),
+			     (int64_t)RBLK);
+		rblock(want, blk, atomic_load(&r.sub[blk]));
+		cr_assert(memcmp(buf, want, RBLK) == 0, "src block %llu",
+			  (unsigned long long)blk);
+		cr_assert_eq(coil_obj_close(h), 0);
+		free(want);
+	}
+	check_versions(r.s, "keep", max);
+	cr_assert_eq(cleaner_check_live(r.s), 0);
+	cr_assert_eq(coil_close(r.s), 0);
+	free(buf);
 }
 
 /* In a forked child: @fn's operations, a sync, then an exit without a
