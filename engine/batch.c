@@ -618,7 +618,7 @@ static uint64_t clone_ckpt_bytes(const struct object *o)
  * one write's).  mlock held. */
 static uint64_t batch_ckpt_extra(const struct coil_batch *b)
 {
-	uint64_t need = 0;
+	uint64_t need = 0, split = ckpt_split_bytes(b->s);
 
 	for (uint32_t i = 0; i < b->nops; i++) {
 		const struct bop *op = &b->ops[i];
@@ -630,8 +630,8 @@ static uint64_t batch_ckpt_extra(const struct coil_batch *b)
 				clone_ckpt_bytes(b->binds[op->t - 1].o);
 		else if (op->kind == BOP_RENAME)
 			need += op->name2_len;
-		else
-			need += 2u * (FMT_EXTENT_FIXED + 8u * FMT_CSUMS_MAX);
+		else if (op->kind != BOP_REMOVE)
+			need += split;
 	}
 	return need;
 }

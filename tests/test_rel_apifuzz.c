@@ -5,13 +5,22 @@
  * Ops: create (with and without EXCL), write (random offset and length,
  * holes, extensions), read (compared byte for byte: I3), truncate (shrink
  * and grow), remove (then the old handle must say -EBADF), coil_obj_size,
- * coil_sync, clean close + reopen (everything must be there), bad arguments
- * (each must be a negative errno, never a crash), and power cuts of two
- * kinds: between ops (the seam reverts what no fsync covered: all, a random
- * subset, or torn sectors), and at a random ring op in the middle of the
- * sequence (the op in flight fails).  After a cut the store must open (I4)
- * and each object must be in a state it passed through since the last
- * successful sync (I1 + I2: the per-object prefix), whole. */
+ * coil_sync, clean close + reopen (everything must be there), batches of
+ * one to six random operations (writes, truncates, creates, removes,
+ * renames with and without COIL_RENAME_NOREPLACE, onto the own name too,
+ * and bad arguments, which must be refused as they are added) committed
+ * against a staged copy of the model: the commit must return what the
+ * model says (0, or -ENOENT / -EEXIST from the first operation that
+ * fails, and then nothing applies), the model takes the batch only when
+ * it returned 0, a handle follows its object to its new name and one to
+ * an object the batch removed or replaced says -EBADF; coil_obj_rename;
+ * bad arguments (each must be a negative errno, never a crash), and power
+ * cuts of two kinds: between ops (the seam reverts what no fsync covered:
+ * all, a random subset, or torn sectors), and at a random ring op in the
+ * middle of the sequence (the op in flight fails).  After a cut the store
+ * must open (I4) and each object must be in a state it passed through
+ * since the last successful sync (I1 + I2: the per-object prefix),
+ * whole. */
 #ifdef REL_STANDALONE
 #include "tests/rel/standalone.h"
 #else
@@ -51,9 +60,14 @@ struct fz {
 	unsigned nhist[NNAMES];
 	bool maybe_pending;      /* an op failed during a cut: it may be there */
 	uint8_t *buf, *rd;
+	struct state stage[NNAMES]; /* a batch's staged model */
+	uint64_t oid[NNAMES];    /* which object each name holds (h[i] is a
+				  * handle to oid[i]); 0: none */
+	uint64_t next_oid;
 	char last[8][96];        /* the last ops, for a violation report */
 	bool midcut;             /* this sequence arms cuts at random ops */
 	uint64_t bad, cuts, mid_cuts, rec_cuts, reopens, ops, syncs, badargs;
+	uint64_t batches, batches_refused, renames;
 };
 
 /* The spec each ring of a sequence gets: record (so a cut can revert), and
@@ -162,6 +176,7 @@ static bool open_store(struct fz *f, const struct uring_fault_spec *sp)
 	}
 	for (int i = 0; i < NNAMES; i++) {
 		f->h[i] = NULL;
+		f->oid[i] = f->cur[i].exists ? ++f->next_oid : 0;
 		if (f->cur[i].exists &&
 		    coil_obj_open(f->s, names[i], 0, &f->h[i]) < 0)
 			f->h[i] = NULL;
@@ -255,6 +270,7 @@ static int check_recovered(struct fz *f)
 		}
 		/* what is there is the truth from here on */
 		state_copy(&f->cur[i], &got[i]);
+		f->oid[i] = got[i].exists ? ++f->next_oid : 0;
 		if (f->h[i] == NULL && got[i].exists &&
 		    coil_obj_open(f->s, names[i], 0, &f->h[i]) < 0)
 			f->h[i] = NULL;
@@ -347,6 +363,7 @@ static void ensure_open(struct fz *f, int i)
 		f->cur[i].exists = true;
 		f->cur[i].size = 0;
 		memset(f->cur[i].data, 0, OBJ_MAX);
+		f->oid[i] = ++f->next_oid;
 		hist_push(f, i);
 	}
 }
@@ -392,10 +409,262 @@ static void bad_args(struct fz *f, int i)
 	}
 }
 
+/* ---- batches and renames ------------------------------------------------- */
+
+/* One operation on the staged model (f->stage, f->oid staged in @oid).
+ * @return what the batch must then fail with, or 0. */
+enum { B_WRITE, B_TRUNCATE, B_CREATE, B_REMOVE, B_RENAME };
+
+static int stage_op(struct fz *f, uint64_t *oid, int kind, int i, int j,
+		    unsigned flags, uint64_t off, uint32_t len)
+{
+	struct state *a = &f->stage[i], *b = &f->stage[j];
+
+	switch (kind) {
+	case B_WRITE:
+		if (!a->exists)
+			return -ENOENT;
+		memcpy(a->data + off, f->buf, len);
+		if (off + len > a->size)
+			a->size = off + len;
+		return 0;
+	case B_TRUNCATE:
+		if (!a->exists)
+			return -ENOENT;
+		if (off < a->size)
+			memset(a->data + off, 0, a->size - off);
+		a->size = off;
+		return 0;
+	case B_CREATE:
+		if (a->exists)
+			return -EEXIST;
+		a->exists = true;
+		a->size = 0;
+		memset(a->data, 0, OBJ_MAX);
+		oid[i] = ++f->next_oid;
+		return 0;
+	case B_REMOVE:
+		if (!a->exists)
+			return -ENOENT;
+		a->exists = false;
+		a->size = 0;
+		memset(a->data, 0, OBJ_MAX);
+		oid[i] = 0;
+		return 0;
+	default: /* B_RENAME i to j */
+		if (!a->exists)
+			return -ENOENT;
+		if (i == j)
+			return 0;
+		if (b->exists && (flags & COIL_RENAME_NOREPLACE))
+			return -EEXIST;
+		state_copy(b, a);
+		a->exists = false;
+		a->size = 0;
+		memset(a->data, 0, OBJ_MAX);
+		oid[j] = oid[i];
+		oid[i] = 0;
+		return 0;
+	}
+}
+
+/* A name whose staged object exists (@exists) or not, from @i on; @i
+ * when there is none. */
+static int stage_pick(const struct fz *f, bool exists, int i)
+{
+	for (int k = 0; k < NNAMES; k++)
+		if (f->stage[(i + k) % NNAMES].exists == exists)
+			return (i + k) % NNAMES;
+	return i;
+}
+
+/* An argument coil_batch_* must refuse as it is added (the batch then
+ * holds no trace of it).  @return the call's result. */
+static int batch_bad_arg(struct fz *f, coil_batch *b, uint64_t r)
+{
+	char longname[COIL_NAME_MAX + 8];
+
+	memset(longname, 'n', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = 0;
+	f->badargs++;
+	switch (r % 7) {
+	case 0:
+		return coil_batch_write(b, names[0], NULL, 10, 0);
+	case 1:
+		return coil_batch_write(b, "", f->buf, 10, 0);
+	case 2:
+		return coil_batch_create(b, longname);
+	case 3:
+		return coil_batch_rename(b, names[0], names[1], 0x4);
+	case 4:
+		return coil_batch_write(b, names[1], f->buf, 10, UINT64_MAX - 4);
+	case 5:
+		return coil_batch_truncate(b, names[2], UINT64_MAX);
+	default:
+		return coil_batch_rename(b, names[2], NULL, 0);
+	}
+}
+
+/* The batch applied (commit returned 0): the model takes the staged state,
+ * and each handle follows its object — to its new name, or, when the batch
+ * removed or replaced it, to -EBADF. */
+static void batch_applied(struct fz *f, const uint64_t *oid)
+{
+	coil_obj *nh[NNAMES] = { NULL };
+	bool changed[NNAMES];
+
+	for (int i = 0; i < NNAMES; i++) {
+		uint64_t sz = 0;
+		int j, rc;
+
+		if (!f->h[i])
+			continue;
+		for (j = 0; j < NNAMES && oid[j] != f->oid[i]; j++)
+			;
+		rc = coil_obj_size(f->h[i], &sz);
+		if (j == NNAMES) {
+			if (rc != -EBADF)
+				violation(f, "handle of %d, whose object the "
+					  "batch removed or replaced: size "
+					  "%d, not -EBADF", i, rc);
+			coil_obj_close(f->h[i]);
+		} else {
+			if (rc != 0 || sz != f->stage[j].size)
+				violation(f, "handle of %d, whose object is %d "
+					  "now: size %d %llu, model %llu", i, j,
+					  rc, (unsigned long long)sz,
+					  (unsigned long long)f->stage[j].size);
+			nh[j] = f->h[i];
+		}
+	}
+	for (int i = 0; i < NNAMES; i++) {
+		changed[i] = oid[i] != f->oid[i] ||
+			     !state_eq(&f->stage[i], &f->cur[i]);
+		f->h[i] = nh[i];
+		f->oid[i] = oid[i];
+		if (changed[i])
+			state_copy(&f->cur[i], &f->stage[i]);
+	}
+	/* all of the batch is in the model before a push may sync */
+	for (int i = 0; i < NNAMES; i++)
+		if (changed[i])
+			hist_push(f, i);
+}
+
+/* A batch of one to six random operations, some invalid, or (@single) a
+ * coil_obj_rename.  @return true when the sequence must stop. */
+static bool do_batch(struct fz *f, uint64_t r, bool single)
+{
+	unsigned nops = single ? 1 : 1 + (unsigned)(r % 6), added = 0;
+	uint64_t oid[NNAMES];
+	coil_batch *b = NULL;
+	int expect = 0, rc = 0;
+	char desc[64] = "";
+
+	for (int i = 0; i < NNAMES; i++) {
+		state_copy(&f->stage[i], &f->cur[i]);
+		oid[i] = f->oid[i];
+	}
+	if (!single && (rc = coil_batch_new(f->s, &b)) < 0) {
+		violation(f, "coil_batch_new: %s", coil_strerror(rc));
+		return false;
+	}
+	for (unsigned k = 0; k < nops; k++) {
+		uint64_t q = rel_rng(&f->st);
+		int i = (int)(q % NNAMES), j = (int)((q >> 8) % NNAMES);
+		int kind = single ? B_RENAME : (int)((q >> 16) % 8);
+		unsigned flags = (q >> 20) & 1 ? COIL_RENAME_NOREPLACE : 0;
+		uint64_t off = (q >> 24) % (OBJ_MAX - 1);
+		uint32_t len = 0;
+		uint64_t q2;
+		int want;
+
+		if (kind == 7) {             /* a bad argument */
+			rc = batch_bad_arg(f, b, q >> 32);
+			if (rc >= 0)
+				violation(f, "batch bad argument %llu accepted",
+					  (unsigned long long)((q >> 32) % 7));
+			continue;
+		}
+		if (kind > B_RENAME)
+			kind = kind == 5 ? B_WRITE : B_RENAME;
+		/* mostly a name the operation is valid for at this point of
+		 * the batch; one in eight stays random */
+		q2 = rel_rng(&f->st);
+		if (q2 % 8 != 0) {
+			i = stage_pick(f, kind != B_CREATE, i);
+			if (kind == B_RENAME && (q2 >> 8) % 4 == 0)
+				j = stage_pick(f, false, j);
+		}
+		if (kind == B_WRITE) {
+			len = 1 + (uint32_t)((q >> 40) %
+				COIL_MIN((uint64_t)20000, OBJ_MAX - off));
+			rel_fill(f->buf, len, f->seed,
+				 (uint32_t)((f->opno * 8 + k) & 0xfffff), 1);
+		}
+		if (single)
+			rc = coil_obj_rename(f->s, names[i], names[j], flags);
+		else if (kind == B_WRITE)
+			rc = coil_batch_write(b, names[i], f->buf, len, off);
+		else if (kind == B_TRUNCATE)
+			rc = coil_batch_truncate(b, names[i], off);
+		else if (kind == B_CREATE)
+			rc = coil_batch_create(b, names[i]);
+		else if (kind == B_REMOVE)
+			rc = coil_batch_remove(b, names[i]);
+		else
+			rc = coil_batch_rename(b, names[i], names[j], flags);
+		want = stage_op(f, oid, kind, i, j, flags, off, len);
+		if (!single && rc != 0) {
+			violation(f, "adding batch op %d (kind %d): %s", k, kind,
+				  coil_strerror(rc));
+			continue;
+		}
+		added++;
+		if (!expect)
+			expect = want;
+		snprintf(desc + strlen(desc), sizeof(desc) - strlen(desc),
+			 "%s%d%d%d", k ? "," : "", kind, i, j);
+	}
+	if (!single)
+		rc = coil_batch_commit(b);
+	note(f, "%s [%s] -> %d (model %d)", single ? "rename" : "batch", desc,
+	     rc, expect);
+	if (single)
+		f->renames++;
+	else
+		f->batches++;
+	if (!single && added == 0) {
+		/* nothing valid was added: an empty batch, refused or not */
+		if (rc != 0 && rc != -EINVAL)
+			violation(f, "empty batch: %s", coil_strerror(rc));
+		return false;
+	}
+	if (rc == expect) {
+		if (rc == 0)
+			batch_applied(f, oid);
+		else
+			f->batches_refused++;
+		return false;
+	}
+	if (expect == 0 && uring_fault_is_cut(uring_fault_last())) {
+		/* in flight at a cut: wholly there or wholly absent */
+		for (int i = 0; i < NNAMES; i++)
+			state_copy(&f->cur[i], &f->stage[i]);
+		return op_failed(f, single ? "rename" : "batch", rc);
+	}
+	if (uring_fault_is_cut(uring_fault_last()))
+		return op_failed(f, single ? "rename" : "batch", rc);
+	violation(f, "%s returned %s, the model says %s",
+		  single ? "rename" : "batch", coil_strerror(rc),
+		  coil_strerror(expect));
+	return false;
+}
+
 static bool step(struct fz *f)
 {
 	uint64_t r = rel_rng(&f->st);
-	int i = (int)(r % NNAMES), op = (int)((r >> 8) % 100);
+	int i = (int)(r % NNAMES), op = (int)((r >> 8) % 112);
 	struct state *c = &f->cur[i];
 	int64_t rc;
 
@@ -506,6 +775,7 @@ static bool step(struct fz *f)
 		if (!c->exists) {
 			c->exists = true;
 			c->size = 0;
+			f->oid[i] = ++f->next_oid;
 			hist_push(f, i);
 		}
 		if (!f->h[i])
@@ -550,8 +820,12 @@ static bool step(struct fz *f)
 		note(f, "cut");
 		recover(f, true);
 		return f->s == NULL;
-	} else {
+	} else if (op < 100) {
 		bad_args(f, i);
+	} else if (op < 108) {                   /* batch */
+		return do_batch(f, r >> 16, false);
+	} else {                                 /* coil_obj_rename */
+		return do_batch(f, r >> 16, true);
 	}
 	return false;
 }
@@ -569,6 +843,7 @@ Test(rel, apifuzz, .timeout = 900)
 	f->rd = malloc(NNAMES * OBJ_MAX + WRITE_MAX);
 	for (int i = 0; i < NNAMES; i++) {
 		f->cur[i].data = calloc(1, OBJ_MAX);
+		f->stage[i].data = calloc(1, OBJ_MAX);
 		for (int k = 0; k < HIST_MAX; k++)
 			f->hist[i][k].data = malloc(OBJ_MAX);
 	}
@@ -610,11 +885,14 @@ Test(rel, apifuzz, .timeout = 900)
 		}
 	}
 	fprintf(stderr, "rel: apifuzz ops=%llu syncs=%llu reopens=%llu "
-		"cuts=%llu (mid-op %llu, in open %llu) bad_args=%llu\n",
+		"cuts=%llu (mid-op %llu, in open %llu) bad_args=%llu "
+		"batches=%llu (refused %llu) renames=%llu\n",
 		(unsigned long long)f->ops, (unsigned long long)f->syncs,
 		(unsigned long long)f->reopens, (unsigned long long)f->cuts,
 		(unsigned long long)f->mid_cuts, (unsigned long long)f->rec_cuts,
-		(unsigned long long)f->badargs);
+		(unsigned long long)f->badargs, (unsigned long long)f->batches,
+		(unsigned long long)f->batches_refused,
+		(unsigned long long)f->renames);
 	rel_report("apifuzz", "sequences", seqs, f->bad, f->seed);
 	cr_assert_eq(f->bad, 0, "%llu violations (replay with COIL_REL_SEED=0x%016llx)",
 		     (unsigned long long)f->bad, (unsigned long long)f->seed);
@@ -622,6 +900,7 @@ Test(rel, apifuzz, .timeout = 900)
 	unlink(f->path);
 	for (int i = 0; i < NNAMES; i++) {
 		free(f->cur[i].data);
+		free(f->stage[i].data);
 		for (int k = 0; k < HIST_MAX; k++)
 			free(f->hist[i][k].data);
 	}

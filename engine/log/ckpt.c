@@ -89,12 +89,22 @@ static uint64_t payload_limit(const struct coil_store *s)
 	return area - area / 16;
 }
 
+uint64_t ckpt_split_bytes(const struct coil_store *s)
+{
+	/* No blob of a store is larger than its max_blob (writes cut there,
+	 * relocations copy verbatim or less, the packer takes small ones):
+	 * one checksum per 4 KiB raw, two for a compressed blob. */
+	uint32_t csums = COIL_MAX(2u, s->max_blob / FMT_BLOCK);
+
+	return 2u * (FMT_EXTENT_FIXED + 8u * csums);
+}
+
 int ckpt_reserve_write(struct coil_store *s, struct wreq *w, bool inl)
 {
 	/* The extents at either end the write may split.  Splitting an
 	 * in-memory blob writes its bytes twice: rare (a small write over
 	 * part of another), and within the sixteenth payload_limit keeps. */
-	uint64_t need = 2u * (FMT_EXTENT_FIXED + 8u * FMT_CSUMS_MAX);
+	uint64_t need = ckpt_split_bytes(s);
 
 	w->ckpt_res = 0;
 	if (w->use_reserve)

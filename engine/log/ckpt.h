@@ -26,6 +26,9 @@ uint64_t ckpt_payload_now(const struct coil_store *s);
  * checkpoint again, its journal would fill and it would break.  @inl: the
  * blobs are kept in memory, and written whole into checkpoints. */
 int ckpt_reserve_write(struct coil_store *s, struct wreq *w, bool inl);
+/* What the extents a write may split at its two ends add to a checkpoint,
+ * at most. */
+uint64_t ckpt_split_bytes(const struct coil_store *s);
 /* mlock held.  @bytes more for @w (a batch's objects, names and extra
  * extents), released with the rest.  0 or -ENOSPC. */
 int ckpt_reserve_more(struct coil_store *s, struct wreq *w, uint64_t bytes);
