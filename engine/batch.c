@@ -499,9 +499,10 @@ static int batch_claim(struct coil_store *s, struct coil_batch *b)
 
 /* ---- encode, place, describe ------------------------------------------------ */
 
-/* Cut every write into blobs at max_blob boundaries of its object offset,
- * each into its slot of one buffer, and encode them here.  @return 0,
- * -ENOMEM, or an encoder's error. */
+/* Cut every write into blobs at max_blob boundaries of its object offset:
+ * each blob's slot in one buffer (its length rounded up to 4 KiB) and its
+ * source, then encode them all here.  @return 0, -ENOMEM, or an encoder's
+ * error. */
 static int batch_encode(struct coil_store *s, struct coil_batch *b)
 {
 	struct wreq *w = b->w;
@@ -529,14 +530,17 @@ static int batch_encode(struct coil_store *s, struct coil_batch *b)
 		struct bop *op = &b->ops[i];
 		uint64_t pos = op->off, end = op->off + op->len;
 
-		if (op->kind != BOP_WRITE)
-			continue;
-		for (uint32_t k = op->blob0; k < op->blob0 + op->nblobs; k++) {
+		for (uint32_t k = op->blob0;
+		     op->kind == BOP_WRITE && k < op->blob0 + op->nblobs; k++) {
 			uint64_t bend = COIL_MIN(COIL_ALIGN_DOWN(pos, mb) + mb,
 						 end);
+			struct pool_task *t = &w->tasks[k];
 
 			w->slot[k] = (uint32_t)total;
 			w->bd[k] = NULL;
+			t->u.encode.src = b->data + op->data_off +
+					  (pos - op->off);
+			t->u.encode.len = (uint32_t)(bend - pos);
 			total += COIL_ALIGN_UP(bend - pos, FMT_BLOCK);
 			pos = bend;
 		}
@@ -547,30 +551,16 @@ static int batch_encode(struct coil_store *s, struct coil_batch *b)
 	w->batch = bufpool_get(&s->bp, total);
 	if (!w->batch)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < b->nops; i++) {
-		struct bop *op = &b->ops[i];
-		uint64_t pos = op->off, end = op->off + op->len;
+	for (uint32_t k = 0; k < n && rc >= 0; k++) {
+		const struct pool_task *t = &w->tasks[k];
 
-		if (op->kind != BOP_WRITE)
-			continue;
-		for (uint32_t k = op->blob0; k < op->blob0 + op->nblobs; k++) {
-			uint64_t bend = COIL_MIN(COIL_ALIGN_DOWN(pos, mb) + mb,
-						 end);
-
-			rc = fmt_blob_encode(cc, cc ? s->level : 0, NULL, 0,
-					     b->data + op->data_off +
-						     (pos - op->off),
-					     (uint32_t)(bend - pos),
-					     w->batch + w->slot[k],
-					     COIL_ALIGN_UP(bend - pos,
-							   FMT_BLOCK),
-					     &w->fb[k]);
-			if (rc < 0)
-				return rc;
-			pos = bend;
-		}
+		rc = fmt_blob_encode(cc, cc ? s->level : 0, NULL, 0,
+				     t->u.encode.src, t->u.encode.len,
+				     w->batch + w->slot[k],
+				     COIL_ALIGN_UP(t->u.encode.len, FMT_BLOCK),
+				     &w->fb[k]);
 	}
-	return 0;
+	return rc < 0 ? rc : 0;
 }
 
 /* The records' size bound, for the chunk limit and the buffer. */

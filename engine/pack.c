@@ -251,14 +251,8 @@ static int pack_records(struct packer *pk)
 	for (uint32_t i = 0; i < pk->nitems; i++)
 		need += FMT_JREC_HDR + FMT_JREC_WRITE_FIXED + FMT_EXTENT_FIXED +
 			8u * w->fb[pk->items[i].k].n_csums;
-	if (need > w->rec_cap) {
-		uint8_t *nb = realloc(w->recbuf, need);
-
-		if (!nb)
-			return -ENOMEM;
-		w->recbuf = nb;
-		w->rec_cap = need;
-	}
+	if (wreq_rec_room(w, need) < 0)
+		return -ENOMEM;
 	fmt_cursor_init(&c, w->recbuf, w->rec_cap);
 	for (uint32_t i = 0; rc == 0 && i < pk->nitems;) {
 		uint32_t j = i;

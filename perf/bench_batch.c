@@ -42,6 +42,8 @@
 #include <time.h>
 
 #include "coil.h"
+#define BENCH_PROG "bench_batch"
+#include "perf/bench_util.h"
 
 #define PAGE 4096u
 #define VALUES 256u          /* distinct values, written in turn */
@@ -49,40 +51,6 @@
 #define NO_VALUE 0xffffu     /* last[] of a key never written */
 #define SEED_DEFAULT 0x5eedba7cu
 
-static const char *prog = "bench_batch";
-
-static void die(const char *fmt, ...)
-{
-	va_list ap;
-
-	fprintf(stderr, "%s: ", prog);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(1);
-}
-
-static void die_rc(const char *what, int64_t rc)
-{
-	die("%s: %s (%" PRId64 ")", what, coil_strerror((int)rc), rc);
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t xorshift(uint64_t *x)
-{
-	*x ^= *x << 13;
-	*x ^= *x >> 7;
-	*x ^= *x << 17;
-	return *x;
-}
 
 /* A value like db_bench's CompressibleString: @ratio of it random printable
  * bytes, the rest repeats of those (as perf/fio/coil_bench.c makes the
@@ -101,110 +69,17 @@ static void value_fill(uint8_t *v, size_t len, double ratio, uint64_t *rng)
 
 /* ---- /proc/self/io ------------------------------------------------------- */
 
-/* The number after "@key:" in /proc/self/io, or -1 when the file or the
- * key is missing (a kernel without task I/O accounting). */
-static int64_t proc_io(const char *key)
-{
-	FILE *f = fopen("/proc/self/io", "r");
-	char line[128];
-	size_t kl = strlen(key);
-	int64_t v = -1;
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
-			v = strtoll(line + kl + 1, NULL, 10);
-			break;
-		}
-	}
-	fclose(f);
-	return v;
-}
-
 /* Bytes this process sent (or, buffered, will send) to the device: all
  * threads, O_DIRECT included, less dirty pages dropped before writeback. */
 static int64_t proc_write_bytes(void)
 {
-	int64_t w = proc_io("write_bytes"), c = proc_io("cancelled_write_bytes");
+	int64_t w = proc_field("/proc/self/io", "write_bytes", 1);
+	int64_t c = proc_field("/proc/self/io", "cancelled_write_bytes", 1);
 
 	return w < 0 || c < 0 ? -1 : w - c;
 }
 
 /* ---- stats JSON ---------------------------------------------------------- */
-
-static char *stats_text(coil_store *s)
-{
-	char dummy[1];
-	int need = coil_stats_json(s, dummy, sizeof(dummy));
-	char *buf;
-	int rc;
-
-	if (need < 0)
-		die_rc("coil_stats_json", need);
-	buf = malloc((size_t)need + 1);
-	if (!buf)
-		die("out of memory");
-	rc = coil_stats_json(s, buf, (size_t)need + 1);
-	if (rc < 0)
-		die_rc("coil_stats_json", rc);
-	if (rc > need) /* grew between the calls: fine, truncated */
-		buf[need] = '\0';
-	return buf;
-}
-
-/* The unsigned number at key @key directly inside the section @sect of
- * @json (a nested object is skipped), as perf/bench_meta.c reads it.
- * A missing key is fatal: the output would silently report a zero. */
-static uint64_t need_u64(const char *json, const char *sect, const char *key)
-{
-	char pat[128];
-	const char *p;
-	size_t kl;
-	int depth = 0;
-	bool in_str = false;
-
-	snprintf(pat, sizeof(pat), "\"%s\":{", sect);
-	p = strstr(json, pat);
-	if (!p)
-		goto missing;
-	p += strlen(pat);
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	kl = strlen(pat);
-	for (; *p; p++) {
-		if (in_str) {
-			if (*p == '\\' && p[1])
-				p++;
-			else if (*p == '"')
-				in_str = false;
-			continue;
-		}
-		if (*p == '{' || *p == '[') {
-			depth++;
-		} else if (*p == '}' || *p == ']') {
-			if (depth-- == 0)
-				goto missing;
-		} else if (*p == '"') {
-			if (depth == 0 && strncmp(p, pat, kl) == 0) {
-				char *end;
-				unsigned long long v;
-
-				p += kl;
-				if (*p < '0' || *p > '9')
-					goto missing;
-				errno = 0;
-				v = strtoull(p, &end, 10);
-				if (errno || end == p)
-					goto missing;
-				return v;
-			}
-			in_str = true;
-		}
-	}
-missing:
-	die("stats JSON has no %s.%s (engine/stats.c changed?)", sect, key);
-	return 0;
-}
 
 struct snap {
 	uint64_t dev_written, fsyncs, flushes, batches, batch_failed;

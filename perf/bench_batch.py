@@ -78,14 +78,6 @@ LINE = re.compile(r'^(\w+)\s*:\s*([\d.]+) micros/op (\d+) ops/sec')
 PCT = re.compile(r'P50: ([\d.]+) .*P99: ([\d.]+)')
 
 
-def du(path):
-    total = 0
-    for dirpath, _, files in os.walk(path):
-        for f in files:
-            total += os.stat(os.path.join(dirpath, f)).st_blocks * 512
-    return total
-
-
 def proc_io(pid):
     """write_bytes less cancelled_write_bytes of a child that has exited
     but is not reaped, or None where /proc/<pid>/io cannot be read."""
@@ -142,7 +134,7 @@ def run_rocksdb(sync):
         raise RuntimeError('db_bench printed no fillrandom line: ' + text[-2000:])
     got.update({'dev_write_bytes': dev, 'dev_write_source': source,
                 'dev_bytes_per_logical': dev / float(N * 4096),
-                'db_dir_bytes': du(DB)})
+                'db_dir_bytes': bc.du(DB)})
     if not KEEP:
         bc.fresh(DB)
     return got

@@ -45,6 +45,18 @@ def fresh(path):
         os.unlink(path)
 
 
+def du(path):
+    """Bytes allocated on disk (st_blocks) by a file, or by every file
+    under a directory."""
+    if not os.path.isdir(path):
+        return os.stat(path).st_blocks * 512
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            total += os.stat(os.path.join(dirpath, f)).st_blocks * 512
+    return total
+
+
 def drop_caches():
     """Best effort: O_DIRECT sides do not need it, buffered peers do."""
     try:

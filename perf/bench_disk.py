@@ -20,10 +20,6 @@ STORE = os.path.join(bc.VAR, 'disk.coil')
 CLI = os.path.join(bc.BUILD, 'tools', 'coil')
 
 
-def du(path):
-    return os.stat(path).st_blocks * 512
-
-
 def coil(*args, stdin=None):
     subprocess.run([CLI] + list(args), check=True, stdin=stdin)
 
@@ -33,7 +29,7 @@ def main():
     bc.log('== 6. disk bytes of a default store (%d MiB of data)' % (DATA >> 20))
     bc.fresh(STORE)
     coil('create', STORE, '0')
-    empty = du(STORE)
+    empty = bc.du(STORE)
     bc.log('   empty default store: %.1f MiB on disk' % (empty / 2**20))
     # incompressible data, streamed (no temporary file): a fixed-seed
     # generator so every run stores the same bytes
@@ -47,14 +43,14 @@ def main():
     coil('put', '-c', 'none', STORE, 'data', '-', stdin=gen.stdout)
     gen.stdout.close()
     gen.wait()
-    full = du(STORE)
+    full = bc.du(STORE)
     bc.log('   holding %d MiB: %.1f MiB on disk, %.3fx the data'
            % (DATA >> 20, full / 2**20, full / DATA))
     coil('rm', STORE, 'data')
-    removed = du(STORE)
+    removed = bc.du(STORE)
     bc.log('   after removing it: %.1f MiB on disk' % (removed / 2**20))
     coil('compact', STORE)
-    compacted = du(STORE)
+    compacted = bc.du(STORE)
     bc.log('   after coil compact: %.1f MiB on disk' % (compacted / 2**20))
     res = {'comparison': 'disk_space', 'data_bytes': DATA,
            'empty_bytes': empty, 'empty_target': 64 << 20,

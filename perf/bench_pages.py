@@ -44,14 +44,6 @@ LINE = re.compile(r'^(\w+)\s*:\s*([\d.]+) micros/op (\d+) ops/sec')
 PCT = re.compile(r'P50: ([\d.]+) .*P99: ([\d.]+)')
 
 
-def du(path):
-    total = 0
-    for dirpath, _, files in os.walk(path):
-        for f in files:
-            total += os.stat(os.path.join(dirpath, f)).st_blocks * 512
-    return total
-
-
 def run_rocksdb():
     bc.fresh(DB)
     ru0 = bc.resource.getrusage(bc.resource.RUSAGE_CHILDREN)
@@ -78,7 +70,7 @@ def run_rocksdb():
     w, r = out['filluniquerandom'], out['readrandom']
     return {'write_ops_s': w['ops_s'], 'write_p99_us': w.get('p99_us', 0),
             'read_ops_s': r['ops_s'], 'read_p99_us': r.get('p99_us', 0),
-            'disk_bytes': du(DB), 'stored_bytes': du(DB)}
+            'disk_bytes': bc.du(DB), 'stored_bytes': bc.du(DB)}
 
 
 def run_coil(qd):
@@ -131,7 +123,7 @@ def run_rocksdb_qd1():
                            '--reads=%d' % (N * READS)])['readrandom']
     return {'write_ops_s': w['ops_s'], 'read_ops_s': r['ops_s'],
             'read_p50_us': r.get('p50_us', 0), 'read_p99_us': r.get('p99_us', 0),
-            'disk_bytes': du(DB)}
+            'disk_bytes': bc.du(DB)}
 
 
 def run_coil_qd1():

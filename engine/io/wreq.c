@@ -135,6 +135,19 @@ int wreq_reserve(struct wreq *w, uint32_t n)
 	return 0;
 }
 
+int wreq_rec_room(struct wreq *w, size_t need)
+{
+	if (need > w->rec_cap) {
+		uint8_t *nb = realloc(w->recbuf, need);
+
+		if (!nb)
+			return -ENOMEM;
+		w->recbuf = nb;
+		w->rec_cap = need;
+	}
+	return 0;
+}
+
 /* ---- place ----------------------------------------------------------------- */
 
 int wreq_place(struct coil_store *s, struct wreq *w, uint64_t keep,

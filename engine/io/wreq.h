@@ -82,6 +82,8 @@ struct wreq {
 
 int reqs_init(struct coil_store *s);
 void reqs_destroy(struct coil_store *s);
+/* Room for a @need-byte record in w->recbuf.  0 or -ENOMEM. */
+int wreq_rec_room(struct wreq *w, size_t need);
 /* Room for @n blobs in w's arrays.  0 or -ENOMEM. */
 int wreq_reserve(struct wreq *w, uint32_t n);
 /* Wait for a free write context (blocks unless on a coil thread). */

@@ -183,13 +183,9 @@ static int write_describe(struct coil_store *s, struct wreq *w, bool inl)
 	struct fmt_cursor c;
 	int rc;
 
-	if (need > w->rec_cap) {
-		uint8_t *nb = realloc(w->recbuf, need);
-		if (!nb)
-			return -ENOMEM;
-		w->recbuf = nb;
-		w->rec_cap = need;
-	}
+	rc = wreq_rec_room(w, need);
+	if (rc < 0)
+		return rc;
 	fmt_cursor_init(&c, w->recbuf, w->rec_cap);
 	rc = write_describe_range(s, w, w->obj->id, w->off, w->len, 0,
 				  w->nblobs, inl, &c);
