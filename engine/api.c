@@ -519,13 +519,19 @@ COIL_API int coil_compact(coil_store *s, uint64_t *returned)
 	return rc;
 }
 
-COIL_API int coil_stats_json(coil_store *s, char *buf, size_t len)
+COIL_API int coil_stats_json_flags(coil_store *s, char *buf, size_t len,
+				   unsigned flags)
 {
-	if (!s || (!buf && len))
+	if (!s || (!buf && len) || (flags & ~COIL_STATS_SHARED))
 		return -EINVAL;
 	if (!store_valid(s))
 		return -EBADF;
-	return engine_stats_json(s, buf, len);
+	return engine_stats_json(s, buf, len, flags);
+}
+
+COIL_API int coil_stats_json(coil_store *s, char *buf, size_t len)
+{
+	return coil_stats_json_flags(s, buf, len, 0);
 }
 
 COIL_API int coil_obj_list(coil_store *s, coil_list_fn fn, void *arg)

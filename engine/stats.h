@@ -6,6 +6,8 @@
 
 struct coil_store;
 
-int engine_stats_json(struct coil_store *s, char *buf, size_t len);
+/* @flags: COIL_STATS_* of coil.h. */
+int engine_stats_json(struct coil_store *s, char *buf, size_t len,
+		      unsigned flags);
 
 #endif

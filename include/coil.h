@@ -384,6 +384,17 @@ COIL_API int coil_sync(coil_store *s);
  *   errno.  Call with len 0 to size the buffer. */
 COIL_API int coil_stats_json(coil_store *s, char *buf, size_t len);
 
+/* coil_stats_json with extra figures that cost a walk of the metadata:
+ * COIL_STATS_SHARED adds space.shared, the part of space.stored that more
+ * than one object claims (blocks clones share: stored counts them once
+ * per object, allocated once).  The walk visits every extent of the store
+ * under the metadata lock (writers' completions wait for it; 24 bytes of
+ * memory per extent) — for tools and occasional checks, not a hot loop.
+ * @return as coil_stats_json; -EINVAL for an unknown flag. */
+#define COIL_STATS_SHARED 0x1u
+COIL_API int coil_stats_json_flags(coil_store *s, char *buf, size_t len,
+				   unsigned flags);
+
 /* Call @fn(@arg, name, name_len, size) once for every object of the store, in
  * no particular order, from the calling thread and with no coil lock held
  * (the list is a snapshot taken at the call; @fn may call coil).  @name is

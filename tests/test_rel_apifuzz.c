@@ -8,12 +8,15 @@
  * coil_sync, clean close + reopen (everything must be there), batches of
  * one to six random operations (writes, truncates, creates, removes,
  * renames with and without COIL_RENAME_NOREPLACE, onto the own name too,
+ * clones (onto a free name mostly, then written, truncated and removed
+ * independently of their source, which the model checks byte for byte),
  * and bad arguments, which must be refused as they are added) committed
  * against a staged copy of the model: the commit must return what the
  * model says (0, or -ENOENT / -EEXIST from the first operation that
  * fails, and then nothing applies), the model takes the batch only when
  * it returned 0, a handle follows its object to its new name and one to
- * an object the batch removed or replaced says -EBADF; coil_obj_rename;
+ * an object the batch removed or replaced says -EBADF; coil_obj_rename and
+ * coil_obj_clone;
  * bad arguments (each must be a negative errno, never a crash), and power
  * cuts of two kinds: between ops (the seam reverts what no fsync covered:
  * all, a random subset, or torn sectors), and at a random ring op in the
@@ -67,7 +70,7 @@ struct fz {
 	char last[8][96];        /* the last ops, for a violation report */
 	bool midcut;             /* this sequence arms cuts at random ops */
 	uint64_t bad, cuts, mid_cuts, rec_cuts, reopens, ops, syncs, badargs;
-	uint64_t batches, batches_refused, renames;
+	uint64_t batches, batches_refused, renames, clones;
 };
 
 /* The spec each ring of a sequence gets: record (so a cut can revert), and
@@ -413,7 +416,7 @@ static void bad_args(struct fz *f, int i)
 
 /* One operation on the staged model (f->stage, f->oid staged in @oid).
  * @return what the batch must then fail with, or 0. */
-enum { B_WRITE, B_TRUNCATE, B_CREATE, B_REMOVE, B_RENAME };
+enum { B_WRITE, B_TRUNCATE, B_CREATE, B_REMOVE, B_RENAME, B_CLONE };
 
 static int stage_op(struct fz *f, uint64_t *oid, int kind, int i, int j,
 		    unsigned flags, uint64_t off, uint32_t len)
@@ -450,6 +453,14 @@ static int stage_op(struct fz *f, uint64_t *oid, int kind, int i, int j,
 		a->size = 0;
 		memset(a->data, 0, OBJ_MAX);
 		oid[i] = 0;
+		return 0;
+	case B_CLONE: /* i to a new j: shares i's blobs */
+		if (!a->exists)
+			return -ENOENT;
+		if (b->exists)
+			return -EEXIST;
+		state_copy(b, a);
+		oid[j] = ++f->next_oid;
 		return 0;
 	default: /* B_RENAME i to j */
 		if (!a->exists)
@@ -552,7 +563,8 @@ static void batch_applied(struct fz *f, const uint64_t *oid)
 }
 
 /* A batch of one to six random operations, some invalid, or (@single) a
- * coil_obj_rename.  @return true when the sequence must stop. */
+ * coil_obj_rename or coil_obj_clone.  @return true when the sequence must
+ * stop. */
 static bool do_batch(struct fz *f, uint64_t r, bool single)
 {
 	unsigned nops = single ? 1 : 1 + (unsigned)(r % 6), added = 0;
@@ -560,6 +572,7 @@ static bool do_batch(struct fz *f, uint64_t r, bool single)
 	coil_batch *b = NULL;
 	int expect = 0, rc = 0;
 	char desc[64] = "";
+	const char *what = "batch";
 
 	for (int i = 0; i < NNAMES; i++) {
 		state_copy(&f->stage[i], &f->cur[i]);
@@ -572,28 +585,30 @@ static bool do_batch(struct fz *f, uint64_t r, bool single)
 	for (unsigned k = 0; k < nops; k++) {
 		uint64_t q = rel_rng(&f->st);
 		int i = (int)(q % NNAMES), j = (int)((q >> 8) % NNAMES);
-		int kind = single ? B_RENAME : (int)((q >> 16) % 8);
+		int kind = single ? ((q >> 62) & 1 ? B_CLONE : B_RENAME) :
+				    (int)((q >> 16) % 9);
 		unsigned flags = (q >> 20) & 1 ? COIL_RENAME_NOREPLACE : 0;
 		uint64_t off = (q >> 24) % (OBJ_MAX - 1);
 		uint32_t len = 0;
 		uint64_t q2;
 		int want;
 
-		if (kind == 7) {             /* a bad argument */
+		if (kind == 8) {             /* a bad argument */
 			rc = batch_bad_arg(f, b, q >> 32);
 			if (rc >= 0)
 				violation(f, "batch bad argument %llu accepted",
 					  (unsigned long long)((q >> 32) % 7));
 			continue;
 		}
-		if (kind > B_RENAME)
-			kind = kind == 5 ? B_WRITE : B_RENAME;
+		if (kind > B_CLONE)
+			kind = kind == 6 ? B_WRITE : B_RENAME;
 		/* mostly a name the operation is valid for at this point of
 		 * the batch; one in eight stays random */
 		q2 = rel_rng(&f->st);
 		if (q2 % 8 != 0) {
 			i = stage_pick(f, kind != B_CREATE, i);
-			if (kind == B_RENAME && (q2 >> 8) % 4 == 0)
+			if ((kind == B_RENAME && (q2 >> 8) % 4 == 0) ||
+			    (kind == B_CLONE && (q2 >> 8) % 4 != 0))
 				j = stage_pick(f, false, j);
 		}
 		if (kind == B_WRITE) {
@@ -602,7 +617,9 @@ static bool do_batch(struct fz *f, uint64_t r, bool single)
 			rel_fill(f->buf, len, f->seed,
 				 (uint32_t)((f->opno * 8 + k) & 0xfffff), 1);
 		}
-		if (single)
+		if (single && kind == B_CLONE)
+			rc = coil_obj_clone(f->s, names[i], names[j]);
+		else if (single)
 			rc = coil_obj_rename(f->s, names[i], names[j], flags);
 		else if (kind == B_WRITE)
 			rc = coil_batch_write(b, names[i], f->buf, len, off);
@@ -612,9 +629,13 @@ static bool do_batch(struct fz *f, uint64_t r, bool single)
 			rc = coil_batch_create(b, names[i]);
 		else if (kind == B_REMOVE)
 			rc = coil_batch_remove(b, names[i]);
+		else if (kind == B_CLONE)
+			rc = coil_batch_clone(b, names[i], names[j]);
 		else
 			rc = coil_batch_rename(b, names[i], names[j], flags);
 		want = stage_op(f, oid, kind, i, j, flags, off, len);
+		if (single)
+			what = kind == B_CLONE ? "clone" : "rename";
 		if (!single && rc != 0) {
 			violation(f, "adding batch op %d (kind %d): %s", k, kind,
 				  coil_strerror(rc));
@@ -628,9 +649,11 @@ static bool do_batch(struct fz *f, uint64_t r, bool single)
 	}
 	if (!single)
 		rc = coil_batch_commit(b);
-	note(f, "%s [%s] -> %d (model %d)", single ? "rename" : "batch", desc,
+	note(f, "%s [%s] -> %d (model %d)", what, desc,
 	     rc, expect);
-	if (single)
+	if (single && what[0] == 'c')
+		f->clones++;
+	else if (single)
 		f->renames++;
 	else
 		f->batches++;
@@ -651,12 +674,12 @@ static bool do_batch(struct fz *f, uint64_t r, bool single)
 		/* in flight at a cut: wholly there or wholly absent */
 		for (int i = 0; i < NNAMES; i++)
 			state_copy(&f->cur[i], &f->stage[i]);
-		return op_failed(f, single ? "rename" : "batch", rc);
+		return op_failed(f, what, rc);
 	}
 	if (uring_fault_is_cut(uring_fault_last()))
-		return op_failed(f, single ? "rename" : "batch", rc);
+		return op_failed(f, what, rc);
 	violation(f, "%s returned %s, the model says %s",
-		  single ? "rename" : "batch", coil_strerror(rc),
+		  what, coil_strerror(rc),
 		  coil_strerror(expect));
 	return false;
 }
@@ -886,13 +909,13 @@ Test(rel, apifuzz, .timeout = 900)
 	}
 	fprintf(stderr, "rel: apifuzz ops=%llu syncs=%llu reopens=%llu "
 		"cuts=%llu (mid-op %llu, in open %llu) bad_args=%llu "
-		"batches=%llu (refused %llu) renames=%llu\n",
+		"batches=%llu (refused %llu) renames=%llu clones=%llu\n",
 		(unsigned long long)f->ops, (unsigned long long)f->syncs,
 		(unsigned long long)f->reopens, (unsigned long long)f->cuts,
 		(unsigned long long)f->mid_cuts, (unsigned long long)f->rec_cuts,
 		(unsigned long long)f->badargs, (unsigned long long)f->batches,
 		(unsigned long long)f->batches_refused,
-		(unsigned long long)f->renames);
+		(unsigned long long)f->renames, (unsigned long long)f->clones);
 	rel_report("apifuzz", "sequences", seqs, f->bad, f->seed);
 	cr_assert_eq(f->bad, 0, "%llu violations (replay with COIL_REL_SEED=0x%016llx)",
 		     (unsigned long long)f->bad, (unsigned long long)f->seed);
