@@ -4,7 +4,8 @@
  * Batch n is derived from (seed, n) and the set of objects that exist
  * after batch n - 1: writes to two or three objects (512 B to 150 KB, one
  * to three blobs, unaligned), a create, a rename over an existing object or
- * two names swapped through a free one, a remove, a truncate, in a
+ * two names swapped through a free one, a clone (which the batch's writes
+ * may then change, either side), a remove, a truncate, in a
  * shuffled order; and always a write of version n of the object "seq".  So
  * the parent can compute the state after any number k of batches, and a
  * store names its own k (the version "seq" holds: every batch writes it,
@@ -54,11 +55,12 @@ static const char *names[NOBJ] = { "b0", "b1/dir", "b2 space", "b3", "b4" };
 
 /* ---- batches and the model ----------------------------------------------- */
 
-enum { OP_WRITE, OP_TRUNCATE, OP_CREATE, OP_REMOVE, OP_RENAME, OP_SEQ };
+enum { OP_WRITE, OP_TRUNCATE, OP_CREATE, OP_REMOVE, OP_RENAME, OP_CLONE,
+       OP_SEQ };
 
 struct op {
 	uint8_t kind;
-	uint8_t a, b;              /* objects; rename: a to b */
+	uint8_t a, b;              /* objects; rename, clone: a to b */
 	unsigned flags;            /* rename */
 	uint32_t off, len;         /* write; truncate: len is the size */
 };
@@ -128,28 +130,28 @@ static unsigned batch_gen(uint64_t seed, const struct model *m, struct op *ops)
 {
 	static const uint32_t sizes[] = { 512, 4096, 5000, 20000, 70000,
 					  150000 };
-	uint8_t plan[8] = { OP_WRITE, OP_WRITE, OP_WRITE, OP_CREATE, OP_RENAME,
-			    OP_REMOVE, OP_TRUNCATE, OP_CREATE };
+	uint8_t plan[9] = { OP_WRITE, OP_WRITE, OP_WRITE, OP_CREATE, OP_RENAME,
+			    OP_REMOVE, OP_TRUNCATE, OP_CREATE, OP_CLONE };
 	uint64_t st = rel_mix(seed ^ rel_mix(m->n + 1));
 	unsigned n = 0, seq_at;
 	bool ex[NOBJ];
 
 	memcpy(ex, m->exists, sizeof(ex));
-	for (int i = 7; i > 0; i--) {
+	for (int i = 8; i > 0; i--) {
 		int j = (int)(rel_rng(&st) % (uint64_t)(i + 1));
 		uint8_t t = plan[i];
 
 		plan[i] = plan[j];
 		plan[j] = t;
 	}
-	seq_at = (unsigned)(rel_rng(&st) % 9);
-	for (unsigned p = 0; p <= 8; p++) {
+	seq_at = (unsigned)(rel_rng(&st) % 10);
+	for (unsigned p = 0; p <= 9; p++) {
 		uint64_t r = rel_rng(&st);
 		int a, b, t;
 
 		if (p == seq_at)
 			ops[n++] = (struct op){ .kind = OP_SEQ };
-		if (p == 8)
+		if (p == 9)
 			break;
 		switch (plan[p]) {
 		case OP_WRITE:
@@ -177,6 +179,17 @@ static unsigned batch_gen(uint64_t seed, const struct model *m, struct op *ops)
 				break;
 			ex[a] = true;
 			ops[n++] = (struct op){ .kind = OP_CREATE, .a = (uint8_t)a };
+			break;
+		case OP_CLONE:
+			/* a copy sharing a's blobs; the batch's other ops
+			 * may write either afterwards */
+			a = pick(&st, ex, true, -1);
+			b = a < 0 ? -1 : pick(&st, ex, false, -1);
+			if (b < 0)
+				break;
+			ex[b] = true;
+			ops[n++] = (struct op){ .kind = OP_CLONE, .a = (uint8_t)a,
+						.b = (uint8_t)b };
 			break;
 		case OP_REMOVE:
 			if (count(ex) < 3)
@@ -211,7 +224,7 @@ static unsigned batch_gen(uint64_t seed, const struct model *m, struct op *ops)
 			break;
 		}
 	}
-	/* seven of the plan at most, a swap's three renames, seq */
+	/* eight of the plan at most, a swap's three renames, seq */
 	if (n > OPS_MAX)
 		abort();
 	return n;
@@ -251,6 +264,12 @@ static void model_apply(struct model *m, uint64_t seed, const struct op *ops,
 			if (m->data[op->a])
 				memset(m->data[op->a], 0, m->size[op->a]);
 			m->size[op->a] = 0;
+			break;
+		case OP_CLONE:
+			if (m->data[op->b])
+				memcpy(m->data[op->b], m->data[op->a], OBJ_MAX);
+			m->exists[op->b] = true;
+			m->size[op->b] = m->size[op->a];
 			break;
 		case OP_RENAME:
 			t = m->data[op->b];
@@ -313,6 +332,9 @@ static int batch_build(coil_store *s, uint64_t seed, const struct model *m,
 		case OP_RENAME:
 			rc = coil_batch_rename(b, names[op->a], names[op->b],
 					       op->flags);
+			break;
+		case OP_CLONE:
+			rc = coil_batch_clone(b, names[op->a], names[op->b]);
 			break;
 		default:
 			rel_fill(buf, SEQ_LEN, seed, SEQ_KEY, ver);
