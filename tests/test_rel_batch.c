@@ -634,10 +634,15 @@ static void child_run(const char *path, const struct coil_options *o,
 	}
 }
 
-/* Until the child of @pid is past coil_open (or gone, or 10 s). */
-static void wait_opened(struct kshared *sh, uint64_t opened0, pid_t pid)
+/* Until the child of @pid is past coil_open and has a batch acknowledged
+ * beyond @acked0 (or is gone, or 10 s): the kill then lands among batches,
+ * whatever the build's speed (a sanitizer's open can outlast the random
+ * delay, and a run whose children never commit proves nothing). */
+static void wait_opened(struct kshared *sh, uint64_t opened0, uint64_t acked0,
+			pid_t pid)
 {
-	for (int i = 0; i < 50000 && atomic_load(&sh->opened) == opened0; i++) {
+	for (int i = 0; i < 50000 && (atomic_load(&sh->opened) == opened0 ||
+				      atomic_load(&sh->acked) <= acked0); i++) {
 		siginfo_t si;
 
 		memset(&si, 0, sizeof(si));
@@ -670,6 +675,7 @@ Test(rel, batch_kill9, .timeout = 900)
 
 	for (uint64_t c = 0; c < cycles && !bad; c++) {
 		uint64_t r = rel_rng(&st), opened0 = atomic_load(&sh->opened);
+		uint64_t acked0 = atomic_load(&sh->acked);
 		uint64_t k = 0, acked;
 		useconds_t us;
 		pid_t pid;
@@ -691,7 +697,7 @@ Test(rel, batch_kill9, .timeout = 900)
 			early++;
 		} else {
 			us = 5000 + (useconds_t)((r >> 8) % 40000);
-			wait_opened(sh, opened0, pid);
+			wait_opened(sh, opened0, acked0, pid);
 		}
 		usleep(us);
 		kill(pid, SIGKILL);
