@@ -52,6 +52,7 @@
 #include "engine/log/ckpt.h"
 #include "engine/log/journal.h"
 #include "engine/log/meta.h"
+#include "engine/optimize.h"
 #include "engine/place/blob.h"
 #include "engine/place/object.h"
 #include "engine/place/segment.h"
@@ -97,6 +98,8 @@ struct citem {
 	uint32_t seg;
 	uint32_t k;             /* blob index in the batch */
 	uint32_t nskip;         /* skip into the relocated blob */
+	bool rw;                /* the copy is the optimizer's re-encoding:
+				 * a REWRITE pair, not a REMAP */
 };
 
 /* A run: items [i0, i1) whose bytes one relocated blob carries: a whole
@@ -164,6 +167,8 @@ struct cleaner {
 	uint8_t *seg_buf;        /* one segment */
 	uint8_t *scratch;        /* blob decode (verification) */
 	ZSTD_DCtx *dctx;
+	struct fmt_blob rb;      /* the run's blob as read */
+	struct fmt_blob nfb;     /* its re-encoding (optimizer) */
 	struct wreq w;           /* the relocation context */
 	struct fmt_extent fe;
 	uint32_t rec_max;
@@ -177,6 +182,20 @@ struct cleaner {
 	_Atomic uint64_t throttle_ns_max, enospc_hints;
 	_Atomic uint64_t pick_lock_ns_last, pick_lock_ns_max; /* mlock held */
 	_Atomic bool stopping;   /* close: finish the batch in flight only */
+
+	/* the optimizer (optimize.h): a pass with opt_on set re-encodes */
+	struct optimizer opt;
+	bool opt_on;             /* this pass optimizes (cleaner thread) */
+	int opt_req;             /* a level requested (under mu; 0: none) */
+	bool opt_busy;           /* a caller is in cleaner_optimize (mu) */
+	uint64_t opt_budget;     /* bytes of victims per request */
+	int opt_res;             /* the request's result: 1 more, 0 done */
+	uint64_t opt_taken;      /* the request's victims' live bytes */
+	uint64_t opt_done;       /* requests finished (under mu) */
+	uint64_t *opt_bytes;     /* per segment, not yet optimized */
+	void (*opt_hook)(void *); /* tests: called with each optimizer batch
+				   * encoded, before it is placed */
+	void *opt_hook_arg;
 };
 
 static int grow_policy(struct coil_store *s, uint64_t need, bool force);
@@ -361,6 +380,19 @@ int cleaner_check_live(struct coil_store *s)
 	return rc;
 }
 
+/* An optimizer pair applied: @saved stored bytes fewer, @got logical
+ * bytes installed, @lost not (newer data there: the compare-and-swap). */
+static void opt_installed(struct cleaner *cl, uint64_t saved, uint64_t got,
+			  uint64_t lost)
+{
+	stat_add(&cl->opt.saved_bytes, saved);
+	stat_add(&cl->opt.installed_bytes, got);
+	if (lost) {
+		stat_add(&cl->opt.stale_skips, 1);
+		stat_add(&cl->opt.stale_bytes, lost);
+	}
+}
+
 static void reloc_apply(struct coil_store *s, struct jent *e)
 {
 	struct wreq *w = (struct wreq *)e;
@@ -380,7 +412,21 @@ static void reloc_apply(struct coil_store *s, struct jent *e)
 			ex = (struct ext){ .off = it[i].off, .len = it[i].len,
 					   .skip = it[i].nskip,
 					   .b = w->bd[it[i].k] };
-			got = meta_apply_remap(s, o, &ex);
+			if (it[i].rw) {
+				struct ext want = { .off = it[i].off,
+						    .len = it[i].len,
+						    .skip = it[i].skip,
+						    .b = it[i].b };
+				uint64_t st0 = s->ext_acct.stored;
+
+				got = meta_apply_rewrite(s, o, &want, &ex);
+				if (got >= 0)
+					opt_installed(cl, st0 - s->ext_acct.stored,
+						      (uint64_t)got,
+						      it[i].len - (uint64_t)got);
+			} else {
+				got = meta_apply_remap(s, o, &ex);
+			}
 
 			if (got < 0) {
 				store_break(s, (int)got);
@@ -435,36 +481,56 @@ static int reloc_records(struct cleaner *cl, struct citem *items, uint32_t n,
 	for (uint32_t i = 0; i < n; i++)
 		ord[i] = &items[i];
 	qsort(ord, n, sizeof(*ord), cmp_item_obj);
-	for (uint32_t i = 0; rc == 0 && i < n;) {
+	for (uint32_t i = 0, j; rc == 0 && i < n; i = j) {
 		struct object *o = ord[i]->o;
-		uint64_t lo = UINT64_MAX, hi = 0;
-		uint32_t j, next = 0;
-		size_t mark;
 
-		for (j = i; j < n && ord[j]->o == o; j++) {
-			if (ord[j]->k == UINT32_MAX)
+		for (j = i; j < n && ord[j]->o == o; j++)
+			;
+		/* verbatim copies, then the optimizer's re-encodings */
+		for (int rw = 0; rc == 0 && rw < 2; rw++) {
+			uint64_t lo = UINT64_MAX, hi = 0;
+			uint32_t next = 0;
+			size_t mark;
+
+			for (uint32_t k = i; k < j; k++) {
+				if (ord[k]->k == UINT32_MAX ||
+				    ord[k]->rw != rw)
+					continue;
+				lo = COIL_MIN(lo, ord[k]->off);
+				hi = COIL_MAX(hi, ord[k]->off + ord[k]->len);
+				next++;
+			}
+			if (!next)
 				continue;
-			lo = COIL_MIN(lo, ord[j]->off);
-			hi = COIL_MAX(hi, ord[j]->off + ord[j]->len);
-			next++;
-		}
-		if (next) {
-			rc = fmt_jrec_write_begin(c, &mark, FMT_JREC_REMAP,
+			rc = fmt_jrec_write_begin(c, &mark, rw ?
+						  FMT_JREC_REWRITE :
+						  FMT_JREC_REMAP,
 						  o->id, lo, hi - lo);
 			for (uint32_t k = i; rc == 0 && k < j; k++) {
 				const struct citem *it = ord[k];
+				struct fmt_blob old;
 
-				if (it->k == UINT32_MAX)
+				if (it->k == UINT32_MAX || it->rw != rw)
 					continue;
+				if (rw) {
+					/* what was read: the pair's first */
+					blobd_to_fmt(it->b, &old);
+					rc = wreq_put_extent(c, &cl->fe,
+							     it->off, it->len,
+							     it->skip, &old,
+							     NULL);
+					if (rc < 0)
+						break;
+				}
 				rc = wreq_put_extent(c, &cl->fe, it->off,
 						     it->len, it->nskip,
 						     &w->fb[it->k], NULL);
 			}
 			if (rc == 0)
-				rc = fmt_jrec_write_end(c, mark, next);
+				rc = fmt_jrec_write_end(c, mark,
+							rw ? 2 * next : next);
 			nrec++;
 		}
-		i = j;
 	}
 	free(ord);
 	return rc < 0 ? rc : nrec;
@@ -622,6 +688,53 @@ static uint32_t pick_victims(struct cleaner *cl, uint32_t max_v,
 	return nv;
 }
 
+/* The optimizer's victims (mlock held): sealed segments holding bytes it
+ * has not been over, those with the most first, as many as the relocation
+ * room and @budget bytes of live data allow.  *@left: candidates left
+ * for a later pass. */
+static uint32_t pick_opt_victims(struct cleaner *cl, uint32_t max_v,
+				 struct cand *cand, uint64_t budget,
+				 uint32_t *left)
+{
+	struct coil_store *s = cl->s;
+	uint64_t cap = s->sb.segment_size - FMT_BLOCK, taken = 0, room;
+	uint32_t nc = 0, nv = 0;
+
+	room = s->free_segs > 1 ? (uint64_t)(s->free_segs - 1) * per_seg(s) : 0;
+	budget = COIL_MIN(COIL_MIN(budget, room), CLEAN_PASS_BYTES_MAX);
+	optimize_seg_bytes(s, cl->opt_bytes);
+	for (uint32_t i = 0; i < s->nseg; i++) {
+		struct seg *g = &s->segs[i];
+
+		if (g->state != SEG_SEALED || g->inflight ||
+		    cl->opt_bytes[i] == 0)
+			continue;
+		cand[nc].score = (double)cl->opt_bytes[i];
+		cand[nc].seg = i;
+		nc++;
+	}
+	if (nc > 1)
+		qsort(cand, nc, sizeof(*cand), cmp_cand);
+	for (uint32_t j = 0; j < nc; j++) {
+		struct seg *g = &s->segs[cand[j].seg];
+		uint64_t need = COIL_MIN(g->live + g->live / 8, cap);
+
+		/* the first victim even past the budget: a pass always
+		 * makes progress when there is room for it */
+		if (nv == max_v || (nv && taken + need > budget) ||
+		    need > room) {
+			(*left)++;
+			continue;
+		}
+		taken += need;
+		cl->vlist[nv++] = cand[j].seg;
+		cl->victim[cand[j].seg] = 1;
+		atomic_fetch_add(&g->readers, 1);
+	}
+	cl->opt_taken = taken;
+	return nv;
+}
+
 static int items_push(struct cleaner *cl, const struct citem *it)
 {
 	if (cl->nitems == cl->cap_items) {
@@ -746,6 +859,8 @@ static int batch_flush(struct cleaner *cl, size_t r0, size_t r1, uint32_t nb,
 		return 0;
 	w->nblobs = nb;
 	w->batch_len = slot;
+	if (cl->opt_on && cl->opt_hook)
+		cl->opt_hook(cl->opt_hook_arg);
 	rc = reloc_submit(cl, &cl->items[i0], (uint32_t)(i1 - i0));
 	if (rc < 0)
 		stat_add(&cl->reloc_failures, 1);
@@ -873,31 +988,14 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 		const struct blobd *b = it->b;
 		bool raw = b->codec == FMT_CODEC_RAW;
 		uint32_t stored = raw ? run->hi - run->lo : b->stored_len;
-		uint32_t slot_len = COIL_ALIGN_UP(stored, FMT_BLOCK);
 		uint32_t ncs = raw ? (run->hi - run->lo + FMT_BLOCK - 1) /
 					     FMT_BLOCK : b->n_csums;
-		uint32_t ext_len = (uint32_t)(run->i1 - run->i0) *
-				   item_rec_bytes(ncs);
+		uint32_t slot_len, ext_len;
 		const uint8_t *src = cl->seg_buf + (b->dev_off - base) +
 				     (raw ? run->lo : 0);
-		struct fmt_blob *fb;
-		bool ok;
+		struct fmt_blob *fb = &cl->rb;
+		bool ok, rw = false;
 
-		/* Close the batch at a bound. */
-		if (nb && (nb == CLEAN_BATCH_BLOBS ||
-			   slot + slot_len > CLEAN_BATCH_BYTES ||
-			   next + (run->i1 - run->i0) > CLEAN_BATCH_EXTS ||
-			   rec + ext_len > cl->rec_max)) {
-			rc = batch_flush(cl, r0, r, nb, slot);
-			if (rc < 0)
-				return rc;
-			nb = rec = next = 0;
-			slot = 0;
-			r0 = r;
-		}
-		if (nb == 0)
-			r0 = r;
-		fb = &w->fb[nb];
 		blobd_to_fmt(b, fb);
 		if (raw) {
 			/* the live sectors only: their checksums carry over */
@@ -911,11 +1009,53 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 		 * would have anyway). */
 		ok = fmt_blob_decode(cl->dctx, NULL, fb, src, stored,
 				     cl->scratch, FMT_BLOB_MAX) >= 0;
+		/* The optimizer's pass: a blob not yet optimized is encoded
+		 * again from the verified bytes; the smaller candidate, if
+		 * any, is what the batch carries (a REWRITE pair per
+		 * extent), else the blob is copied marked as optimized. */
+		if (ok && cl->opt_on && !(fb->flags & FMT_BLOB_OPTIMIZED)) {
+			const uint8_t *nb_bytes = NULL;
+			int o = optimize_blob(&cl->opt, fb, cl->scratch,
+					      &cl->nfb, &nb_bytes);
+
+			if (o == 1) {
+				*fb = cl->nfb;
+				src = nb_bytes;
+				stored = fb->stored_len;
+				rw = true;
+			} else {
+				/* nothing smaller, or a candidate that failed
+				 * its check: the blob moves as it was, marked
+				 * (a pass that met a failure would otherwise
+				 * meet it again on every pass after) */
+				fb->flags |= FMT_BLOB_OPTIMIZED;
+			}
+		}
+		slot_len = COIL_ALIGN_UP(stored, FMT_BLOCK);
+		ext_len = (uint32_t)(run->i1 - run->i0) *
+			  (item_rec_bytes(fb->n_csums) +
+			   (rw ? FMT_EXTENT_FIXED + 8u * b->n_csums : 0));
+
+		/* Close the batch at a bound. */
+		if (ok && nb && (nb == CLEAN_BATCH_BLOBS ||
+				 slot + slot_len > CLEAN_BATCH_BYTES ||
+				 next + (run->i1 - run->i0) > CLEAN_BATCH_EXTS ||
+				 rec + ext_len > cl->rec_max)) {
+			rc = batch_flush(cl, r0, r, nb, slot);
+			if (rc < 0)
+				return rc;
+			nb = rec = next = 0;
+			slot = 0;
+			r0 = r;
+		}
+		if (nb == 0)
+			r0 = r;
 		for (size_t i = run->i0; i < run->i1; i++) {
 			struct citem *ci = &cl->items[i];
 
 			ci->k = ok ? nb : UINT32_MAX;
 			ci->nskip = ci->skip - (raw ? run->lo : 0);
+			ci->rw = rw;
 			if (ok)
 				stat_add(&cl->logical_relocated, ci->len);
 		}
@@ -923,6 +1063,11 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 			stat_add(&cl->verify_failures, 1);
 			continue;
 		}
+		if (rw) {
+			stat_add(&cl->opt.rewritten, 1);
+			stat_add(&cl->opt.bytes_written, stored);
+		}
+		w->fb[nb] = *fb;
 		memcpy(w->batch + slot, src, stored);
 		w->slot[nb] = (uint32_t)slot;
 		slot += slot_len;
@@ -953,8 +1098,12 @@ static void release_items(struct cleaner *cl, size_t a, size_t z, uint32_t seg)
 	pthread_mutex_unlock(&s->mlock);
 }
 
-/* One pass.  @return segments it freed (>= 0) or -errno. */
-static int clean_pass(struct cleaner *cl, uint32_t max_v)
+/* One pass; with cl->opt_on, the optimizer's (victims by bytes not yet
+ * optimized, at most @budget bytes of them; *@left: segments left for a
+ * later pass, and it stops early when free space runs low, leaving the
+ * rest).  @return segments it freed (>= 0) or -errno. */
+static int clean_pass(struct cleaner *cl, uint32_t max_v, uint64_t budget,
+		      uint32_t *left)
 {
 	struct coil_store *s = cl->s;
 	struct cand *cand = malloc((size_t)s->seg_cap * sizeof(*cand));
@@ -967,7 +1116,8 @@ static int clean_pass(struct cleaner *cl, uint32_t max_v)
 	pthread_mutex_lock(&s->mlock);
 	t0 = coil_now_ns();
 	free0 = s->free_segs;
-	nv = pick_victims(cl, max_v, cand);
+	nv = cl->opt_on ? pick_opt_victims(cl, max_v, cand, budget, left) :
+			  pick_victims(cl, max_v, cand);
 	for (uint32_t i = 0; i < s->nseg; i++)
 		npending += s->segs[i].state == SEG_PENDING;
 	if (nv)
@@ -990,6 +1140,13 @@ static int clean_pass(struct cleaner *cl, uint32_t max_v)
 			;
 		if (rc == 0 && atomic_load(&cl->stopping))
 			rc = -ESHUTDOWN;
+		/* the optimizer yields to writers short of space: the
+		 * victims not yet started stay as they are */
+		if (rc == 0 && cl->opt_on && free_now(s) <= cl->throttle) {
+			release_items(cl, a, z, seg);
+			(*left)++;
+			continue;
+		}
 		if (rc == 0) {
 			rc = clean_victim(cl, a, z);
 			if (rc == 0 && atomic_load(&s->broken))
@@ -1029,6 +1186,30 @@ static uint32_t free_now(struct coil_store *s)
 	return f;
 }
 
+/* One optimizer pass at @level over at most @budget bytes of live data
+ * (cleaner thread).  @return 1 when segments with data not yet optimized
+ * remain, 0 when none, or -errno. */
+static int opt_round(struct cleaner *cl, int level, uint64_t budget)
+{
+	uint32_t left = 0;
+	int rc;
+
+	if (atomic_load(&cl->s->broken))
+		return -EIO;
+	rc = optimizer_begin(&cl->opt, level);
+	if (rc < 0)
+		return rc;
+	cl->opt_on = true;
+	cl->opt_taken = 0;
+	rc = clean_pass(cl, CLEAN_VICTIMS_MAX, budget, &left);
+	cl->opt_on = false;
+	optimizer_end(&cl->opt);
+	stat_add(&cl->opt.passes, 1);
+	if (rc < 0)
+		return rc;
+	return left ? 1 : 0;
+}
+
 static void *cleaner_main(void *arg)
 {
 	struct cleaner *cl = arg;
@@ -1039,6 +1220,7 @@ static void *cleaner_main(void *arg)
 	for (;;) {
 		uint32_t force, goal;
 		bool stuck = true;
+		int rc;
 
 		while (!cl->want && !cl->stop) {
 			struct timespec ts;
@@ -1062,6 +1244,18 @@ static void *cleaner_main(void *arg)
 			break;
 		cl->want = false;
 		cl->running = true;
+		if (cl->opt_req) {
+			int level = cl->opt_req;
+			uint64_t budget = cl->opt_budget;
+
+			cl->opt_req = 0;
+			pthread_mutex_unlock(&cl->mu);
+			rc = opt_round(cl, level, budget);
+			pthread_mutex_lock(&cl->mu);
+			cl->opt_res = rc;
+			cl->opt_done++;
+			pthread_cond_broadcast(&cl->space_cv);
+		}
 		force = (uint32_t)cl->force_victims;
 		cl->force_victims = 0;
 		goal = COIL_MAX(cl->clean_hi, cl->need_free);
@@ -1075,13 +1269,12 @@ static void *cleaner_main(void *arg)
 		/* A round: passes until free space is back above the high
 		 * mark (hysteresis), or nothing more can be gained. */
 		for (int pass = 0; pass < 64; pass++) {
-			int rc;
-
 			if (atomic_load(&s->broken))
 				break;
 			if (!force && free_now(s) >= goal)
 				break;
-			rc = clean_pass(cl, force ? force : cl->victims_max);
+			rc = clean_pass(cl, force ? force : cl->victims_max,
+					UINT64_MAX, NULL);
 			pthread_mutex_lock(&cl->mu);
 			pthread_cond_broadcast(&cl->space_cv);
 			if (cl->stop) {
@@ -1146,6 +1339,57 @@ int cleaner_run_now(struct coil_store *s, uint32_t max_victims)
 	if (rc < 0)
 		return rc;
 	return f1 > f0 ? (int)(f1 - f0) : 0;
+}
+
+int cleaner_optimize(struct coil_store *s, int level, uint64_t budget,
+		     uint64_t *taken)
+{
+	struct cleaner *cl = s->cl;
+	uint64_t target;
+	int rc;
+
+	*taken = 0;
+	if (!cl)
+		return -EROFS;
+	if (engine_on_coil_thread(s))
+		return -EDEADLK;
+	pthread_mutex_lock(&cl->mu);
+	/* one caller at a time: a second waits for the first's answer */
+	while (cl->opt_busy && !cl->stop)
+		pthread_cond_wait(&cl->space_cv, &cl->mu);
+	cl->opt_busy = true;
+	cl->opt_req = level;
+	cl->opt_budget = budget;
+	target = cl->opt_done + 1;
+	kick_locked(cl);
+	while (cl->opt_done < target && !cl->stop)
+		pthread_cond_wait(&cl->space_cv, &cl->mu);
+	rc = cl->stop && cl->opt_done < target ? -ESHUTDOWN : cl->opt_res;
+	*taken = cl->opt_taken;
+	cl->opt_busy = false;
+	pthread_cond_broadcast(&cl->space_cv);
+	pthread_mutex_unlock(&cl->mu);
+	return rc;
+}
+
+const struct optimizer *cleaner_optimizer(struct coil_store *s)
+{
+	return s->cl ? &s->cl->opt : NULL;
+}
+
+void cleaner_optimize_inject(struct coil_store *s, uint32_t bad)
+{
+	if (s->cl)
+		atomic_store(&s->cl->opt.inject_bad, bad);
+}
+
+void cleaner_optimize_hook(struct coil_store *s, void (*fn)(void *),
+			   void *arg)
+{
+	if (s->cl) {
+		s->cl->opt_hook = fn;
+		s->cl->opt_hook_arg = arg;
+	}
 }
 
 /* ---- throttling ------------------------------------------------------------ */
@@ -1421,6 +1665,8 @@ static void cleaner_free(struct cleaner *cl)
 	free(cl->victim);
 	seg_discard_destroy(cl->s);
 	free(cl->vlist);
+	free(cl->opt_bytes);
+	optimizer_destroy(&cl->opt);
 	free(cl->items);
 	free(cl->runs);
 	free(cl->ranges);
@@ -1477,6 +1723,8 @@ int cleaner_start(struct coil_store *s)
 	cl->born_ns = calloc(s->seg_cap, sizeof(*cl->born_ns));
 	cl->victim = calloc(s->seg_cap, 1);
 	cl->vlist = calloc(CLEAN_VICTIMS_MAX + 1, sizeof(*cl->vlist));
+	cl->opt_bytes = calloc(s->seg_cap, sizeof(*cl->opt_bytes));
+	optimizer_init(&cl->opt);
 	cl->scratch = malloc(FMT_BLOB_MAX);
 	cl->dctx = ZSTD_createDCtx();
 	w->fb = calloc(CLEAN_BATCH_BLOBS + 1, sizeof(*w->fb));
@@ -1490,6 +1738,7 @@ int cleaner_start(struct coil_store *s)
 		w->batch = NULL;
 	w->batch_cap = batch_cap;
 	if (rc < 0 || !cl->gen_seen || !cl->born_ns || !cl->victim || !cl->vlist ||
+	    !cl->opt_bytes ||
 	    !cl->scratch || !cl->dctx || !w->fb || !w->bd || !w->slot ||
 	    !w->recbuf || !cl->seg_buf || !w->batch) {
 		cleaner_free(cl);

@@ -18,6 +18,7 @@ struct object;
 struct ext;
 struct wreq;
 struct fmt_extent;
+struct optimizer;
 
 /* Start/stop the cleaner thread (store.c: after the checkpoint thread
  * starts; before close waits for the operations in flight).  stop is safe
@@ -75,5 +76,21 @@ int cleaner_stats_fmt(struct coil_store *s, char *buf, size_t len);
  * @max_victims (0 = the normal policy), and wait for it.  @return segments
  * freed by the pass or -errno. */
 int cleaner_run_now(struct coil_store *s, uint32_t max_victims);
+
+/* One optimizer pass (optimize.h) at zstd @level over at most @budget
+ * bytes of live data, run by the cleaner thread; waits for it.  *@taken:
+ * the live bytes of the segments it took.  @return 1 when data not yet
+ * optimized remains in sealed segments, 0 when none, -EROFS (no cleaner:
+ * read-only), -EDEADLK (a coil thread), -ESHUTDOWN, -EIO, -ENOMEM. */
+int cleaner_optimize(struct coil_store *s, int level, uint64_t budget,
+		     uint64_t *taken);
+/* The optimizer's counters; NULL without a cleaner. */
+const struct optimizer *cleaner_optimizer(struct coil_store *s);
+/* Tests: the next @bad candidates are corrupted before their check. */
+void cleaner_optimize_inject(struct coil_store *s, uint32_t bad);
+/* Tests: @fn(@arg) runs on the cleaner thread with each optimizer batch
+ * encoded, before it is placed and journaled (NULL: none). */
+void cleaner_optimize_hook(struct coil_store *s, void (*fn)(void *),
+			   void *arg);
 
 #endif

@@ -12,6 +12,7 @@
 #include "engine/io/readahead.h"
 #include "engine/log/ckpt.h"
 #include "engine/log/journal.h"
+#include "engine/optimize.h"
 #include "engine/place/blob.h"
 #include "engine/place/extmap.h"
 #include "engine/place/object.h"
@@ -289,6 +290,11 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen,
 		if (cleaner_stats_fmt(s, cj, sizeof(cj)) < 0 ||
 		    strlen(cj) + 1 >= sizeof(cj))
 			strcpy(cj, "\"cleaner\":{}");
+		sb_printf(&b, "%s,", cj);
+		if (optimizer_stats_fmt(cleaner_optimizer(s), cj,
+					sizeof(cj)) < 0 ||
+		    strlen(cj) + 1 >= sizeof(cj))
+			strcpy(cj, "\"optimizer\":{}");
 		sb_printf(&b, "%s,", cj);
 	}
 	if (!b.err) {

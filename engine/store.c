@@ -692,6 +692,8 @@ static int store_start(struct coil_store *s, const struct coil_options *o)
 	s->jsect = true;
 	/* And RENAME and BATCH records (engine/batch.c). */
 	s->sb.incompat |= FMT_INCOMPAT_BATCH;
+	/* And the optimizer's REWRITE records and OPTIMIZED blobs. */
+	s->sb.incompat |= FMT_INCOMPAT_REWRITE;
 	/* The recovered state becomes the new base: nothing written before
 	 * this point is needed from the journal again. */
 	rc = ckpt_write(s, false);

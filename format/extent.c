@@ -9,7 +9,7 @@ _Static_assert(FMT_EXTENT_MIN == FMT_EXTENT_FIXED + 8, "one csum at least");
 int fmt_blob_check(const struct fmt_blob *b)
 {
 	if (b->logical_len == 0 || b->logical_len > FMT_BLOB_MAX ||
-	    (b->flags & ~FMT_BLOB_INLINE))
+	    (b->flags & ~(FMT_BLOB_INLINE | FMT_BLOB_OPTIMIZED)))
 		return -EIO;
 	if ((b->flags & FMT_BLOB_INLINE) &&
 	    (b->dev_off || b->stored_len > FMT_INLINE_MAX))

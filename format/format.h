@@ -217,9 +217,15 @@ static inline void fmt_cursor_get_bytes(struct fmt_cursor *c, void *dst, size_t 
  * reader that ignored it would stop replay at the first one and lose the
  * synced writes after it, or apply part of a batch. */
 #define FMT_INCOMPAT_BATCH 0x10ull
+/* incompat bit 5: WRITE records may carry FMT_JREC_REWRITE (the
+ * optimizer's re-encoded blobs, installed only where the map still holds
+ * what was read) and blobs may carry FMT_BLOB_OPTIMIZED.  A reader that
+ * ignored it would install a rewrite over newer data, or reject the
+ * record and stop replay there. */
+#define FMT_INCOMPAT_REWRITE 0x20ull
 #define FMT_INCOMPAT_KNOWN \
 	(FMT_INCOMPAT_GROW | FMT_INCOMPAT_INLINE | FMT_INCOMPAT_CKPT_DELTA | \
-	 FMT_INCOMPAT_JSECT | FMT_INCOMPAT_BATCH)
+	 FMT_INCOMPAT_JSECT | FMT_INCOMPAT_BATCH | FMT_INCOMPAT_REWRITE)
 #define FMT_COMPAT_KNOWN 0x0ull
 /* fmt_super_decode: a superblock that is intact (checksum) but needs a
  * feature or version this code does not know.  The same value as the
@@ -329,6 +335,10 @@ struct fmt_blob {
  * way in the journal (and in checkpoints) until they are packed into a
  * segment; needs FMT_INCOMPAT_INLINE. */
 #define FMT_BLOB_INLINE 0x1u
+/* blob flag: the optimizer has been over this blob (re-encoded it, or
+ * found nothing smaller): a later pass skips it.  Advisory: reads ignore
+ * it.  Needs FMT_INCOMPAT_REWRITE. */
+#define FMT_BLOB_OPTIMIZED 0x2u
 #define FMT_INLINE_MAX (64u << 10)
 
 /* Maps object bytes [obj_off, obj_off + len) onto the blob's logical bytes
@@ -457,6 +467,13 @@ enum fmt_jrec_type {
 #define FMT_BATCH_RECS_MAX 65536u
 #define FMT_JREC_HDR 16u
 #define FMT_JREC_REMAP 0x1u    /* WRITE flag: relocation, size unchanged */
+/* WRITE flag (FMT_INCOMPAT_REWRITE): the optimizer's rewrite, size
+ * unchanged.  Its extents come in pairs over the same object bytes: what
+ * the optimizer read (the expected extent and blob), then the re-encoded
+ * blob that replaces it, installed only on the bytes the map still holds
+ * the expected content at the same alignment (compare-and-swap).  Neither
+ * blob of a pair is inline.  Not together with REMAP. */
+#define FMT_JREC_REWRITE 0x2u
 #define FMT_JREC_WRITE_FIXED 28u /* WRITE body before its extents */
 #define FMT_NAME_MAX 255u
 

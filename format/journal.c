@@ -7,6 +7,7 @@
  * bytes or whose blobs do not verify. */
 #include "format/format_internal.h"
 
+#include <stdbool.h>
 #include <xxhash.h>
 
 _Static_assert(FMT_JCHUNK_HDR == 64, "journal chunk header is 64 bytes");
@@ -121,7 +122,10 @@ int fmt_jchunk_seal(uint8_t *chunk, size_t cap, uint64_t store_id, uint64_t seq,
 
 static int flags_ok(uint16_t type, uint16_t flags)
 {
-	return type == FMT_JREC_WRITE ? !(flags & ~FMT_JREC_REMAP) : flags == 0;
+	if (type != FMT_JREC_WRITE)
+		return flags == 0;
+	return !(flags & ~(FMT_JREC_REMAP | FMT_JREC_REWRITE)) &&
+	       flags != (FMT_JREC_REMAP | FMT_JREC_REWRITE);
 }
 
 /* Start a record: the header with a placeholder length and checksum. */
@@ -423,12 +427,23 @@ int fmt_jrec_write_decode(const struct fmt_jrec *r, struct fmt_jrec_write *out)
 	/* Validate every extent now, so applying the record cannot fail
 	 * halfway through. */
 	struct fmt_cursor chk = w.ext;
-	struct fmt_extent e;
+	struct fmt_extent e, prev = { 0 };
+	bool rewrite = w.flags & FMT_JREC_REWRITE;
+	if (rewrite && w.n_extents % 2)
+		return -EIO;
 	for (uint32_t i = 0; i < w.n_extents; i++) {
 		if (fmt_cursor_get_extent(&chk, &e) < 0)
 			return -EIO;
 		if (e.obj_off < w.off || e.obj_off + e.len > end)
 			return -EIO;
+		/* a rewrite's pair: expected then new, same object bytes,
+		 * both on the device */
+		if (rewrite && (e.blob.flags & FMT_BLOB_INLINE))
+			return -EIO;
+		if (rewrite && i % 2 &&
+		    (e.obj_off != prev.obj_off || e.len != prev.len))
+			return -EIO;
+		prev = e;
 	}
 	if (chk.pos != chk.len)
 		return -EIO;

@@ -497,6 +497,44 @@ COIL_API int coil_check(coil_store *s, coil_damage_fn fn, void *arg,
  * @return 0, -EBADF, -EROFS (read-only), -EDEADLK (from a callback), -EIO. */
 COIL_API int coil_compact(coil_store *s, uint64_t *returned);
 
+/* The optimizer: data written at the fast foreground level (zstd-1) and
+ * since left alone is encoded again at a high level, while the store is
+ * in use.  A pass takes the sealed segments holding the most data it has
+ * not been over, decodes each such blob, encodes it at @level, decodes
+ * the candidate and compares it byte for byte with what was read, and
+ * keeps it only when strictly smaller (stored bytes and checksums); the
+ * rest is copied as it was and marked, so no later pass looks at it again.
+ * A re-encoded blob replaces the old one only where the object still
+ * holds exactly what was read (a write, truncate or remove since wins),
+ * the same way in replay after a crash.  The segments read are freed like
+ * the cleaner's.  Runs on the store's cleaner thread; foreground I/O goes
+ * on meanwhile, and a pass stops early when writers run short of free
+ * space.  Dictionaries are not used (yet). */
+struct coil_optimize_opts {
+	int level;             /* zstd level, 1..22; 0: 19 */
+	uint64_t budget_bytes; /* live bytes of segments to take at most
+				* (a pass takes at least one); 0: no limit */
+	uint64_t budget_ms;    /* start no pass after this long; 0: none */
+};
+/* What a call did (this call's share of the counters in
+ * coil_stats_json's "optimizer"). */
+struct coil_optimize_report {
+	uint64_t passes;       /* relocation passes run */
+	uint64_t scanned;      /* blobs encoded again */
+	uint64_t rewritten;    /* of them, written smaller */
+	uint64_t saved_bytes;  /* stored bytes fewer, as installed */
+	uint64_t stale_skips;  /* rewrites newer data had overtaken */
+	uint64_t no_gain;      /* blobs nothing smaller was found for */
+	uint64_t errors;       /* candidates that failed their check */
+	uint64_t bytes_written;/* stored bytes of the rewrites */
+};
+/* Optimize @s within @opts's budget (NULL: defaults, no budget).
+ * @rep (may be NULL): what was done.  Not from a callback (-EDEADLK).
+ * @return 1 when data not yet optimized remains (call again), 0 when
+ *   none, -EINVAL, -EBADF, -EROFS, -EDEADLK, -EIO, -ENOMEM. */
+COIL_API int coil_optimize(coil_store *s, const struct coil_optimize_opts *opts,
+			   struct coil_optimize_report *rep);
+
 /* A static, human-readable name for a coil return code (negative errno).
  * Never NULL. */
 COIL_API const char *coil_strerror(int err);

@@ -198,7 +198,7 @@ Test(store_grow, starts_small_grows_and_reopens, .timeout = 120)
 	cr_assert_eq(a.version, FMT_SUPER_VERSION);
 	cr_assert_eq(a.incompat & ~FMT_INCOMPAT_CKPT_DELTA,
 		     FMT_INCOMPAT_GROW | FMT_INCOMPAT_INLINE | FMT_INCOMPAT_JSECT |
-			     FMT_INCOMPAT_BATCH);
+			     FMT_INCOMPAT_BATCH | FMT_INCOMPAT_REWRITE);
 	cr_assert_eq(COIL_MAX(a.seq, b.seq) == a.seq ? a.segment_count :
 		     b.segment_count, n1);
 
@@ -298,7 +298,8 @@ Test(store_grow, version1_store_opens, .timeout = 120)
 	/* and its first checkpoint, a delta after the base it loaded */
 	cr_assert_eq(s->sb.incompat,
 		     FMT_INCOMPAT_INLINE | FMT_INCOMPAT_CKPT_DELTA |
-			     FMT_INCOMPAT_JSECT | FMT_INCOMPAT_BATCH);
+			     FMT_INCOMPAT_JSECT | FMT_INCOMPAT_BATCH |
+			     FMT_INCOMPAT_REWRITE);
 	cr_assert(!s->grows, "a version 1 store keeps its fixed count");
 	cr_assert_eq(s->nseg, n);
 	check(s, "a", 4 * MiB, 5);

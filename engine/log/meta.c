@@ -330,13 +330,15 @@ static uint32_t sector_len(const struct blobd *b, uint32_t i)
 				  b->logical_len - (uint64_t)i * FMT_BLOCK);
 }
 
-/* Does the relocated blob @n (mapped by @ex) hold the same bytes as the
- * map's extent @e over object bytes [a, z)?  Compressed: the same blob
- * content at the same alignment.  Raw: @n may be a sector range of the
- * old blob; every sector both map in [a, z) must sit at the same place
- * with the same length and checksum. */
+/* Does the blob @n (mapped by @ex) hold the same bytes as the map's
+ * extent @e over object bytes [a, z)?  Compressed: the same blob content
+ * at the same alignment.  Raw: @n may be a sector range of the old blob;
+ * every sector both map in [a, z) must sit at the same place with the
+ * same length and checksum.  @moved: @n is a relocated copy, which never
+ * replaces a map extent already at its own place; a rewrite's expected
+ * blob (!@moved) is normally exactly there. */
 static bool extent_same_bytes(const struct ext *e, const struct ext *ex,
-			      uint64_t a, uint64_t z)
+			      uint64_t a, uint64_t z, bool moved)
 {
 	const struct blobd *o = e->b, *n = ex->b;
 	int64_t delta;
@@ -344,7 +346,7 @@ static bool extent_same_bytes(const struct ext *e, const struct ext *ex,
 
 	/* Where the bytes are (a segment, or memory: FMT_BLOB_INLINE) is not
 	 * what they are: only the content is compared. */
-	if ((o->dev_off == n->dev_off && !o->mem && !n->mem) ||
+	if ((moved && o->dev_off == n->dev_off && !o->mem && !n->mem) ||
 	    o->codec != n->codec || o->dict_id != n->dict_id)
 		return false;
 	if (o->codec != FMT_CODEC_RAW)
@@ -367,10 +369,13 @@ static bool extent_same_bytes(const struct ext *e, const struct ext *ex,
 	return true;
 }
 
-int64_t meta_apply_remap(struct coil_store *s, struct object *o,
-			     const struct ext *ex)
+/* Install @ex on the bytes of [want->off, want->off + want->len) where
+ * the map still holds @want's content at @want's alignment. */
+static int64_t apply_swap(struct coil_store *s, struct object *o,
+			  const struct ext *want, const struct ext *ex,
+			  bool moved)
 {
-	uint64_t cur = ex->off, end = ex->off + ex->len;
+	uint64_t cur = want->off, end = want->off + want->len;
 	int64_t done = 0;
 
 	while (cur < end) {
@@ -385,7 +390,7 @@ int64_t meta_apply_remap(struct coil_store *s, struct object *o,
 		while ((e = extmap_iter_next(&it)) && e->off < end) {
 			a = COIL_MAX(e->off, cur);
 			z = COIL_MIN(e->off + e->len, end);
-			if (a < z && extent_same_bytes(e, ex, a, z)) {
+			if (a < z && extent_same_bytes(e, want, a, z, moved)) {
 				found = true;
 				break;
 			}
@@ -410,6 +415,39 @@ int64_t meta_apply_remap(struct coil_store *s, struct object *o,
 		cur = z;
 	}
 	return done;
+}
+
+int64_t meta_apply_remap(struct coil_store *s, struct object *o,
+			 const struct ext *ex)
+{
+	return apply_swap(s, o, ex, ex, true);
+}
+
+int64_t meta_apply_rewrite(struct coil_store *s, struct object *o,
+			   const struct ext *want, const struct ext *ex)
+{
+	COIL_ASSERT(want->off == ex->off && want->len == ex->len);
+	return apply_swap(s, o, want, ex, false);
+}
+
+int meta_replay_rewrite(struct coil_store *s, struct object *o,
+			const struct fmt_extent *fw,
+			const struct fmt_extent *fe)
+{
+	struct ext w, e;
+	int64_t n = -ENOMEM;
+
+	w = (struct ext){ .off = fw->obj_off, .len = fw->len,
+			  .skip = fw->blob_skip, .b = blobd_new(&fw->blob) };
+	e = (struct ext){ .off = fe->obj_off, .len = fe->len,
+			  .skip = fe->blob_skip, .b = blobd_new(&fe->blob) };
+	if (w.b && e.b)
+		n = meta_apply_rewrite(s, o, &w, &e);
+	if (w.b)
+		blobd_unref(w.b);
+	if (e.b)
+		blobd_unref(e.b);
+	return n < 0 ? (int)n : 0;
 }
 
 int meta_replay_remap(struct coil_store *s, struct object *o,

@@ -51,5 +51,18 @@ int64_t meta_apply_remap(struct coil_store *s, struct object *o,
  * verified by replay).  @return 0 or -ENOMEM. */
 int meta_replay_remap(struct coil_store *s, struct object *o,
 		      const struct fmt_extent *fe);
+/* The optimizer's compare-and-swap: install @ex (a re-encoding of the
+ * same logical bytes, over the same object range as @want) on the parts of
+ * that range where the map still holds @want's blob content at @want's
+ * alignment, wherever a relocation has moved it since.  A newer write,
+ * truncate or remove there wins.  Same locking and return as
+ * meta_apply_remap. */
+int64_t meta_apply_rewrite(struct coil_store *s, struct object *o,
+			   const struct ext *want, const struct ext *ex);
+/* Replay of one REWRITE pair (@fw expected, @fe new; bounds-checked, @fe
+ * verified).  @return 0 or -ENOMEM. */
+int meta_replay_rewrite(struct coil_store *s, struct object *o,
+			const struct fmt_extent *fw,
+			const struct fmt_extent *fe);
 
 #endif

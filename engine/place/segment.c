@@ -94,6 +94,18 @@ static void seg_write_header(struct coil_store *s, uint32_t idx)
 	stat_add(&s->st.dev_bytes_written, FMT_BLOCK);
 }
 
+bool seg_seal_active(struct coil_store *s)
+{
+	uint32_t a = s->active;
+
+	if (a == UINT32_MAX || s->segs[a].inflight)
+		return false;
+	s->segs[a].state = SEG_SEALED;
+	seg_maybe_pending(s, a);
+	s->active = UINT32_MAX;
+	return true;
+}
+
 static int seg_open_next(struct coil_store *s, unsigned *rep)
 {
 	uint32_t pending = 0;

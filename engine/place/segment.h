@@ -54,6 +54,11 @@ struct seg_discard {
 uint32_t seg_of(const struct coil_store *s, uint64_t dev_off);
 uint64_t seg_base(const struct coil_store *s, uint32_t idx);
 void seg_maybe_pending(struct coil_store *s, uint32_t idx);
+/* Seal the active segment now, if no write is in flight in it (the next
+ * write opens another): what it holds becomes the optimizer's to take.
+ * Its unused tail is dead space until the segment is cleaned.  mlock
+ * held.  @return true if one was sealed. */
+bool seg_seal_active(struct coil_store *s);
 /* Place w's encoded blobs after seg_room_check said they fit; fills w's
  * runs (each run's seg_fresh: its segment was opened for it) and blob
  * dev_offs.  mlock held.  The allocator decides nothing above itself: what

@@ -1,0 +1,407 @@
+/* tests/test_optimize.c — the optimizer (coil_optimize): cold blobs
+ * re-encoded smaller through the cleaner's relocation.
+ *
+ *   shrinks           text written at zstd-1, optimized at zstd-19: fewer
+ *                     stored bytes, saved_bytes equal to the drop, every
+ *                     byte reads back, also after a reopen; a second call
+ *                     scans nothing (blobs are marked); live accounting
+ *                     matches a recount
+ *   budget            a small byte budget: the call says more remains, and
+ *                     calls in a row finish the work
+ *   bad_candidate     candidates corrupted before their check: none is
+ *                     committed, errors counted, every byte intact
+ *   cas_seam          the pass is held after encoding while the foreground
+ *                     overwrites, truncates and removes what it read: those
+ *                     rewrites are stale skips, never installed; the model
+ *                     holds, also after a reopen (replay decides the same)
+ *   clones            an object and its clone share blobs: one rewrite,
+ *                     both objects follow, both read back
+ *   errors            bad arguments, a read-only store
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coil.h"
+#include "engine/cleaner.h"
+#include "engine/store.h"
+#include "tests/engine_test_util.h"
+#include "tests/test_util.h"
+
+#define KiB (1u << 10)
+#define MiB (1u << 20)
+#define NOBJ 6
+#define OBJ_LEN (768u * KiB)
+
+/* Text that zstd-1 leaves room on: words from a small vocabulary with
+ * numbers in between, like source code or logs. */
+static void text_fill(uint8_t *p, size_t n, uint64_t seed)
+{
+	static const char *w[] = { "struct", "return", "static", "const",
+				   "uint64_t", "if", "for", "while", "buf",
+				   "len", "coil_store", "(", ")", "{", "}",
+				   ";", "=", "->", "int", "rc", "\n\t",
+				   "\n", "/* ", " */", "0x", "NULL" };
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+	size_t i = 0;
+
+	while (i < n) {
+		const char *t;
+		char num[24];
+		size_t k;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		if (x % 7 == 0) {
+			snprintf(num, sizeof(num), "%llu ",
+				 (unsigned long long)(x >> 40) % 100000);
+			t = num;
+		} else {
+			t = w[(x >> 8) % (sizeof(w) / sizeof(w[0]))];
+		}
+		k = strlen(t);
+		for (size_t j = 0; j < k && i < n; j++)
+			p[i++] = (uint8_t)t[j];
+		if (i < n && x % 3)
+			p[i++] = ' ';
+	}
+}
+
+static char name_of_buf[NOBJ][16];
+
+static const char *name_of(int i)
+{
+	snprintf(name_of_buf[i], sizeof(name_of_buf[i]), "dir/o%d", i);
+	return name_of_buf[i];
+}
+
+static void put_all(coil_store *s, uint8_t **data)
+{
+	for (int i = 0; i < NOBJ; i++) {
+		coil_obj *h;
+
+		data[i] = malloc(OBJ_LEN);
+		text_fill(data[i], OBJ_LEN, (uint64_t)i + 1);
+		cr_assert_eq(coil_obj_open(s, name_of(i), COIL_CREATE, &h), 0);
+		for (uint32_t at = 0; at < OBJ_LEN; at += 64 * KiB)
+			cr_assert_eq(coil_pwrite(h, data[i] + at, 64 * KiB, at),
+				     64 * KiB);
+		cr_assert_eq(coil_obj_close(h), 0);
+	}
+	cr_assert_eq(coil_sync(s), 0);
+}
+
+static void check_obj(coil_store *s, const char *name, const uint8_t *want,
+		      uint64_t n)
+{
+	uint8_t *rd = malloc(n ? n : 1);
+	coil_obj *h;
+	uint64_t size;
+
+	cr_assert_eq(coil_obj_open(s, name, 0, &h), 0, "open %s", name);
+	cr_assert_eq(coil_obj_size(h, &size), 0);
+	cr_assert_eq(size, n, "%s: size %llu, want %llu", name,
+		     (unsigned long long)size, (unsigned long long)n);
+	cr_assert_eq(coil_pread(h, rd, n, 0), (int64_t)n);
+	cr_assert(memcmp(rd, want, n) == 0, "%s: content differs", name);
+	cr_assert_eq(coil_obj_close(h), 0);
+	free(rd);
+}
+
+static uint64_t stored_of(coil_store *s)
+{
+	static char js[1 << 16];
+
+	cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
+	return json_u64(js, "\"space\"", "stored");
+}
+
+static coil_store *open_store(const char *path, bool create)
+{
+	struct coil_options o;
+	coil_store *s;
+
+	et_opts(&o, path);
+	o.size = 128ull << 20;
+	if (!create)
+		o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	return s;
+}
+
+static void free_all(uint8_t **data)
+{
+	for (int i = 0; i < NOBJ; i++)
+		free(data[i]);
+}
+
+Test(optimize, shrinks, .timeout = 120)
+{
+	char path[256];
+	uint8_t *data[NOBJ];
+	struct coil_optimize_report rep;
+	uint64_t s0, s1;
+	coil_store *s;
+
+	et_path(path, sizeof(path), "opt-shrinks");
+	s = open_store(path, true);
+	put_all(s, data);
+	s0 = stored_of(s);
+	cr_assert_eq(coil_optimize(s, NULL, &rep), 0);
+	s1 = stored_of(s);
+	cr_log_info("stored %llu -> %llu (%.3f), %llu of %llu blobs rewritten",
+		    (unsigned long long)s0, (unsigned long long)s1,
+		    (double)s1 / (double)s0, (unsigned long long)rep.rewritten,
+		    (unsigned long long)rep.scanned);
+	cr_assert_gt(rep.scanned, 0);
+	cr_assert_gt(rep.rewritten, 0);
+	cr_assert_eq(rep.errors, 0);
+	cr_assert_eq(rep.stale_skips, 0);
+	cr_assert_lt(s1, s0 - s0 / 20, "zstd-19 saved less than 5 %%");
+	cr_assert_eq(rep.saved_bytes, s0 - s1, "saved %llu, stored fell %llu",
+		     (unsigned long long)rep.saved_bytes,
+		     (unsigned long long)(s0 - s1));
+	for (int i = 0; i < NOBJ; i++)
+		check_obj(s, name_of(i), data[i], OBJ_LEN);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	/* every blob is marked: nothing to do the second time */
+	cr_assert_eq(coil_optimize(s, NULL, &rep), 0);
+	cr_assert_eq(rep.scanned, 0);
+	cr_assert_eq(rep.rewritten, 0);
+	cr_assert_eq(coil_close(s), 0);
+
+	s = open_store(path, false);
+	cr_assert_eq(stored_of(s), s1);
+	for (int i = 0; i < NOBJ; i++)
+		check_obj(s, name_of(i), data[i], OBJ_LEN);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_optimize(s, NULL, &rep), 0);
+	cr_assert_eq(rep.scanned, 0, "the marks did not survive a reopen");
+	cr_assert_eq(coil_close(s), 0);
+	free_all(data);
+}
+
+Test(optimize, budget, .timeout = 120)
+{
+	char path[256];
+	uint8_t *data[NOBJ];
+	struct coil_optimize_opts o = { .budget_bytes = 1 };
+	struct coil_optimize_report rep;
+	uint64_t rewritten = 0;
+	coil_store *s;
+	int rc, calls = 0;
+
+	et_path(path, sizeof(path), "opt-budget");
+	s = open_store(path, true);
+	put_all(s, data);
+	/* one segment a call (a pass takes at least one); the data spans
+	 * more than one, so the first call leaves work */
+	do {
+		rc = coil_optimize(s, &o, &rep);
+		cr_assert_geq(rc, 0);
+		cr_assert_leq(rep.passes, 1);
+		cr_assert(calls > 0 || rc == 1, "the budget did not bound "
+			  "the first call");
+		rewritten += rep.rewritten;
+		calls++;
+	} while (rc == 1 && calls < 100);
+	cr_assert_eq(rc, 0);
+	cr_assert_gt(rewritten, 0);
+	for (int i = 0; i < NOBJ; i++)
+		check_obj(s, name_of(i), data[i], OBJ_LEN);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_close(s), 0);
+	free_all(data);
+}
+
+Test(optimize, bad_candidate, .timeout = 120)
+{
+	char path[256];
+	uint8_t *data[NOBJ];
+	struct coil_optimize_report rep;
+	uint64_t s0;
+	coil_store *s;
+
+	et_path(path, sizeof(path), "opt-bad");
+	s = open_store(path, true);
+	put_all(s, data);
+	s0 = stored_of(s);
+	cleaner_optimize_inject(s, 1u << 30);
+	cr_assert_eq(coil_optimize(s, NULL, &rep), 0);
+	cleaner_optimize_inject(s, 0);
+	cr_assert_gt(rep.errors, 0);
+	cr_assert_eq(rep.rewritten, 0);
+	cr_assert_eq(rep.saved_bytes, 0);
+	cr_assert_eq(stored_of(s), s0);
+	for (int i = 0; i < NOBJ; i++)
+		check_obj(s, name_of(i), data[i], OBJ_LEN);
+	cr_assert_eq(coil_close(s), 0);
+	s = open_store(path, false);
+	for (int i = 0; i < NOBJ; i++)
+		check_obj(s, name_of(i), data[i], OBJ_LEN);
+	cr_assert_eq(coil_close(s), 0);
+	free_all(data);
+}
+
+/* ---- the compare-and-swap, held open ---------------------------------- */
+
+struct seam {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int state;               /* 0 waiting, 1 held, 2 released */
+	coil_store *s;
+	int rc;
+	struct coil_optimize_report rep;
+};
+
+static void seam_hook(void *arg)
+{
+	struct seam *sm = arg;
+
+	pthread_mutex_lock(&sm->mu);
+	if (sm->state == 0) {
+		sm->state = 1;
+		pthread_cond_broadcast(&sm->cv);
+		while (sm->state == 1)
+			pthread_cond_wait(&sm->cv, &sm->mu);
+	}
+	pthread_mutex_unlock(&sm->mu);
+}
+
+static void *seam_optimize(void *arg)
+{
+	struct seam *sm = arg;
+
+	sm->rc = coil_optimize(sm->s, NULL, &sm->rep);
+	return NULL;
+}
+
+Test(optimize, cas_seam, .timeout = 120)
+{
+	char path[256];
+	uint8_t *data[NOBJ], *p = malloc(OBJ_LEN);
+	uint64_t size[NOBJ];
+	bool gone[NOBJ] = { false };
+	struct seam sm = { .mu = PTHREAD_MUTEX_INITIALIZER,
+			   .cv = PTHREAD_COND_INITIALIZER };
+	pthread_t th;
+	coil_store *s;
+	coil_obj *h;
+
+	et_path(path, sizeof(path), "opt-seam");
+	s = open_store(path, true);
+	put_all(s, data);
+	for (int i = 0; i < NOBJ; i++)
+		size[i] = OBJ_LEN;
+	sm.s = s;
+	cleaner_optimize_hook(s, seam_hook, &sm);
+	cr_assert_eq(pthread_create(&th, NULL, seam_optimize, &sm), 0);
+	pthread_mutex_lock(&sm.mu);
+	while (sm.state == 0)
+		pthread_cond_wait(&sm.cv, &sm.mu);
+	pthread_mutex_unlock(&sm.mu);
+
+	/* The first batch is encoded and held.  Change every object the
+	 * foreground way: an overwrite of its first half, a truncate of
+	 * another, a removal of a third; the rest keep what was read. */
+	for (int i = 0; i < NOBJ; i++) {
+		if (i % 3 == 2) {
+			cr_assert_eq(coil_obj_remove(s, name_of(i)), 0);
+			gone[i] = true;
+			continue;
+		}
+		cr_assert_eq(coil_obj_open(s, name_of(i), 0, &h), 0);
+		if (i % 3 == 0) {
+			et_fill(p, OBJ_LEN / 2, 50 + i, 1);
+			cr_assert_eq(coil_pwrite(h, p, OBJ_LEN / 2, 0),
+				     OBJ_LEN / 2);
+			memcpy(data[i], p, OBJ_LEN / 2);
+		} else {
+			cr_assert_eq(coil_obj_truncate(h, 100 * KiB + 17), 0);
+			size[i] = 100 * KiB + 17;
+		}
+		cr_assert_eq(coil_obj_close(h), 0);
+	}
+	pthread_mutex_lock(&sm.mu);
+	sm.state = 2;
+	pthread_cond_broadcast(&sm.cv);
+	pthread_mutex_unlock(&sm.mu);
+	cr_assert_eq(pthread_join(th, NULL), 0);
+	cleaner_optimize_hook(s, NULL, NULL);
+	cr_assert_geq(sm.rc, 0);
+	cr_log_info("seam: scanned %llu rewritten %llu stale %llu",
+		    (unsigned long long)sm.rep.scanned,
+		    (unsigned long long)sm.rep.rewritten,
+		    (unsigned long long)sm.rep.stale_skips);
+	cr_assert_gt(sm.rep.stale_skips, 0,
+		     "no rewrite met the foreground's changes");
+	for (int i = 0; i < NOBJ; i++)
+		if (!gone[i])
+			check_obj(s, name_of(i), data[i], size[i]);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_close(s), 0);
+
+	/* replay makes the same decisions from the records */
+	s = open_store(path, false);
+	for (int i = 0; i < NOBJ; i++) {
+		if (gone[i])
+			cr_assert_eq(coil_obj_open(s, name_of(i), 0, &h),
+				     -ENOENT);
+		else
+			check_obj(s, name_of(i), data[i], size[i]);
+	}
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_close(s), 0);
+	free_all(data);
+	free(p);
+}
+
+Test(optimize, clones, .timeout = 120)
+{
+	char path[256];
+	uint8_t *data[NOBJ];
+	struct coil_optimize_report rep;
+	coil_store *s;
+
+	et_path(path, sizeof(path), "opt-clones");
+	s = open_store(path, true);
+	put_all(s, data);
+	cr_assert_eq(coil_obj_clone(s, name_of(0), "copy"), 0);
+	cr_assert_eq(coil_optimize(s, NULL, &rep), 0);
+	cr_assert_gt(rep.rewritten, 0);
+	check_obj(s, name_of(0), data[0], OBJ_LEN);
+	check_obj(s, "copy", data[0], OBJ_LEN);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_close(s), 0);
+	s = open_store(path, false);
+	check_obj(s, name_of(0), data[0], OBJ_LEN);
+	check_obj(s, "copy", data[0], OBJ_LEN);
+	cr_assert_eq(coil_close(s), 0);
+	free_all(data);
+}
+
+Test(optimize, errors, .timeout = 60)
+{
+	char path[256];
+	struct coil_optimize_opts o = { .level = 23 };
+	struct coil_options opt;
+	coil_store *s;
+
+	cr_assert_eq(coil_optimize(NULL, NULL, NULL), -EINVAL);
+	et_path(path, sizeof(path), "opt-errors");
+	s = open_store(path, true);
+	cr_assert_eq(coil_optimize(s, &o, NULL), -EINVAL);
+	o.level = -1;
+	cr_assert_eq(coil_optimize(s, &o, NULL), -EINVAL);
+	/* an empty store: nothing to do */
+	cr_assert_eq(coil_optimize(s, NULL, NULL), 0);
+	cr_assert_eq(coil_close(s), 0);
+	et_opts(&opt, path);
+	opt.flags = COIL_RDONLY;
+	cr_assert_eq(coil_open(path, &opt, &s), 0);
+	cr_assert_eq(coil_optimize(s, NULL, NULL), -EROFS);
+	cr_assert_eq(coil_close(s), 0);
+}
