@@ -373,9 +373,16 @@ Test(format_journal, unknown_types_flags_and_bad_bodies)
 		cr_assert_eq(fmt_jrec_next(&c, &r), -EIO, "type %u", bad_types[i]);
 	}
 	for (uint16_t t = FMT_JREC_CREATE; t <= FMT_JREC_CLONE; t++) {
-		size_t n = hand_record(p, t, t == FMT_JREC_WRITE ? 2 : 1, body, 8);
-		fmt_cursor_init_ro(&c, p, n);
-		cr_assert_eq(fmt_jrec_next(&c, &r), -EIO, "flags on type %u", t);
+		/* WRITE knows REMAP and REWRITE, never both at once */
+		uint16_t f[] = { t == FMT_JREC_WRITE ? 4 : 1, 0x8000,
+				 t == FMT_JREC_WRITE ?
+					 FMT_JREC_REMAP | FMT_JREC_REWRITE : 2 };
+		for (size_t k = 0; k < COIL_ARRAY_LEN(f); k++) {
+			size_t n = hand_record(p, t, f[k], body, 8);
+			fmt_cursor_init_ro(&c, p, n);
+			cr_assert_eq(fmt_jrec_next(&c, &r), -EIO,
+				     "flags 0x%x on type %u", f[k], t);
+		}
 	}
 	/* body lengths that disagree with the type */
 	struct { uint16_t type; uint32_t len; } wrong[] = {
@@ -506,4 +513,56 @@ Test(format_journal, create_and_dict_arguments)
 	cr_assert_eq(c.pos, 0);
 	cr_assert_eq(fmt_jrec_put_create(&c, 1, name, 255), 0);
 	cr_assert_eq(walk(p, c.pos, 1), 1);
+}
+
+/* REWRITE: pairs (expected, new) over the same object bytes, never inline,
+ * not together with REMAP; encode refuses what decode would. */
+Test(format_journal, rewrite_pairs)
+{
+	uint8_t p[8192];
+	struct fmt_cursor c, rd;
+	struct fmt_extent pair[2], got;
+	struct fmt_jrec r;
+	struct fmt_jrec_write w;
+
+	make_extents();
+	pair[0] = ext[1];                 /* what was read: zstd */
+	pair[1] = ext[0];                 /* its re-encoding: raw here */
+	pair[1].obj_off = pair[0].obj_off;
+	pair[1].len = pair[0].len;
+	pair[1].blob.flags = FMT_BLOB_OPTIMIZED;
+	fmt_cursor_init(&c, p, sizeof(p));
+	cr_assert_eq(fmt_jrec_put_write(&c, FMT_JREC_REWRITE, 5, 100000, 60000,
+					pair, 2), 0);
+	fmt_cursor_init_ro(&rd, p, c.pos);
+	cr_assert_eq(fmt_jrec_next(&rd, &r), 1);
+	cr_assert_eq(fmt_jrec_write_decode(&r, &w), 0);
+	cr_assert_eq(w.flags, FMT_JREC_REWRITE);
+	cr_assert_eq(w.n_extents, 2);
+	cr_assert_eq(fmt_jrec_write_next(&w, &got), 1);
+	cr_assert_eq(got.blob.codec, FMT_CODEC_ZSTD);
+	cr_assert_eq(fmt_jrec_write_next(&w, &got), 1);
+	cr_assert_eq(got.blob.flags, FMT_BLOB_OPTIMIZED);
+
+	/* an odd count, a pair over other bytes, an inline blob */
+	fmt_cursor_init(&c, p, sizeof(p));
+	cr_assert_eq(fmt_jrec_put_write(&c, FMT_JREC_REWRITE, 5, 100000, 60000,
+					pair, 1), -EINVAL);
+	cr_assert_eq(c.pos, 0);
+	pair[1].len--;
+	cr_assert_eq(fmt_jrec_put_write(&c, FMT_JREC_REWRITE, 5, 100000, 60000,
+					pair, 2), -EINVAL);
+	pair[1].len++;
+	pair[1].obj_off++;
+	cr_assert_eq(fmt_jrec_put_write(&c, FMT_JREC_REWRITE, 5, 100000, 60000,
+					pair, 2), -EINVAL);
+	pair[1].obj_off--;
+	cr_assert_eq(fmt_jrec_put_write(&c, FMT_JREC_REWRITE |
+					FMT_JREC_REMAP, 5, 100000, 60000,
+					pair, 2), -EINVAL);
+	/* an unknown blob flag in a pair */
+	pair[1].blob.flags = 0x4;
+	cr_assert_lt(fmt_jrec_put_write(&c, FMT_JREC_REWRITE, 5, 100000,
+					60000, pair, 2), 0);
+	cr_assert_eq(c.pos, 0);
 }

@@ -106,6 +106,7 @@ int cmd_rm(int argc, char **argv);
 int cmd_mv(int argc, char **argv);
 int cmd_cp(int argc, char **argv);
 int cmd_compact(int argc, char **argv);
+int cmd_optimize(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_scrub(int argc, char **argv);
 int cmd_salvage(int argc, char **argv);

@@ -277,6 +277,72 @@ int cmd_compact(int argc, char **argv)
 	return ret;
 }
 
+/* ---- optimize ---------------------------------------------------------- */
+
+/* Work per coil_optimize call: the progress line moves between calls. */
+#define OPTIMIZE_STEP (64ull << 20)
+
+int cmd_optimize(int argc, char **argv)
+{
+	const char *level_s = NULL;
+	const struct cli_opt opts[] = {
+		{ "--level", 'l', &level_s, NULL },
+		{ 0 },
+	};
+	struct coil_optimize_opts o = { .budget_bytes = OPTIMIZE_STEP };
+	struct coil_optimize_report r, sum = { 0 };
+	struct cli_progress prog;
+	char *pos[1], h[32], *end;
+	coil_store *s;
+	int npos, rc, ret = CLI_OK;
+
+	rc = cli_parse_args("optimize", argc, argv, opts, pos, 1, &npos);
+	if (rc == 0 && npos != 1)
+		rc = cli_usage_error("optimize", "expected STORE");
+	if (rc)
+		return rc;
+	if (level_s) {
+		long v = strtol(level_s, &end, 10);
+
+		if (*level_s == 0 || *end || v < 1 || v > 22)
+			return cli_usage_error("optimize", "--level takes 1..22");
+		o.level = (int)v;
+	}
+	if (cli_open_store("optimize", pos[0], 0, &s) < 0)
+		return CLI_FAIL;
+	cli_progress_start(&prog, "optimize", 0);
+	do {
+		rc = coil_optimize(s, &o, &r);
+		sum.passes += r.passes;
+		sum.scanned += r.scanned;
+		sum.rewritten += r.rewritten;
+		sum.saved_bytes += r.saved_bytes;
+		sum.stale_skips += r.stale_skips;
+		sum.no_gain += r.no_gain;
+		sum.errors += r.errors;
+		cli_progress_update(&prog, sum.saved_bytes);
+	} while (rc == 1 && r.passes > 0);
+	cli_progress_end(&prog);
+	if (rc < 0) {
+		cli_err("optimize '%s': %s", pos[0], cli_reason(rc));
+		ret = CLI_FAIL;
+	}
+	printf("%s: %llu blobs encoded again, %llu written smaller, saved %s "
+	       "(%llu bytes); %llu no smaller, %llu overtaken by newer "
+	       "writes, %llu failed their check%s\n", pos[0],
+	       (unsigned long long)sum.scanned,
+	       (unsigned long long)sum.rewritten,
+	       cli_human(sum.saved_bytes, h, sizeof(h)),
+	       (unsigned long long)sum.saved_bytes,
+	       (unsigned long long)sum.no_gain,
+	       (unsigned long long)sum.stale_skips,
+	       (unsigned long long)sum.errors,
+	       rc == 1 ? " (more remains: no room to relocate into)" : "");
+	if (cli_close_store(pos[0], s) < 0)
+		ret = CLI_FAIL;
+	return ret;
+}
+
 /* ---- check ------------------------------------------------------------- */
 
 /* A failed read is narrowed to pieces of this size, so a report says which

@@ -118,6 +118,20 @@ static const struct cmd cmds[] = {
 	  "store starts with, and print the bytes given back.  Live data is not\n"
 	  "moved: free space before the last segment in use stays with the\n"
 	  "store.  Safe to interrupt at any point.\n" },
+	{ "optimize", cmd_optimize,
+	  "coil optimize [--level N] STORE",
+	  "encode cold data again, smaller",
+	  "Encode the store's data again at zstd level N (default 19), blob by\n"
+	  "blob: each candidate is decoded and compared byte for byte with the\n"
+	  "original, and kept only if smaller.  Data written with the default\n"
+	  "(zstd level 1) typically shrinks by a tenth to a fifth; data stored\n"
+	  "raw because it did not compress stays as it is.  Blobs already\n"
+	  "optimized are skipped, so a second run does nothing.  The segments\n"
+	  "read are freed as the cleaner frees them.  Safe to interrupt at any\n"
+	  "point; a later run goes on where this one stopped.  Prints what it\n"
+	  "did on one line.\n"
+	  "\n"
+	  "  -l, --level N   zstd level 1..22 (default 19)\n" },
 	{ "check", cmd_check,
 	  "coil check [--deep] STORE",
 	  "read every object and verify its checksums",
