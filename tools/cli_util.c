@@ -153,7 +153,7 @@ void cli_progress_start(struct cli_progress *p, const char *what, uint64_t total
 
 void cli_progress_update(struct cli_progress *p, uint64_t done)
 {
-	char a[32], b[32];
+	char a[32], b[32], items[64] = "";
 	uint64_t t;
 
 	if (!p->tty)
@@ -164,13 +164,18 @@ void cli_progress_update(struct cli_progress *p, uint64_t done)
 		return;
 	p->shown_ns = t;
 	p->shown = true;
-	if (p->total)
-		fprintf(stderr, "\r%s: %s of %s (%u%%)\033[K", p->what,
+	if (p->unit)
+		snprintf(items, sizeof(items), "%llu/%llu %s, ",
+			 (unsigned long long)p->items,
+			 (unsigned long long)p->nitems, p->unit);
+	/* A file that grew since it was counted must not show past 100 %. */
+	if (p->total && done <= p->total)
+		fprintf(stderr, "\r%s: %s%s of %s (%u%%)\033[K", p->what, items,
 			cli_human(done, a, sizeof(a)),
 			cli_human(p->total, b, sizeof(b)),
 			(unsigned)(done * 100 / p->total));
 	else
-		fprintf(stderr, "\r%s: %s\033[K", p->what,
+		fprintf(stderr, "\r%s: %s%s\033[K", p->what, items,
 			cli_human(done, a, sizeof(a)));
 	fflush(stderr);
 }
