@@ -13,10 +13,18 @@
 
 volatile sig_atomic_t cli_interrupted;
 
+/* The progress line on the terminal, if one is: a message erases it first,
+ * not to be glued to its end (import and export go on after one). */
+static struct cli_progress *progress_shown;
+
 void cli_err(const char *fmt, ...)
 {
 	va_list ap;
 
+	if (progress_shown && progress_shown->shown) {
+		fputs("\r\033[K", stderr);
+		progress_shown->shown = false; /* the next update draws it */
+	}
 	fputs("coil: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
@@ -164,6 +172,7 @@ void cli_progress_update(struct cli_progress *p, uint64_t done)
 		return;
 	p->shown_ns = t;
 	p->shown = true;
+	progress_shown = p;
 	if (p->unit)
 		snprintf(items, sizeof(items), "%llu/%llu %s, ",
 			 (unsigned long long)p->items,
@@ -185,6 +194,8 @@ void cli_progress_end(struct cli_progress *p)
 	if (p->shown)
 		fputs("\r\033[K", stderr);
 	p->shown = false;
+	if (progress_shown == p)
+		progress_shown = NULL;
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
