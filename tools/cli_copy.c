@@ -192,10 +192,10 @@ int cli_put_fd(coil_store *s, struct cli_copy *c, const char *name, int fd,
 		cli_progress_end(&own);
 	/* Durable under the temporary name before it takes NAME: a power cut
 	 * after the rename must not find NAME holding part of the bytes.
-	 * Without the sync (import) the journal's order does the same: the
-	 * rename is recorded after every write of the temporary object, and
-	 * recovery replays a prefix of the journal, so NAME is whole or
-	 * absent; what the sync buys put is that NAME is there on return. */
+	 * (import leaves this and the sync after the rename to one sync at
+	 * its end: the rename is journaled after every write of the
+	 * temporary object and recovery replays a prefix of the journal, so
+	 * NAME is whole or absent all the same.) */
 	if (rc == 0 && c->sync)
 		rc = coil_sync(s);
 	coil_obj_close(h);
