@@ -89,19 +89,36 @@ static void expect_listing(const char *want)
 	free(got);
 }
 
+/* Remove @path and everything under it (import and export leave trees). */
+static void rm_tree(const char *path)
+{
+	struct dirent *de;
+	struct stat st;
+	DIR *d;
+
+	if (lstat(path, &st) < 0)
+		return;
+	if (!S_ISDIR(st.st_mode)) {
+		unlink(path);
+		return;
+	}
+	d = opendir(path);
+	while (d && (de = readdir(d)) != NULL) {
+		char sub[1024];
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		snprintf(sub, sizeof(sub), "%s/%s", path, de->d_name);
+		rm_tree(sub);
+	}
+	if (d)
+		closedir(d);
+	rmdir(path);
+}
+
 static void teardown_dir(void)
 {
-	struct dirent **ents;
-	int n = scandir(dir, &ents, NULL, NULL);
-
-	for (int i = 0; i < n; i++) {
-		unlink(P(ents[i]->d_name));
-		free(ents[i]);
-	}
-	if (n >= 0)
-		free(ents);
-	rmdir(P("d"));
-	rmdir(dir);
+	rm_tree(dir);
 }
 
 static void write_file(const char *path, size_t len, unsigned seed, bool random)
@@ -156,8 +173,8 @@ Test(cli, help_goes_to_stdout_with_status_0)
 		cli_run_free(&r);
 	}
 	const char *cmds[] = { "create", "ls", "stats", "put", "get", "rm", "mv",
-			       "cp", "check" };
-	for (int i = 0; i < 9; i++) {
+			       "cp", "check", "import", "export" };
+	for (int i = 0; i < 11; i++) {
 		struct cli_run a = coil_run(NULL, "help", cmds[i], NULL);
 		struct cli_run b = coil_run(NULL, cmds[i], "--help", NULL);
 		char want[64];
@@ -876,6 +893,336 @@ Test(cli, stats_human_and_json)
 	cr_expect(strstr(r.out, "\"live_fraction_histogram\": [0, "));
 	cli_run_free(&r);
 	expect_listing("s t");
+}
+
+/* ---- import, export ------------------------------------------------------ */
+
+/* Every path under @root, relative to it, sorted, a directory with a '/'
+ * after it, joined by spaces (appended to @out, @cap bytes). */
+static void tree_walk(const char *root, const char *rel, char *out, size_t cap)
+{
+	struct dirent **ents;
+	char path[1024];
+	int n;
+
+	snprintf(path, sizeof(path), "%s%s%s", root, *rel ? "/" : "", rel);
+	n = scandir(path, &ents, NULL, alphasort);
+	cr_assert(n >= 0, "scandir %s", path);
+	for (int i = 0; i < n; i++) {
+		const char *nm = ents[i]->d_name;
+		char sub[1024], full[1100];
+		struct stat st;
+
+		if (strcmp(nm, ".") && strcmp(nm, "..")) {
+			snprintf(sub, sizeof(sub), "%s%s%s", rel, *rel ? "/" : "", nm);
+			snprintf(full, sizeof(full), "%s/%s", root, sub);
+			cr_assert_eq(lstat(full, &st), 0, "%s", full);
+			if (*out)
+				strncat(out, " ", cap - strlen(out) - 1);
+			strncat(out, sub, cap - strlen(out) - 1);
+			if (S_ISDIR(st.st_mode)) {
+				strncat(out, "/", cap - strlen(out) - 1);
+				tree_walk(root, sub, out, cap);
+			}
+		}
+		free(ents[i]);
+	}
+	free(ents);
+}
+
+static void expect_tree(const char *root, const char *want)
+{
+	char got[4096] = "";
+
+	tree_walk(root, "", got, sizeof(got));
+	cr_expect_str_eq(got, want, "'%s' holds '%s', expected '%s'", root, got,
+			 want);
+}
+
+static void put_file(const char *name, const char *file)
+{
+	struct cli_run r = coil_run(NULL, "put", P("s"), name, file, NULL);
+
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+}
+
+/* A tree with nested directories, an empty file, a file over 1 MiB and
+ * names with spaces goes in, comes out into a new directory two levels
+ * deep, and every file compares byte for byte; a link and a FIFO are
+ * skipped with a note, and the status stays 0. */
+Test(cli, import_export_round_trip)
+{
+	const struct { const char *name; size_t len; bool random; } files[] = {
+		{ "a/b/c/deep.txt", 5000, false },
+		{ "a/b/name with space", 1234, true },
+		{ "a/x.bin", 300000, true },
+		{ "big", (1u << 20) + 4097, true },
+		{ "empty", 0, false },
+		{ "with space.txt", 17, false },
+	};
+	const size_t nfiles = sizeof(files) / sizeof(files[0]);
+	char src[512], out[512], want_[1200], *want = want_, path[1100];
+	unsigned long long total = 0;
+	struct cli_run r;
+
+	make_store("s", "64M", "zstd");
+	snprintf(src, sizeof(src), "%s", P("src"));
+	snprintf(out, sizeof(out), "%s", P("out/tree"));
+	cr_assert_eq(mkdir(src, 0755), 0);
+	cr_assert_eq(mkdir(P("src/a"), 0755), 0);
+	cr_assert_eq(mkdir(P("src/a/b"), 0755), 0);
+	cr_assert_eq(mkdir(P("src/a/b/c"), 0755), 0);
+	cr_assert_eq(mkdir(P("src/a/none"), 0755), 0); /* no object for it */
+	for (size_t i = 0; i < nfiles; i++) {
+		snprintf(path, sizeof(path), "%s/%s", src, files[i].name);
+		write_file(path, files[i].len, (unsigned)i + 1, files[i].random);
+		total += files[i].len;
+	}
+	cr_assert_eq(symlink("big", P("src/link")), 0);
+	cr_assert_eq(mkfifo(P("src/fifo"), 0644), 0);
+
+	r = coil_run(NULL, "import", P("s"), src, NULL);
+	snprintf(want, sizeof(want_),
+		 "imported 6 files, %llu bytes (logical) from %s\n", total, src);
+	expect(r, 0, want, NULL);
+	snprintf(want, sizeof(want_), "coil: import: skipping '%s/link': a "
+		 "symbolic link (not followed)\n", src);
+	cr_expect(strstr(r.err, want), "%s", r.err);
+	snprintf(want, sizeof(want_), "coil: import: skipping '%s/fifo': a FIFO\n",
+		 src);
+	cr_expect(strstr(r.err, want), "%s", r.err);
+	{
+		int lines = 0;
+
+		for (const char *c = r.err; *c; c++)
+			lines += *c == '\n';
+		cr_expect_eq(lines, 2, "only the two notes: %s", r.err);
+	}
+	cli_run_free(&r);
+	r = coil_run(NULL, "ls", "-l", P("s"), NULL);
+	expect(r, 0, NULL, "");
+	{
+		const char *p = r.out;
+
+		for (size_t i = 0; i < nfiles; i++) {
+			unsigned long long size, stored;
+			int k;
+
+			cr_assert_eq(sscanf(p, "%llu %llu %n", &size, &stored, &k),
+				     2, "%s", r.out);
+			p += k;
+			cr_expect(!strncmp(p, files[i].name, strlen(files[i].name)) &&
+				  p[strlen(files[i].name)] == '\n', "%s", r.out);
+			cr_expect_eq(size, files[i].len, "%s", files[i].name);
+			p = strchr(p, '\n') + 1;
+		}
+		cr_expect_str_eq(p, "");
+	}
+	cli_run_free(&r);
+
+	r = coil_run(NULL, "export", P("s"), out, NULL);
+	snprintf(want, sizeof(want_), "exported 6 objects, %llu bytes to %s\n",
+		 total, out);
+	expect(r, 0, want, "");
+	cli_run_free(&r);
+	for (size_t i = 0; i < nfiles; i++) {
+		char a[1100];
+
+		snprintf(a, sizeof(a), "%s/%s", src, files[i].name);
+		snprintf(path, sizeof(path), "%s/%s", out, files[i].name);
+		cr_expect(same_file(a, path), "%s differs", files[i].name);
+	}
+	/* Nothing else: no temporary file, no link, no FIFO, no empty
+	 * directory. */
+	expect_tree(out, "a/ a/b/ a/b/c/ a/b/c/deep.txt a/b/name with space "
+			 "a/x.bin big empty with space.txt");
+	/* Again over the files it made: each is replaced. */
+	r = coil_run(NULL, "export", P("s"), out, NULL);
+	expect(r, 0, want, "");
+	cli_run_free(&r);
+	expect_tree(out, "a/ a/b/ a/b/c/ a/b/c/deep.txt a/b/name with space "
+			 "a/x.bin big empty with space.txt");
+	expect_listing("out s src");
+}
+
+/* A file whose object exists fails alone without -f: the old object stays
+ * and the other files are imported; with -f it is replaced. */
+Test(cli, import_name_collision_needs_force)
+{
+	char src[512], want_[1200], *want = want_;
+	struct cli_run r;
+
+	make_store("s", "16M", "zstd");
+	write_file(P("old"), 3000, 1, true);
+	put_file("a/one", P("old"));
+	snprintf(src, sizeof(src), "%s", P("src"));
+	cr_assert_eq(mkdir(src, 0755), 0);
+	cr_assert_eq(mkdir(P("src/a"), 0755), 0);
+	write_file(P("src/a/one"), 5000, 2, true);
+	write_file(P("src/b"), 700, 3, false);
+	write_file(P("src/c"), 900, 4, false);
+
+	r = coil_run(NULL, "import", P("s"), src, NULL);
+	snprintf(want, sizeof(want_),
+		 "imported 2 files, 1600 bytes (logical) from %s\n", src);
+	expect(r, 1, want, NULL);
+	snprintf(want, sizeof(want_), "coil: import: object 'a/one' already "
+		 "exists in store '%s' (--force replaces it)\n", P("s"));
+	cr_expect_str_eq(r.err, want);
+	cli_run_free(&r);
+	r = coil_run(NULL, "ls", P("s"), NULL);
+	expect(r, 0, "a/one\nb\nc\n", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "get", P("s"), "a/one", P("got"), NULL);
+	expect(r, 0, "", "");
+	cr_expect(same_file(P("old"), P("got")), "the old object is untouched");
+	cli_run_free(&r);
+
+	r = coil_run(NULL, "import", "-f", P("s"), src, NULL);
+	snprintf(want, sizeof(want_),
+		 "imported 3 files, 6600 bytes (logical) from %s\n", src);
+	expect(r, 0, want, "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "ls", P("s"), NULL);
+	expect(r, 0, "a/one\nb\nc\n", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "get", P("s"), "a/one", P("got"), NULL);
+	expect(r, 0, "", "");
+	cr_expect(same_file(P("src/a/one"), P("got")));
+	cli_run_free(&r);
+	expect_listing("got old s src");
+}
+
+/* Names that would leave DIR, or name no single file in it, are reported
+ * and skipped; the rest is exported and the status is 1.  A link under
+ * DIR is not followed out of it. */
+Test(cli, export_refuses_names_that_escape)
+{
+	const char *bad[][2] = {
+		{ "../evil", "a '..' component (it would be written outside "
+			     "the directory)" },
+		{ "d/../../evil2", "a '..' component (it would be written "
+				   "outside the directory)" },
+		{ "/abs", "an absolute name (it would be written outside the "
+			  "directory)" },
+		{ "e//f", "an empty component ('//' or a '/' at its end)" },
+		{ "g/", "an empty component ('//' or a '/' at its end)" },
+		{ "./h", "a '.' component" },
+	};
+	char out[512], want_[1200], *want = want_, errs[4096] = "";
+	struct cli_run r;
+
+	make_store("s", "16M", "zstd");
+	write_file(P("one"), 2000, 1, true);
+	write_file(P("two"), 3000, 2, false);
+	for (size_t i = 0; i < 6; i++) {
+		put_file(bad[i][0], P("one"));
+		snprintf(errs + strlen(errs), sizeof(errs) - strlen(errs),
+			 "coil: export: skipping object '%s': %s\n", bad[i][0],
+			 bad[i][1]);
+	}
+	put_file("ok", P("one"));
+	put_file("d/inner", P("two"));
+	put_file("link/x", P("two"));
+	snprintf(out, sizeof(out), "%s", P("out"));
+	cr_assert_eq(mkdir(out, 0755), 0);
+	cr_assert_eq(symlink("..", P("out/link")), 0);
+
+	r = coil_run(NULL, "export", P("s"), out, NULL);
+	snprintf(want, sizeof(want_), "exported 2 objects, 5000 bytes to %s\n",
+		 out);
+	expect(r, 1, want, NULL);
+	/* In name order: "/abs" sorts first, "link/x" last. */
+	cr_expect(strstr(r.err, "coil: export: skipping object '../evil': a '..' "
+				"component (it would be written outside the "
+				"directory)\n"), "%s", r.err);
+	snprintf(want, sizeof(want_), "coil: export: cannot write '%s/link/x': "
+		 "'%s/link' is a symbolic link (not followed)\n", out, out);
+	cr_expect(strstr(r.err, want), "%s", r.err);
+	for (size_t i = 0; i < 6; i++) {
+		char line[512];
+
+		snprintf(line, sizeof(line), "'%s': %s\n", bad[i][0], bad[i][1]);
+		cr_expect(strstr(r.err, line), "%s: %s", bad[i][0], r.err);
+	}
+	cr_expect_eq(strlen(r.err), strlen(errs) + strlen(want), "%s", r.err);
+	cli_run_free(&r);
+	expect_tree(out, "d/ d/inner link ok");
+	cr_expect(same_file(P("one"), P("out/ok")));
+	cr_expect(same_file(P("two"), P("out/d/inner")));
+	/* Nothing landed beside DIR or above it. */
+	expect_listing("one out s two");
+}
+
+/* A file that does not fit (the store fills half way through it) fails
+ * alone: no object of its name and no temporary object remain, and over
+ * an existing object (-f) that object keeps its bytes; a path longer than
+ * an object name is refused before anything is written. */
+Test(cli, failed_import_leaves_no_object)
+{
+	char src[512], want_[1200], *want = want_, longdir[210], longname[300];
+	struct cli_run r;
+
+	make_store("s", "8M", "none");
+	snprintf(src, sizeof(src), "%s", P("src"));
+	cr_assert_eq(mkdir(src, 0755), 0);
+	write_file(P("src/huge"), 16u << 20, 3, true);
+	write_file(P("src/small"), 1000, 4, true);
+	/* 200 + 1 + 55 = 256 bytes: one past COIL_NAME_MAX. */
+	memset(longdir, 'd', 200);
+	longdir[200] = 0;
+	snprintf(longname, sizeof(longname), "src/%s", longdir);
+	cr_assert_eq(mkdir(P(longname), 0755), 0);
+	snprintf(longname, sizeof(longname), "src/%s/%055d", longdir, 0);
+	write_file(P(longname), 10, 5, false);
+
+	r = coil_run(NULL, "import", P("s"), src, NULL);
+	snprintf(want, sizeof(want_),
+		 "imported 1 files, 1000 bytes (logical) from %s\n", src);
+	expect(r, 1, want, NULL);
+	snprintf(want, sizeof(want_), "coil: import: writing object 'huge' to "
+		 "store '%s': store is full\n", P("s"));
+	cr_expect(strstr(r.err, want), "%s", r.err);
+	snprintf(want, sizeof(want_), "coil: import: cannot import '%s/%s/%055d': "
+		 "its name is 256 bytes, an object's is at most %d\n", src,
+		 longdir, 0, COIL_NAME_MAX);
+	cr_expect(strstr(r.err, want), "%s", r.err);
+	cli_run_free(&r);
+	r = coil_run(NULL, "ls", P("s"), NULL);
+	expect(r, 0, "small\n", "");
+	cli_run_free(&r);
+
+	/* Over an existing object: the temporary object is removed, the old
+	 * object stays whole, and its space is still usable. */
+	write_file(P("old"), 2000, 6, true);
+	put_file("huge", P("old"));
+	r = coil_run(NULL, "import", "--force", P("s"), src, NULL);
+	snprintf(want, sizeof(want_),
+		 "imported 1 files, 1000 bytes (logical) from %s\n", src);
+	expect(r, 1, want, NULL);
+	snprintf(want, sizeof(want_), "coil: import: writing object 'huge' to "
+		 "store '%s': store is full\n", P("s"));
+	cr_expect(strstr(r.err, want), "%s", r.err);
+	cli_run_free(&r);
+	r = coil_run(NULL, "ls", P("s"), NULL);
+	expect(r, 0, "huge\nsmall\n", "");
+	cli_run_free(&r);
+	r = coil_run(NULL, "get", P("s"), "huge", P("got"), NULL);
+	expect(r, 0, "", "");
+	cr_expect(same_file(P("old"), P("got")), "the old object is untouched");
+	cli_run_free(&r);
+	put_file("after", P("old"));
+	/* A DIR that is not one touches nothing. */
+	r = coil_run(NULL, "import", P("s"), P("old"), NULL);
+	snprintf(want, sizeof(want_), "coil: import: cannot read '%s': Not a "
+		 "directory\n", P("old"));
+	expect(r, 1, "", want);
+	cli_run_free(&r);
+	r = coil_run(NULL, "ls", P("s"), NULL);
+	expect(r, 0, "after\nhuge\nsmall\n", "");
+	cli_run_free(&r);
+	expect_listing("got old s src");
 }
 
 /* ---- progress ------------------------------------------------------------ */

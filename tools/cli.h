@@ -64,6 +64,12 @@ struct cli_progress {
 	uint64_t total; /* 0 = unknown (stdin) */
 	uint64_t start_ns, shown_ns;
 	bool tty, shown;
+	/* Commands that copy many files (import, export) count them too:
+	 * "3/40 files, " before the bytes when @unit is set.  @base is the
+	 * bytes of the copies already done, which each copy adds its own
+	 * to. */
+	const char *unit;
+	uint64_t items, nitems, base;
 };
 void cli_progress_start(struct cli_progress *p, const char *what, uint64_t total);
 void cli_progress_update(struct cli_progress *p, uint64_t done);
@@ -97,6 +103,33 @@ struct cli_entry {
 int cli_list_sorted(coil_store *s, struct cli_entry **out, size_t *n);
 void cli_list_free(struct cli_entry *e, size_t n);
 
+/* One copy between a file and an object, as put and get make it (cli_copy.c)
+ * and import and export repeat it: the object or file appears whole under
+ * its name or not at all.  Failures are reported, "CMD: ..." on stderr. */
+struct cli_copy {
+	const char *cmd;          /* "put", "import"...: for messages */
+	const char *store;        /* the store's path: for messages */
+	struct cli_progress *p;   /* the caller's line, or NULL for one of
+				   * this copy's own (named after the object) */
+	bool force;               /* put: replace an existing object */
+	bool sync;                /* put: durable before returning (import
+				   * syncs once, after its last file) */
+	bool nofollow;            /* get: replace a symbolic link at the file
+				   * instead of writing the file it names */
+	/* Out: */
+	uint64_t bytes;           /* copied, when the copy succeeded */
+	bool local;               /* it failed on the file's side, not the
+				   * store's */
+};
+/* Copy @fd (named @file in messages) into the object @name of @s, through
+ * a temporary object renamed onto @name.  @return 0 or the negative errno. */
+int cli_put_fd(coil_store *s, struct cli_copy *c, const char *name, int fd,
+	       const char *file);
+/* Copy the object @name of @s into @file ("-": stdout) through a temporary
+ * file beside it, fsync'd and renamed over it.  @return 0 or -errno. */
+int cli_get_object(coil_store *s, struct cli_copy *c, const char *name,
+		   const char *file);
+
 int cmd_create(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
@@ -110,6 +143,8 @@ int cmd_optimize(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_scrub(int argc, char **argv);
 int cmd_salvage(int argc, char **argv);
+int cmd_import(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 /* coil check --deep STORE (cli_scrub.c).  @return the exit status. */
 int cli_check_deep(const char *path);
 

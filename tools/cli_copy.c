@@ -1,5 +1,6 @@
 /* tools/cli_copy.c — coil put and coil get: copies between a file and an
- * object that leave nothing half made behind when they fail.
+ * object that leave nothing half made behind when they fail (import and
+ * export make theirs here too, one per file).
  *
  * put writes a temporary object and renames it to NAME (over an existing
  * one with --force) only once every byte is written and durable; on any
@@ -29,19 +30,18 @@ static const char *name_problem(int rc)
 	return NULL;
 }
 
-/* Copy @fd into @h from offset 0.  @return 0, or the negative errno with
- * *@local set when reading @fd failed (not the store). */
-static int put_copy(int fd, coil_obj *h, const char *what, uint64_t total,
-		    bool *local)
+/* Copy @fd into @h from offset 0: *@done bytes.  @return 0, or the
+ * negative errno with *@local set when reading @fd failed (not the
+ * store). */
+static int put_copy(int fd, coil_obj *h, struct cli_progress *p,
+		    bool *local, uint64_t *done)
 {
 	uint8_t *buf = malloc(CLI_BUF_BYTES);
-	struct cli_progress p;
 	uint64_t off = 0;
 	int rc = 0;
 
 	if (!buf)
 		return -ENOMEM;
-	cli_progress_start(&p, what, total);
 	while (rc == 0) {
 		ssize_t n = cli_interrupted ? -1 : read(fd, buf, CLI_BUF_BYTES);
 		int64_t w;
@@ -63,10 +63,10 @@ static int put_copy(int fd, coil_obj *h, const char *what, uint64_t total,
 		if (w < 0)
 			rc = (int)w;
 		off += (uint64_t)n;
-		cli_progress_update(&p, off);
+		cli_progress_update(p, p->base + off);
 	}
-	cli_progress_end(&p);
 	free(buf);
+	*done = off;
 	return rc;
 }
 
@@ -141,21 +141,114 @@ static int temp_create(coil_store *s, const char *name, char *tmp, coil_obj **h)
 
 /* ---- put ----------------------------------------------------------------- */
 
+int cli_put_fd(coil_store *s, struct cli_copy *c, const char *name, int fd,
+	       const char *file)
+{
+	const char *cmd = c->cmd, *store = c->store;
+	struct cli_progress own, *p = c->p ? c->p : &own;
+	char tmp[COIL_NAME_MAX + 1] = "";
+	bool published = false;
+	coil_obj *h = NULL;
+	struct stat st;
+	uint64_t done = 0;
+	int rc;
+
+	c->bytes = 0;
+	c->local = false;
+	/* The name is checked, and without --force found free, before a
+	 * byte is copied; the rename below checks again (no-replace), so
+	 * this is for an early, clear message, not for correctness. */
+	rc = coil_obj_open(s, name, 0, &h);
+	if (rc == 0) {
+		coil_obj_close(h);
+		h = NULL;
+		rc = c->force ? 0 : -EEXIST;
+	} else if (rc == -ENOENT) {
+		rc = 0;
+	}
+	if (rc == 0) {
+		rc = temp_create(s, name, tmp, &h);
+		if (rc < 0) {
+			cli_err("%s: writing object '%s' to store '%s': %s", cmd,
+				name, store, cli_reason(rc));
+			return rc;
+		}
+	}
+	if (rc == -EEXIST) {
+		cli_err("%s: object '%s' already exists in store '%s' (--force "
+			"replaces it)", cmd, name, store);
+		return rc;
+	}
+	if (rc < 0) {
+		cli_err("%s: object '%s': %s", cmd, name,
+			name_problem(rc) ? name_problem(rc) : cli_reason(rc));
+		return rc;
+	}
+	if (!c->p)
+		cli_progress_start(&own, name, fstat(fd, &st) == 0 &&
+				   S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0);
+	rc = put_copy(fd, h, p, &c->local, &done);
+	if (!c->p)
+		cli_progress_end(&own);
+	/* Durable under the temporary name before it takes NAME: a power cut
+	 * after the rename must not find NAME holding part of the bytes.
+	 * (import leaves this and the sync after the rename to one sync at
+	 * its end: the rename is journaled after every write of the
+	 * temporary object and recovery replays a prefix of the journal, so
+	 * NAME is whole or absent all the same.) */
+	if (rc == 0 && c->sync)
+		rc = coil_sync(s);
+	coil_obj_close(h);
+	h = NULL;
+	if (rc == 0)
+		rc = coil_obj_rename(s, tmp, name,
+				     c->force ? 0 : COIL_RENAME_NOREPLACE);
+	if (rc == 0) {
+		published = true;
+		if (c->sync)
+			rc = coil_sync(s);
+	}
+	if (rc == 0) {
+		c->bytes = done;
+	} else if (rc == -EINTR) {
+		cli_err("%s: interrupted; object '%s' left as it was", cmd, name);
+	} else if (c->local) {
+		cli_err("%s: cannot read '%s': %s", cmd, file, strerror(-rc));
+	} else if (rc == -EEXIST) {
+		cli_err("%s: object '%s' already exists in store '%s' (--force "
+			"replaces it)", cmd, name, store);
+	} else {
+		cli_err("%s: writing object '%s' to store '%s': %s", cmd, name,
+			store, cli_reason(rc));
+	}
+	if (rc < 0 && !published) {
+		int r2 = coil_obj_remove(s, tmp);
+
+		/* put's sync; import's last one covers its removals too. */
+		if (r2 == 0 && c->sync)
+			r2 = coil_sync(s);
+		if (r2 < 0 && r2 != -ENOENT)
+			cli_err("%s: could not remove the temporary object '%s' "
+				"(remove it with 'coil rm'): %s", cmd, tmp,
+				cli_reason(r2));
+	}
+	return rc;
+}
+
 int cmd_put(int argc, char **argv)
 {
-	bool force = false, local = false, published = false;
+	bool force = false;
 	const char *codec = NULL;
 	const struct cli_opt opts[] = {
 		{ "--force", 'f', NULL, &force },
 		{ "--compression", 'c', &codec, NULL },
 		{ 0 },
 	};
+	struct cli_copy c = { .cmd = "put", .sync = true };
 	const char *store, *name, *file;
-	char *pos[3], tmp[COIL_NAME_MAX + 1] = "";
+	char *pos[3];
 	coil_store *s;
-	coil_obj *h = NULL;
 	struct stat st;
-	uint64_t total = 0;
 	int npos, rc, fd, ret = CLI_FAIL;
 
 	rc = cli_parse_args("put", argc, argv, opts, pos, 3, &npos);
@@ -183,80 +276,12 @@ int cmd_put(int argc, char **argv)
 		cli_err("put: cannot read '%s': %s", file, strerror(EISDIR));
 		goto out_fd;
 	}
-	if (S_ISREG(st.st_mode))
-		total = (uint64_t)st.st_size;
 	if (cli_open_store_codec("put", store, 0, codec, &s) < 0)
 		goto out_fd;
-
-	/* The name is checked, and without --force found free, before a
-	 * byte is copied; the rename below checks again (no-replace), so
-	 * this is for an early, clear message, not for correctness. */
-	rc = coil_obj_open(s, name, 0, &h);
-	if (rc == 0) {
-		coil_obj_close(h);
-		h = NULL;
-		rc = force ? 0 : -EEXIST;
-	} else if (rc == -ENOENT) {
-		rc = 0;
-	}
-	if (rc == 0) {
-		rc = temp_create(s, name, tmp, &h);
-		if (rc < 0) {
-			cli_err("put: writing object '%s' to store '%s': %s",
-				name, store, cli_reason(rc));
-			goto out_store;
-		}
-	}
-	if (rc == -EEXIST) {
-		cli_err("put: object '%s' already exists in store '%s' (--force "
-			"replaces it)", name, store);
-		goto out_store;
-	}
-	if (rc < 0) {
-		cli_err("put: object '%s': %s", name,
-			name_problem(rc) ? name_problem(rc) : cli_reason(rc));
-		goto out_store;
-	}
-	rc = put_copy(fd, h, name, total, &local);
-	/* Durable under the temporary name before it takes NAME: a power cut
-	 * after the rename must not find NAME holding part of the bytes. */
-	if (rc == 0)
-		rc = coil_sync(s);
-	coil_obj_close(h);
-	h = NULL;
-	if (rc == 0)
-		rc = coil_obj_rename(s, tmp, name,
-				     force ? 0 : COIL_RENAME_NOREPLACE);
-	if (rc == 0) {
-		published = true;
-		rc = coil_sync(s);
-	}
-	if (rc == 0) {
+	c.store = store;
+	c.force = force;
+	if (cli_put_fd(s, &c, name, fd, file) == 0)
 		ret = CLI_OK;
-	} else if (rc == -EINTR) {
-		cli_err("put: interrupted; object '%s' left as it was", name);
-	} else if (local) {
-		cli_err("put: cannot read '%s': %s", file, strerror(-rc));
-	} else if (rc == -EEXIST) {
-		cli_err("put: object '%s' already exists in store '%s' (--force "
-			"replaces it)", name, store);
-	} else {
-		cli_err("put: writing object '%s' to store '%s': %s", name, store,
-			cli_reason(rc));
-	}
-out_store:
-	if (h)
-		coil_obj_close(h);
-	if (ret != CLI_OK && tmp[0] && !published) {
-		int r2 = coil_obj_remove(s, tmp);
-
-		if (r2 == 0)
-			r2 = coil_sync(s);
-		if (r2 < 0 && r2 != -ENOENT)
-			cli_err("put: could not remove the temporary object '%s' "
-				"(remove it with 'coil rm'): %s", tmp,
-				cli_reason(r2));
-	}
 	if (cli_close_store(store, s) < 0)
 		ret = CLI_FAIL;
 out_fd:
@@ -268,17 +293,15 @@ out_fd:
 /* ---- get --------------------------------------------------------------- */
 
 /* @return 0 or the negative errno; *@local when writing @fd failed. */
-static int get_copy(coil_obj *h, int fd, const char *what, bool *local)
+static int get_copy(coil_obj *h, int fd, struct cli_progress *p, bool *local,
+		    uint64_t *done)
 {
 	uint8_t *buf = malloc(CLI_BUF_BYTES);
-	struct cli_progress p;
-	uint64_t off = 0, size = 0;
+	uint64_t off = 0;
 	int rc = 0;
 
 	if (!buf)
 		return -ENOMEM;
-	coil_obj_size(h, &size);
-	cli_progress_start(&p, what, size);
 	for (;;) {
 		int64_t n = cli_interrupted ? -EINTR :
 					      coil_pread(h, buf, CLI_BUF_BYTES, off);
@@ -302,10 +325,10 @@ static int get_copy(coil_obj *h, int fd, const char *what, bool *local)
 		if (rc < 0)
 			break;
 		off += (uint64_t)n;
-		cli_progress_update(&p, off);
+		cli_progress_update(p, p->base + off);
 	}
-	cli_progress_end(&p);
 	free(buf);
+	*done = off;
 	return rc;
 }
 
@@ -324,56 +347,56 @@ static char *temp_path_for(const char *dest)
 	return t;
 }
 
-int cmd_get(int argc, char **argv)
+int cli_get_object(coil_store *s, struct cli_copy *c, const char *name,
+		   const char *file)
 {
-	const char *store, *name, *file;
-	char *pos[3], *tmp = NULL, *target = NULL;
-	bool to_stdout, local = false;
+	const char *cmd = c->cmd, *store = c->store, *dest;
+	struct cli_progress own, *p = c->p ? c->p : &own;
+	bool to_stdout = !strcmp(file, "-");
+	char *tmp = NULL, *target = NULL;
+	uint64_t size = 0, done = 0;
 	struct stat st;
-	coil_store *s;
 	coil_obj *h;
-	int npos, rc, fd = -1, ret = CLI_FAIL;
+	int rc, fd;
 
-	rc = cli_parse_args("get", argc, argv, NULL, pos, 3, &npos);
-	if (rc)
-		return rc;
-	if (npos != 3)
-		return cli_usage_error("get", "expected STORE NAME FILE");
-	store = pos[0];
-	name = pos[1];
-	file = pos[2];
-	to_stdout = !strcmp(file, "-");
-	if (!to_stdout && stat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
-		cli_err("get: cannot write '%s': %s", file, strerror(EISDIR));
-		return CLI_FAIL;
-	}
-	if (cli_open_store("get", store, COIL_RDONLY, &s) < 0)
-		return CLI_FAIL;
+	c->bytes = 0;
+	c->local = false;
 	rc = coil_obj_open(s, name, 0, &h);
 	if (rc == -ENOENT) {
-		cli_err("get: no object '%s' in store '%s'", name, store);
-		goto out_store;
+		cli_err("%s: no object '%s' in store '%s'", cmd, name, store);
+		return rc;
 	}
 	if (rc < 0) {
-		cli_err("get: object '%s': %s", name,
+		cli_err("%s: object '%s': %s", cmd, name,
 			name_problem(rc) ? name_problem(rc) : cli_reason(rc));
-		goto out_store;
+		return rc;
 	}
 	if (to_stdout) {
 		fd = STDOUT_FILENO;
 	} else {
 		/* Write through a symbolic link, as cp does: the file it
-		 * names is replaced, the link stays. */
-		target = realpath(file, NULL);
+		 * names is replaced, the link stays.  (export replaces the
+		 * link instead: it writes only under its DIR.) */
+		if (!c->nofollow)
+			target = realpath(file, NULL);
 		tmp = temp_path_for(target ? target : file);
 		fd = tmp ? mkstemp(tmp) : -1;
 		if (fd < 0) {
-			cli_err("get: cannot write '%s': %s", file,
-				strerror(tmp ? errno : ENOMEM));
-			goto out_obj;
+			rc = tmp ? -errno : -ENOMEM;
+			c->local = true;
+			cli_err("%s: cannot write '%s': %s", cmd, file,
+				strerror(-rc));
+			goto out;
 		}
 	}
-	rc = get_copy(h, fd, name, &local);
+	dest = target ? target : file;
+	if (!c->p) {
+		coil_obj_size(h, &size);
+		cli_progress_start(&own, name, size);
+	}
+	rc = get_copy(h, fd, p, &c->local, &done);
+	if (!c->p)
+		cli_progress_end(&own);
 	if (rc == 0 && !to_stdout) {
 		/* mkstemp made it 0600: give it the mode a new file would get,
 		 * or the mode of the file it replaces. */
@@ -381,39 +404,66 @@ int cmd_get(int argc, char **argv)
 		mode_t mode = 0666 & ~mask;
 
 		umask(mask);
-		if (target && stat(target, &st) == 0)
+		if (lstat(dest, &st) == 0 && S_ISREG(st.st_mode))
 			mode = st.st_mode & 07777;
 		if (fchmod(fd, mode) < 0 || fsync(fd) < 0) {
 			rc = -errno;
-			local = true;
+			c->local = true;
 		}
 	}
 	if (!to_stdout && close(fd) < 0 && rc == 0) {
 		rc = -errno;
-		local = true;
+		c->local = true;
 	}
-	if (rc == 0 && !to_stdout && rename(tmp, target ? target : file) < 0) {
+	if (rc == 0 && !to_stdout && rename(tmp, dest) < 0) {
 		rc = -errno;
-		local = true;
+		c->local = true;
 	}
 	if (rc == 0)
-		ret = CLI_OK;
+		c->bytes = done;
 	else if (rc == -EINTR)
-		cli_err("get: interrupted; '%s' left as it was", file);
-	else if (local)
-		cli_err("get: cannot write '%s': %s", to_stdout ? "stdout" : file,
-			strerror(-rc));
+		cli_err("%s: interrupted; '%s' left as it was", cmd, file);
+	else if (c->local)
+		cli_err("%s: cannot write '%s': %s", cmd,
+			to_stdout ? "stdout" : file, strerror(-rc));
 	else
-		cli_err("get: reading object '%s' from store '%s': %s", name,
+		cli_err("%s: reading object '%s' from store '%s': %s", cmd, name,
 			store, cli_reason(rc));
 	if (rc < 0 && tmp)
 		unlink(tmp);
-out_obj:
+out:
 	coil_obj_close(h);
-out_store:
-	if (cli_close_store(store, s) < 0)
-		ret = CLI_FAIL;
 	free(tmp);
 	free(target);
+	return rc;
+}
+
+int cmd_get(int argc, char **argv)
+{
+	struct cli_copy c = { .cmd = "get" };
+	const char *store, *file;
+	char *pos[3];
+	struct stat st;
+	coil_store *s;
+	int npos, rc, ret = CLI_FAIL;
+
+	rc = cli_parse_args("get", argc, argv, NULL, pos, 3, &npos);
+	if (rc)
+		return rc;
+	if (npos != 3)
+		return cli_usage_error("get", "expected STORE NAME FILE");
+	store = pos[0];
+	file = pos[2];
+	if (strcmp(file, "-") && stat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
+		cli_err("get: cannot write '%s': %s", file, strerror(EISDIR));
+		return CLI_FAIL;
+	}
+	if (cli_open_store("get", store, COIL_RDONLY, &s) < 0)
+		return CLI_FAIL;
+	c.store = store;
+	if (cli_get_object(s, &c, pos[1], file) == 0)
+		ret = CLI_OK;
+	if (cli_close_store(store, s) < 0)
+		ret = CLI_FAIL;
 	return ret;
 }

@@ -13,10 +13,18 @@
 
 volatile sig_atomic_t cli_interrupted;
 
+/* The progress line on the terminal, if one is: a message erases it first,
+ * not to be glued to its end (import and export go on after one). */
+static struct cli_progress *progress_shown;
+
 void cli_err(const char *fmt, ...)
 {
 	va_list ap;
 
+	if (progress_shown && progress_shown->shown) {
+		fputs("\r\033[K", stderr);
+		progress_shown->shown = false; /* the next update draws it */
+	}
 	fputs("coil: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
@@ -153,7 +161,7 @@ void cli_progress_start(struct cli_progress *p, const char *what, uint64_t total
 
 void cli_progress_update(struct cli_progress *p, uint64_t done)
 {
-	char a[32], b[32];
+	char a[32], b[32], items[64] = "";
 	uint64_t t;
 
 	if (!p->tty)
@@ -164,13 +172,19 @@ void cli_progress_update(struct cli_progress *p, uint64_t done)
 		return;
 	p->shown_ns = t;
 	p->shown = true;
-	if (p->total)
-		fprintf(stderr, "\r%s: %s of %s (%u%%)\033[K", p->what,
+	progress_shown = p;
+	if (p->unit)
+		snprintf(items, sizeof(items), "%llu/%llu %s, ",
+			 (unsigned long long)p->items,
+			 (unsigned long long)p->nitems, p->unit);
+	/* A file that grew since it was counted must not show past 100 %. */
+	if (p->total && done <= p->total)
+		fprintf(stderr, "\r%s: %s%s of %s (%u%%)\033[K", p->what, items,
 			cli_human(done, a, sizeof(a)),
 			cli_human(p->total, b, sizeof(b)),
 			(unsigned)(done * 100 / p->total));
 	else
-		fprintf(stderr, "\r%s: %s\033[K", p->what,
+		fprintf(stderr, "\r%s: %s%s\033[K", p->what, items,
 			cli_human(done, a, sizeof(a)));
 	fflush(stderr);
 }
@@ -180,6 +194,8 @@ void cli_progress_end(struct cli_progress *p)
 	if (p->shown)
 		fputs("\r\033[K", stderr);
 	p->shown = false;
+	if (progress_shown == p)
+		progress_shown = NULL;
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)

@@ -2,7 +2,7 @@
  *
  * This file: the command table, help, --version and `create`.  The other
  * commands live in cli_objects.c (ls, rm, mv, cp, compact, check), cli_copy.c
- * (put, get) and cli_stats.c (stats).  docs/cli.md is the manual; keep the
+ * (put, get), cli_tree.c (import, export) and cli_stats.c (stats).  docs/cli.md is the manual; keep the
  * help texts below and it saying the same. */
 #include <errno.h>
 #include <stdio.h>
@@ -90,6 +90,40 @@ static const struct cmd cmds[] = {
 	  "renamed over FILE only when every byte was read and verified; on any\n"
 	  "failure FILE is untouched and the temporary file removed.  (Standard\n"
 	  "output cannot be taken back: a failure there stops mid-stream.)\n" },
+	{ "import", cmd_import,
+	  "coil import [-f] [-c CODEC] STORE DIR",
+	  "copy every file under DIR into an object named by its path",
+	  "Copy every regular file under DIR, in every subdirectory, into the\n"
+	  "object named by its path relative to DIR (DIR/sys/types.h becomes\n"
+	  "sys/types.h), and make them durable before exiting.  Symbolic links\n"
+	  "are not followed; they and other files that are not regular (FIFOs,\n"
+	  "sockets, devices) are skipped with a note on stderr.\n"
+	  "\n"
+	  "  -f, --force               replace objects that exist (without it,\n"
+	  "                            such a file is an error and the object is\n"
+	  "                            left alone)\n"
+	  "  -c, --compression CODEC   as for 'coil put'\n"
+	  "\n"
+	  "Each file is copied as 'coil put' copies one: to a temporary object\n"
+	  "renamed to its name once every byte is written, so a file that fails\n"
+	  "(unreadable, store full, a name over 255 bytes) leaves no object; it\n"
+	  "is reported and the others are still imported, and the exit status\n"
+	  "is then 1.  The last line on stdout counts the files and bytes\n"
+	  "imported.\n" },
+	{ "export", cmd_export,
+	  "coil export STORE DIR",
+	  "copy every object into a file under DIR named by its name",
+	  "Copy every object into the file DIR/NAME, making DIR and the\n"
+	  "directories of NAME's '/'-separated parts as needed (an object\n"
+	  "sys/types.h becomes DIR/sys/types.h).  Each file is written as\n"
+	  "'coil get' writes one: to a temporary file beside it, renamed over it\n"
+	  "when every byte was read and verified; an existing file is replaced.\n"
+	  "A name that would leave DIR (starting with '/', or with a '..'\n"
+	  "component), or that has an empty or '.' component, is reported and\n"
+	  "skipped, as is one whose directories would pass through a symbolic\n"
+	  "link or a file; the others are still exported, and the exit status is\n"
+	  "then 1.  The last line on stdout counts the objects and bytes\n"
+	  "exported.\n" },
 	{ "rm", cmd_rm,
 	  "coil rm STORE NAME...",
 	  "remove objects",
