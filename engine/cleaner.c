@@ -89,6 +89,11 @@
 #define CLEANER_DELAY_MAX_NS (1000ull * 1000)
 /* The cleaner looks at free space this often even when nobody kicks it. */
 #define CLEANER_TICK_NS (100ull * 1000 * 1000)
+/* The background optimizer's pass: its level, and the live bytes of
+ * segments it takes at most (a pass ends with a checkpoint, so it is
+ * not made much smaller). */
+#define OPT_BG_LEVEL 19
+#define OPT_BG_BUDGET (16ull << 20)
 
 struct citem {
 	struct object *o;
@@ -193,6 +198,12 @@ struct cleaner {
 	uint64_t opt_taken;      /* the request's victims' live bytes */
 	uint64_t opt_done;       /* requests finished (under mu) */
 	uint64_t *opt_bytes;     /* per segment, not yet optimized */
+	/* the background optimizer (s->opt_idle_ns): the write count last
+	 * seen and since when it has not moved; the count at which a pass
+	 * last found nothing to do (no retry until it moves) */
+	bool opt_bg;             /* this pass is the background one */
+	bool bg_due;
+	uint64_t bg_writes, bg_quiet_ns, bg_nothing_at;
 	void (*opt_hook)(void *); /* tests: called with each optimizer batch
 				   * encoded, before it is placed */
 	void *opt_hook_arg;
@@ -702,6 +713,9 @@ static uint32_t pick_opt_victims(struct cleaner *cl, uint32_t max_v,
 
 	room = s->free_segs > 1 ? (uint64_t)(s->free_segs - 1) * per_seg(s) : 0;
 	budget = COIL_MIN(COIL_MIN(budget, room), CLEAN_PASS_BYTES_MAX);
+	/* Every sealed segment: in the background the whole store has
+	 * been left alone for a while (the pass stops at the next write),
+	 * and the segment being filled is never taken. */
 	optimize_seg_bytes(s, cl->opt_bytes);
 	for (uint32_t i = 0; i < s->nseg; i++) {
 		struct seg *g = &s->segs[i];
@@ -1098,6 +1112,12 @@ static void release_items(struct cleaner *cl, size_t a, size_t z, uint32_t seg)
 	pthread_mutex_unlock(&s->mlock);
 }
 
+/* Has the foreground written since the background pass began? */
+static bool bg_written(struct cleaner *cl)
+{
+	return atomic_load(&cl->s->st.writes) != cl->bg_writes;
+}
+
 /* One pass; with cl->opt_on, the optimizer's (victims by bytes not yet
  * optimized, at most @budget bytes of them; *@left: segments left for a
  * later pass, and it stops early when free space runs low, leaving the
@@ -1142,7 +1162,8 @@ static int clean_pass(struct cleaner *cl, uint32_t max_v, uint64_t budget,
 			rc = -ESHUTDOWN;
 		/* the optimizer yields to writers short of space: the
 		 * victims not yet started stay as they are */
-		if (rc == 0 && cl->opt_on && free_now(s) <= cl->throttle) {
+		if (rc == 0 && cl->opt_on && (free_now(s) <= cl->throttle ||
+					      (cl->opt_bg && bg_written(cl)))) {
 			release_items(cl, a, z, seg);
 			(*left)++;
 			continue;
@@ -1184,6 +1205,24 @@ static uint32_t free_now(struct coil_store *s)
 	f = s->free_segs;
 	pthread_mutex_unlock(&s->mlock);
 	return f;
+}
+
+/* At a tick: is the store idle long enough for a background pass (and
+ * not known to have nothing for it)?  cl->mu held. */
+static bool bg_due_locked(struct cleaner *cl)
+{
+	struct coil_store *s = cl->s;
+	uint64_t w = atomic_load(&s->st.writes), now = coil_now_ns();
+
+	if (!s->opt_idle_ns || atomic_load(&s->broken))
+		return false;
+	if (w != cl->bg_writes || !cl->bg_quiet_ns) {
+		cl->bg_writes = w;
+		cl->bg_quiet_ns = now;
+		return false;
+	}
+	return now - cl->bg_quiet_ns >= s->opt_idle_ns &&
+	       w != cl->bg_nothing_at;
 }
 
 /* One optimizer pass at @level over at most @budget bytes of live data
@@ -1231,6 +1270,8 @@ static void *cleaner_main(void *arg)
 				uint32_t goal = COIL_MAX(cl->clean_lo,
 							 cl->need_free);
 
+				if (bg_due_locked(cl))
+					cl->want = cl->bg_due = true;
 				pthread_mutex_unlock(&cl->mu);
 				if (free_now(s) < goal)
 					cl->want = true;
@@ -1255,6 +1296,19 @@ static void *cleaner_main(void *arg)
 			cl->opt_res = rc;
 			cl->opt_done++;
 			pthread_cond_broadcast(&cl->space_cv);
+		} else if (cl->bg_due) {
+			/* Idle: a bounded pass over cold data, stopped by the
+			 * next write.  Found nothing: not again until written. */
+			uint64_t w = cl->bg_writes;
+
+			cl->bg_due = false;
+			pthread_mutex_unlock(&cl->mu);
+			cl->opt_bg = true;
+			rc = opt_round(cl, OPT_BG_LEVEL, OPT_BG_BUDGET);
+			cl->opt_bg = false;
+			pthread_mutex_lock(&cl->mu);
+			if (rc == 0)
+				cl->bg_nothing_at = w;
 		}
 		force = (uint32_t)cl->force_victims;
 		cl->force_victims = 0;

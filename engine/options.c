@@ -25,6 +25,7 @@ COIL_API void coil_options_init(struct coil_options *o)
 	 * finds latent damage while other copies (backups) are recent. */
 	o->scrub_rate = 32ull << 20;
 	o->scrub_interval = 7ull * 24 * 3600;
+	o->optimize_idle = 60;
 }
 
 /* "none" -> 0, "zstd" -> 1, "zstd:N" -> N (1..19; zstd's fast negative

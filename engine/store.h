@@ -316,6 +316,7 @@ struct coil_store {
 
 	/* ---- space management (engine/cleaner.c) ---- */
 	struct cleaner *cl;     /* NULL: read-only, or not started */
+	uint64_t opt_idle_ns;   /* background optimizer after this idle (0: off) */
 	struct packer *pk;      /* engine/pack.c; NULL: not started */
 	struct scrub *scrub;    /* engine/scrub.c; NULL: not started */
 	struct seg_discard disc; /* TRIM of freed segments (the cleaner's) */

@@ -126,6 +126,12 @@ struct coil_options {
 	                            counted from the open or the end of the
 	                            last pass (default 604800, a week; 0 = only
 	                            when coil_scrub_start asks) */
+	uint64_t optimize_idle;  /* background optimizer (coil_optimize): after
+	                            this many seconds without a write, a pass
+	                            at zstd level 19 takes segments sealed at
+	                            least as long ago, and stops at the next
+	                            write (default 60; 0 = only when
+	                            coil_optimize asks) */
 	/* Fields may be added after this point in later versions;
 	 * coil_options_init() always sets every one of them. */
 };

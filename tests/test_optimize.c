@@ -16,6 +16,8 @@
  *                     holds, also after a reopen (replay decides the same)
  *   clones            an object and its clone share blobs: one rewrite,
  *                     both objects follow, both read back
+ *   background        optimize_idle = 1 s: with the store idle, the cleaner
+ *                     thread optimizes on its own; every byte reads back
  *   errors            bad arguments, a read-only store
  */
 #include <criterion/criterion.h>
@@ -23,6 +25,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "coil.h"
 #include "engine/cleaner.h"
@@ -379,6 +382,41 @@ Test(optimize, clones, .timeout = 120)
 	s = open_store(path, false);
 	check_obj(s, name_of(0), data[0], OBJ_LEN);
 	check_obj(s, "copy", data[0], OBJ_LEN);
+	cr_assert_eq(coil_close(s), 0);
+	free_all(data);
+}
+
+Test(optimize, background, .timeout = 120)
+{
+	char path[256];
+	uint8_t *data[NOBJ];
+	struct coil_options o;
+	struct coil_optimize_report rep;
+	static char js[1 << 16];
+	uint64_t rewritten = 0, passes = 0, s0;
+	coil_store *s;
+
+	et_path(path, sizeof(path), "opt-bg");
+	et_opts(&o, path);
+	o.size = 128ull << 20;
+	o.optimize_idle = 1;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	put_all(s, data);
+	s0 = stored_of(s);
+	/* segments sealed a second ago, and a second without writes */
+	for (int i = 0; i < 300 && passes == 0; i++) {
+		usleep(100 * 1000);
+		cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
+		passes = json_u64(js, "\"optimizer\"", "passes");
+	}
+	rewritten = json_u64(js, "\"optimizer\"", "rewritten");
+	cr_assert_gt(rewritten, 0, "no background pass in 30 s");
+	for (int i = 0; i < NOBJ; i++)
+		check_obj(s, name_of(i), data[i], OBJ_LEN);
+	/* the background got (at least) the sealed segments */
+	cr_assert_lt(stored_of(s), s0);
+	cr_assert_geq(coil_optimize(s, NULL, &rep), 0);
+	cr_assert_eq(cleaner_check_live(s), 0);
 	cr_assert_eq(coil_close(s), 0);
 	free_all(data);
 }
