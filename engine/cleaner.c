@@ -191,6 +191,8 @@ struct cleaner {
 	/* the optimizer (optimize.h): a pass with opt_on set re-encodes */
 	struct optimizer opt;
 	bool opt_on;             /* this pass optimizes (cleaner thread) */
+	bool compact_on;         /* this pass moves data toward the front */
+	bool compact_req;        /* compaction requested (under mu) */
 	int opt_req;             /* a level requested (under mu; 0: none) */
 	bool opt_busy;           /* a caller is in cleaner_optimize (mu) */
 	uint64_t opt_budget;     /* bytes of victims per request */
@@ -749,6 +751,48 @@ static uint32_t pick_opt_victims(struct cleaner *cl, uint32_t max_v,
 	return nv;
 }
 
+/* Compaction's victims (mlock held): the sealed segments holding data at
+ * the highest indexes, one for each free segment below it, so that moved
+ * down (placement opens the lowest free segment: the caller set the
+ * cursor to 0) they leave the end of the store free for the cut.
+ * *@left: such segments a later pass may still move. */
+static uint32_t pick_compact_victims(struct cleaner *cl, uint32_t max_v,
+				     uint32_t *left)
+{
+	struct coil_store *s = cl->s;
+	uint64_t room, taken = 0, cap = s->sb.segment_size - FMT_BLOCK;
+	uint32_t lo = 0, hi = s->nseg, nv = 0;
+
+	room = s->free_segs > 1 ? (uint64_t)(s->free_segs - 1) * per_seg(s) : 0;
+	room = COIL_MIN(room, CLEAN_PASS_BYTES_MAX);
+	while (lo < hi) {
+		struct seg *g;
+		uint64_t need;
+
+		if (s->segs[lo].state != SEG_FREE) {
+			lo++;
+			continue;
+		}
+		g = &s->segs[hi - 1];
+		if (g->state != SEG_SEALED || g->live == 0 || g->inflight) {
+			hi--;
+			continue;
+		}
+		need = COIL_MIN(g->live + g->live / 8, cap);
+		if (nv == max_v || taken + need > room) {
+			(*left)++;
+			break;
+		}
+		taken += need;
+		cl->vlist[nv++] = hi - 1;
+		cl->victim[hi - 1] = 1;
+		atomic_fetch_add(&g->readers, 1);
+		lo++;
+		hi--;
+	}
+	return nv;
+}
+
 static int items_push(struct cleaner *cl, const struct citem *it)
 {
 	if (cl->nitems == cl->cap_items) {
@@ -1136,8 +1180,12 @@ static int clean_pass(struct cleaner *cl, uint32_t max_v, uint64_t budget,
 	pthread_mutex_lock(&s->mlock);
 	t0 = coil_now_ns();
 	free0 = s->free_segs;
-	nv = cl->opt_on ? pick_opt_victims(cl, max_v, cand, budget, left) :
-			  pick_victims(cl, max_v, cand);
+	if (cl->opt_on)
+		nv = pick_opt_victims(cl, max_v, cand, budget, left);
+	else if (cl->compact_on)
+		nv = pick_compact_victims(cl, max_v, left);
+	else
+		nv = pick_victims(cl, max_v, cand);
 	for (uint32_t i = 0; i < s->nseg; i++)
 		npending += s->segs[i].state == SEG_PENDING;
 	if (nv)
@@ -1249,6 +1297,30 @@ static int opt_round(struct cleaner *cl, int level, uint64_t budget)
 	return left ? 1 : 0;
 }
 
+/* One compaction pass (cleaner thread): the segment being filled is
+ * sealed and placement starts again from the front, then the sealed
+ * segments nearest the end move down.  @return 1 when a later pass may
+ * move more, 0 when nothing is left to move, or -errno. */
+static int compact_round(struct cleaner *cl)
+{
+	struct coil_store *s = cl->s;
+	uint32_t left = 0;
+	int rc;
+
+	if (atomic_load(&s->broken))
+		return -EIO;
+	pthread_mutex_lock(&s->mlock);
+	(void)seg_seal_active(s);
+	s->alloc_cursor = 0;
+	pthread_mutex_unlock(&s->mlock);
+	cl->compact_on = true;
+	rc = clean_pass(cl, CLEAN_VICTIMS_MAX, UINT64_MAX, &left);
+	cl->compact_on = false;
+	if (rc < 0)
+		return rc;
+	return left ? 1 : 0;
+}
+
 static void *cleaner_main(void *arg)
 {
 	struct cleaner *cl = arg;
@@ -1285,7 +1357,15 @@ static void *cleaner_main(void *arg)
 			break;
 		cl->want = false;
 		cl->running = true;
-		if (cl->opt_req) {
+		if (cl->compact_req) {
+			cl->compact_req = false;
+			pthread_mutex_unlock(&cl->mu);
+			rc = compact_round(cl);
+			pthread_mutex_lock(&cl->mu);
+			cl->opt_res = rc;
+			cl->opt_done++;
+			pthread_cond_broadcast(&cl->space_cv);
+		} else if (cl->opt_req) {
 			int level = cl->opt_req;
 			uint64_t budget = cl->opt_budget;
 
@@ -1395,8 +1475,10 @@ int cleaner_run_now(struct coil_store *s, uint32_t max_victims)
 	return f1 > f0 ? (int)(f1 - f0) : 0;
 }
 
-int cleaner_optimize(struct coil_store *s, int level, uint64_t budget,
-		     uint64_t *taken)
+/* Ask the cleaner thread for an optimizer pass (@level > 0) or a
+ * compaction pass (@level 0) and wait for its result. */
+static int cleaner_request(struct coil_store *s, int level, uint64_t budget,
+			   uint64_t *taken)
 {
 	struct cleaner *cl = s->cl;
 	uint64_t target;
@@ -1412,7 +1494,10 @@ int cleaner_optimize(struct coil_store *s, int level, uint64_t budget,
 	while (cl->opt_busy && !cl->stop)
 		pthread_cond_wait(&cl->space_cv, &cl->mu);
 	cl->opt_busy = true;
-	cl->opt_req = level;
+	if (level)
+		cl->opt_req = level;
+	else
+		cl->compact_req = true;
 	cl->opt_budget = budget;
 	target = cl->opt_done + 1;
 	kick_locked(cl);
@@ -1424,6 +1509,12 @@ int cleaner_optimize(struct coil_store *s, int level, uint64_t budget,
 	pthread_cond_broadcast(&cl->space_cv);
 	pthread_mutex_unlock(&cl->mu);
 	return rc;
+}
+
+int cleaner_optimize(struct coil_store *s, int level, uint64_t budget,
+		     uint64_t *taken)
+{
+	return level > 0 ? cleaner_request(s, level, budget, taken) : -EINVAL;
 }
 
 const struct optimizer *cleaner_optimizer(struct coil_store *s)
@@ -1658,6 +1749,18 @@ int cleaner_compact(struct coil_store *s, uint64_t *returned)
 		return 0;
 	if (fstat(s->fd, &st) == 0)
 		before = (uint64_t)st.st_blocks * 512;
+	/* Live data first moves toward the front, through the cleaner's
+	 * relocation (crash-safe as any cleaning), pass after pass while a
+	 * pass moves something. */
+	for (int i = 0; i < 64; i++) {
+		uint64_t moved;
+
+		rc = cleaner_request(s, 0, 0, &moved);
+		if (rc <= 0)
+			break;
+	}
+	if (rc < 0)
+		return rc;
 	/* Emptied segments become FREE through checkpoints (the caller
 	 * flushed what was in flight): one may not free them all (ckpt.c),
 	 * so up to three. */

@@ -491,12 +491,14 @@ COIL_API int coil_scrub_damage(coil_store *s, coil_damage_fn fn, void *arg);
  *   @fn's nonzero value, -EBADF, -EINVAL, -EDEADLK, -ENOMEM, -ESHUTDOWN. */
 COIL_API int coil_check(coil_store *s, coil_damage_fn fn, void *arg,
 			struct coil_scrub_info *info);
-/* Give space back to the file system: the free segments at the end of a
- * growing store's file (what removes and the cleaner emptied) are cut off,
- * down to the size a new store starts with.  Waits for the checkpoints
- * that free emptied segments.  Live data is not moved (yet): free space
- * before the last segment in use stays with the store, allocated, where
- * the next writes reuse it at full speed.  Safe against crashes at any
+/* Give space back to the file system: live data in the segments nearest
+ * the end of a growing store's file moves into free segments nearer the
+ * front (the cleaner's relocation, one segment for each free one below
+ * it), then the free segments at the end (what removes, the cleaner, the
+ * optimizer and this move emptied) are cut off, down to the size a new
+ * store starts with.  Waits for the checkpoints that free emptied
+ * segments.  Free space that remains stays with the store, allocated,
+ * where the next writes reuse it at full speed.  Safe against crashes at any
  * point (the file is cut only after a checkpoint and the superblock name
  * the smaller size).  A fixed-size store (COIL_ZERO_FILL, a block device)
  * returns 0 bytes.  *@returned (may be NULL): bytes the file gave back.

@@ -733,17 +733,61 @@ Test(store_grow, small_writes_journal_share, .timeout = 120)
  * tail. */
 /* A store that grew for @a_mib MiB of "a" that is then removed: its tail
  * is free for compaction (48 MiB: one growth step to give back). */
-static void compact_setup(const char *path, struct coil_options *o,
-			  uint64_t a_mib)
+static void compact_setup_order(const char *path, struct coil_options *o,
+				uint64_t a_mib, bool b_last)
 {
 	coil_store *s;
 
 	cr_assert_eq(coil_open(path, o, &s), 0);
-	cr_assert_eq(put(s, "b", 8 * MiB, 21, NULL), 0);
+	if (!b_last)
+		cr_assert_eq(put(s, "b", 8 * MiB, 21, NULL), 0);
 	cr_assert_eq(put(s, "a", a_mib * MiB, 22, NULL), 0);
+	if (b_last)
+		cr_assert_eq(put(s, "b", 8 * MiB, 21, NULL), 0);
 	cr_assert_eq(coil_obj_remove(s, "a"), 0);
 	cr_assert_eq(coil_close(s), 0);
 	o->flags &= ~COIL_CREATE;
+}
+
+static void compact_setup(const char *path, struct coil_options *o,
+			  uint64_t a_mib)
+{
+	compact_setup_order(path, o, a_mib, false);
+}
+
+/* "a" first and "b" after it: removing "a" frees the front, and "b" holds
+ * the end of the file until compaction moves it down. */
+Test(store_grow, compact_moves_data_down, .timeout = 120)
+{
+	char path[256];
+	struct coil_options o;
+	coil_store *s;
+	uint64_t got = 0, d0, d1;
+	uint32_t n0;
+
+	et_path(path, sizeof(path), "grow-compact-move");
+	opts(&o, 0);
+	o.size = 512 * MiB;
+	compact_setup_order(path, &o, 96, true);
+	d0 = disk_bytes(path);
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	n0 = s->nseg;
+	cr_assert_eq(coil_compact(s, &got), 0);
+	cr_assert_lt(s->nseg, n0);
+	cr_assert_gt(got, 64 * MiB, "gave back %llu", (unsigned long long)got);
+	check(s, "b", 8 * MiB, 21);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_close(s), 0);
+	d1 = disk_bytes(path);
+	cr_assert_leq(d1, 64 * MiB, "after compaction: %llu bytes (before "
+		      "%llu)", (unsigned long long)d1, (unsigned long long)d0);
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	check(s, "b", 8 * MiB, 21);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(put(s, "c", 32 * MiB, 23, NULL), 0);
+	check(s, "c", 32 * MiB, 23);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
 }
 
 Test(store_grow, compact_gives_back_the_tail, .timeout = 120)
@@ -792,9 +836,10 @@ Test(store_grow, powercut_during_compact, .timeout = 300)
 	char path[256];
 	struct coil_options o;
 	uint64_t seed = 0xc0de ^ (uint64_t)time(NULL);
-	/* compaction: a sync, up to three checkpoints (each a write, a
-	 * flush, two superblock writes with a flush each), the last one's,
-	 * then the cut */
+	/* compaction: a sync, the relocation of what lies at the end (its
+	 * reads, writes, journal entry, the checkpoint after it), up to
+	 * three checkpoints (each a write, a flush, two superblock writes
+	 * with a flush each), the last one's, then the cut */
 	uint64_t kmax = tu_scale() < 0.5 ? 8 : 24;
 
 	et_path(path, sizeof(path), "grow-compact-cut");
@@ -808,7 +853,8 @@ Test(store_grow, powercut_during_compact, .timeout = 300)
 		unlink(path);
 		opts(&o, 0);
 		o.size = 512 * MiB;
-		compact_setup(path, &o, 48);
+		/* every other run: live data to move down first */
+		compact_setup_order(path, &o, 48, k % 2 == 0);
 		memset(&spec, 0, sizeof(spec));
 		spec.record = true;
 		uring_fault_set_next(&spec);

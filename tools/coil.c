@@ -146,12 +146,12 @@ static const struct cmd cmds[] = {
 	  "  -f, --force   replace an existing DST (removed in the same step)\n" },
 	{ "compact", cmd_compact,
 	  "coil compact STORE",
-	  "give free space at the store's end back to the file system",
-	  "Cut the free segments at the end of a growing store's file off (what\n"
-	  "removed objects and the cleaner emptied), down to the size a new\n"
-	  "store starts with, and print the bytes given back.  Live data is not\n"
-	  "moved: free space before the last segment in use stays with the\n"
-	  "store.  Safe to interrupt at any point.\n" },
+	  "give free space back to the file system",
+	  "Move live data from the segments nearest the end of a growing\n"
+	  "store's file into free segments nearer the front, then cut the free\n"
+	  "segments at the end off (what removed objects, the cleaner and the\n"
+	  "optimizer emptied), down to the size a new store starts with, and\n"
+	  "print the bytes given back.  Safe to interrupt at any point.\n" },
 	{ "optimize", cmd_optimize,
 	  "coil optimize [--level N] STORE",
 	  "encode cold data again, smaller",
