@@ -15,7 +15,6 @@
 #include "engine/log/journal.h"
 #include "engine/log/meta.h"
 #include "engine/handle.h"
-#include "engine/optimize.h"
 #include "engine/place/segment.h"
 #include "engine/pack.h"
 #include "engine/place/object.h"
@@ -66,10 +65,25 @@ static int name_check(struct coil_store *s, const char *name, size_t *len)
 	if (!store_valid(s))
 		return -EBADF;
 	*len = strnlen(name, COIL_NAME_MAX + 1);
-	if (*len == 0)
+	if (*len == 0 || (uint8_t)name[0] == COIL_NAME_RESERVED)
 		return -EINVAL;
 	if (*len > COIL_NAME_MAX)
 		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* The engine's own objects (dictionaries): a reserved name is fine. */
+static int name_check_open(struct coil_store *s, const char *name,
+			   size_t *len, bool internal)
+{
+	if (!internal)
+		return name_check(s, name, len);
+	if (!store_valid(s))
+		return -EBADF;
+	*len = strnlen(name, COIL_NAME_MAX + 1);
+	if (*len == 0 || *len > COIL_NAME_MAX ||
+	    (uint8_t)name[0] != COIL_NAME_RESERVED)
+		return -EINVAL;
 	return 0;
 }
 
@@ -86,8 +100,23 @@ static int store_writable_check(struct coil_store *s)
 	return 0;
 }
 
+static int obj_open(coil_store *s, const char *name, unsigned flags,
+		    coil_obj **out, bool internal);
+
 COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 			   coil_obj **out)
+{
+	return obj_open(s, name, flags, out, false);
+}
+
+int engine_obj_open_internal(coil_store *s, const char *name, unsigned flags,
+			     coil_obj **out)
+{
+	return obj_open(s, name, flags, out, true);
+}
+
+static int obj_open(coil_store *s, const char *name, unsigned flags,
+		    coil_obj **out, bool internal)
 {
 	struct coil_obj *h;
 	struct object *o;
@@ -103,7 +132,7 @@ COIL_API int coil_obj_open(coil_store *s, const char *name, unsigned flags,
 		return -EINVAL;
 	if ((flags & COIL_EXCL) && !(flags & COIL_CREATE))
 		return -EINVAL;
-	rc = name_check(s, name, &len);
+	rc = name_check_open(s, name, &len, internal);
 	if (rc < 0)
 		return rc;
 	if ((flags & COIL_CREATE) && !s->rdonly) {
@@ -521,89 +550,6 @@ COIL_API int coil_compact(coil_store *s, uint64_t *returned)
 	return rc;
 }
 
-static uint64_t ld(const _Atomic uint64_t *x)
-{
-	return atomic_load(x);
-}
-
-/* The optimizer's counters now, as a report (a call's is the difference). */
-static void opt_counters(coil_store *s, struct coil_optimize_report *r)
-{
-	const struct optimizer *op = cleaner_optimizer(s);
-
-	memset(r, 0, sizeof(*r));
-	if (!op)
-		return;
-	r->passes = ld(&op->passes);
-	r->scanned = ld(&op->scanned);
-	r->rewritten = ld(&op->rewritten);
-	r->saved_bytes = ld(&op->saved_bytes);
-	r->stale_skips = ld(&op->stale_skips);
-	r->no_gain = ld(&op->no_gain);
-	r->errors = ld(&op->errors);
-	r->bytes_written = ld(&op->bytes_written);
-}
-
-COIL_API int coil_optimize(coil_store *s, const struct coil_optimize_opts *opts,
-			   struct coil_optimize_report *rep)
-{
-	struct coil_optimize_opts o = { 0 };
-	struct coil_optimize_report r0, r1;
-	uint64_t left, t0 = coil_now_ns(), taken;
-	int rc;
-
-	if (!s)
-		return -EINVAL;
-	if (opts)
-		o = *opts;
-	if (o.level == 0)
-		o.level = 19;
-	if (o.level < 1 || o.level > 22)
-		return -EINVAL;
-	if (!store_valid(s))
-		return -EBADF;
-	if (s->rdonly)
-		return -EROFS;
-	if (engine_on_coil_thread(s))
-		return -EDEADLK;
-	left = o.budget_bytes ? o.budget_bytes : UINT64_MAX;
-	opt_counters(s, &r0);
-	/* Small writes still in memory go to a segment first, and the
-	 * segment being filled is sealed: a call asked for now covers what
-	 * was written until now. */
-	rc = pack_now(s);
-	if (rc == -ENOSPC)
-		rc = 0;
-	if (rc == 0) {
-		pthread_mutex_lock(&s->mlock);
-		(void)seg_seal_active(s);
-		pthread_mutex_unlock(&s->mlock);
-	}
-	while (rc == 0 || rc == 1) {
-		rc = cleaner_optimize(s, o.level, left, &taken);
-		if (rc != 1)
-			break;
-		if (taken == 0)
-			break; /* no room to relocate into now: more remains */
-		left -= COIL_MIN(left, taken);
-		if (left == 0 || (o.budget_ms &&
-				  coil_now_ns() - t0 >= o.budget_ms * 1000000ull))
-			break;
-	}
-	if (rep) {
-		opt_counters(s, &r1);
-		rep->passes = r1.passes - r0.passes;
-		rep->scanned = r1.scanned - r0.scanned;
-		rep->rewritten = r1.rewritten - r0.rewritten;
-		rep->saved_bytes = r1.saved_bytes - r0.saved_bytes;
-		rep->stale_skips = r1.stale_skips - r0.stale_skips;
-		rep->no_gain = r1.no_gain - r0.no_gain;
-		rep->errors = r1.errors - r0.errors;
-		rep->bytes_written = r1.bytes_written - r0.bytes_written;
-	}
-	return rc;
-}
-
 COIL_API int coil_stats_json_flags(coil_store *s, char *buf, size_t len,
 				   unsigned flags)
 {
@@ -642,6 +588,9 @@ COIL_API int coil_obj_list(coil_store *s, coil_list_fn fn, void *arg)
 	}
 	for (uint32_t b = 0; b < s->tab_cap; b++) {
 		for (struct object *o = s->by_id[b]; o && n < cap; o = o->id_next) {
+			/* the engine's own objects are not the caller's */
+			if (dict_name_internal(o->name, o->name_len))
+				continue;
 			items[n].size = o->size;
 			items[n].len = o->name_len;
 			memcpy(items[n].name, o->name, o->name_len);

@@ -141,7 +141,7 @@ static int name_copy(const char *name, char **out, uint16_t *len)
 	if (!name)
 		return -EINVAL;
 	n = strnlen(name, COIL_NAME_MAX + 1);
-	if (n == 0)
+	if (n == 0 || (uint8_t)name[0] == COIL_NAME_RESERVED)
 		return -EINVAL;
 	if (n > COIL_NAME_MAX)
 		return -ENAMETOOLONG;

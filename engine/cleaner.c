@@ -52,7 +52,7 @@
 #include "engine/log/ckpt.h"
 #include "engine/log/journal.h"
 #include "engine/log/meta.h"
-#include "engine/optimize.h"
+#include "engine/io/recode.h"
 #include "engine/place/blob.h"
 #include "engine/place/object.h"
 #include "engine/place/segment.h"
@@ -1030,6 +1030,7 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 	uint64_t base = seg_base(s, seg), end = 0;
 	size_t nrun, r0 = 0, slot = 0;
 	uint32_t nb = 0, rec = 0, next = 0;
+	char cohort[DICT_COHORT_MAX + 1];
 	int rc;
 
 	rc = make_runs(cl, a, z, &nrun);
@@ -1039,6 +1040,8 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 	if (rc < 0)
 		return rc;
 	stat_add(&cl->bytes_read, end);
+	if (cl->opt_on)
+		stat_add(&cl->opt.bytes_read, end);
 
 	for (size_t r = 0; r < nrun; r++) {
 		const struct crun *run = &cl->runs[r];
@@ -1065,16 +1068,25 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 		/* Verify before copying: bytes that do not read back right
 		 * stay where they are (reads of them fail with -EIO, as they
 		 * would have anyway). */
-		ok = fmt_blob_decode(cl->dctx, NULL, fb, src, stored,
-				     cl->scratch, FMT_BLOB_MAX) >= 0;
+		ok = fmt_blob_decode(cl->dctx, dict_ddict(s, fb->dict_id), fb,
+				     src, stored, cl->scratch,
+				     FMT_BLOB_MAX) >= 0;
 		/* The optimizer's pass: a blob not yet optimized is encoded
 		 * again from the verified bytes; the smaller candidate, if
 		 * any, is what the batch carries (a REWRITE pair per
 		 * extent), else the blob is copied marked as optimized. */
-		if (ok && cl->opt_on && !(fb->flags & FMT_BLOB_OPTIMIZED)) {
+		if (ok && cl->opt_on && !(fb->flags & FMT_BLOB_OPTIMIZED) &&
+		    !dict_name_internal(it->o->name, it->o->name_len)) {
 			const uint8_t *nb_bytes = NULL;
-			int o = optimize_blob(&cl->opt, fb, cl->scratch,
-					      &cl->nfb, &nb_bytes);
+			struct dict *d;
+			int o;
+
+			/* the cohort's dictionary, by the first object that
+			 * maps the blob (clones share one encoding) */
+			dict_cohort_of(it->o->name, it->o->name_len, cohort);
+			d = dict_for_cohort(s, cohort);
+			o = optimize_blob(&cl->opt, fb, cl->scratch, d,
+					  &cl->nfb, &nb_bytes);
 
 			if (o == 1) {
 				*fb = cl->nfb;

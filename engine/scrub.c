@@ -509,7 +509,8 @@ static int verify_blob(struct scrub *sc, size_t i, size_t j,
 
 	blobd_to_fmt(b, fb);
 	if (b->codec != FMT_CODEC_RAW) {
-		if (fmt_blob_decode(sc->dctx, NULL, fb, src, b->stored_len,
+		if (fmt_blob_decode(sc->dctx, dict_ddict(sc->s, fb->dict_id),
+				    fb, src, b->stored_len,
 				    sc->scratch, FMT_BLOB_MAX) < 0)
 			rc = mark_bad(sc, i, j, 0, b->logical_len,
 				      "checksum or decompression failed");

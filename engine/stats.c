@@ -12,7 +12,7 @@
 #include "engine/io/readahead.h"
 #include "engine/log/ckpt.h"
 #include "engine/log/journal.h"
-#include "engine/optimize.h"
+#include "engine/io/recode.h"
 #include "engine/place/blob.h"
 #include "engine/place/extmap.h"
 #include "engine/place/object.h"
@@ -296,6 +296,12 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen,
 		    strlen(cj) + 1 >= sizeof(cj))
 			strcpy(cj, "\"optimizer\":{}");
 		sb_printf(&b, "%s,", cj);
+		/* the optimizer's dictionaries (their objects' bytes are in
+		 * space.logical and space.stored too) */
+		sb_printf(&b, "\"dictionaries\":{\"loaded\":%llu,"
+			  "\"bytes\":%llu,\"load_failures\":%llu},",
+			  LD(s->dicts.loaded), LD(s->dicts.bytes),
+			  LD(s->dicts.failed));
 	}
 	if (!b.err) {
 		/* the scrub section appends to the same buffer */

@@ -151,6 +151,7 @@ static void store_free(struct coil_store *s)
 	pthread_mutex_destroy(&s->ck_mu);
 	pthread_mutex_destroy(&s->grow_mu);
 	memlist_destroy(&s->mem);
+	dict_destroy(s);
 	pthread_cond_destroy(&s->mcond);
 	pthread_cond_destroy(&s->jcond);
 	pthread_cond_destroy(&s->rq_cond);
@@ -630,6 +631,9 @@ static int store_recover(struct coil_store *s)
 		rc = replay_journal(s);
 	if (rc < 0)
 		return rc;
+	/* every dictionary the objects name, read once (a failure leaves
+	 * only its blobs unreadable) */
+	dict_load_all(s);
 	s->free_segs = 0;
 	for (uint32_t i = 0; i < s->nseg; i++) {
 		struct seg *g = &s->segs[i];

@@ -25,11 +25,17 @@
 #include "engine/log/journal.h"
 #include "engine/place/blob.h"
 #include "engine/place/bufpool.h"
+#include "engine/place/dict.h"
 #include "engine/place/extmap.h"
 #include "engine/place/segment.h"
 #include "format/format.h"
 #include "pool/pool.h"
 #include "uring/uring.h"
+
+/* coil_obj_open for the engine's own objects, whose names start with
+ * COIL_NAME_RESERVED (and must). */
+int engine_obj_open_internal(coil_store *s, const char *name, unsigned flags,
+			     coil_obj **out);
 
 struct cache;
 struct cleaner;
@@ -177,6 +183,7 @@ struct coil_store {
 	 * inline_ok: this store may write them (read-write, and the
 	 * superblock carries FMT_INCOMPAT_INLINE). */
 	struct memlist mem;
+	struct dicts dicts;      /* zstd dictionaries (place/dict.c) */
 	bool inline_ok;
 	uint64_t name_bytes;
 	uint64_t ckpt_reserved;

@@ -95,8 +95,12 @@ int fmt_blob_decode(ZSTD_DCtx *dctx, const ZSTD_DDict *ddict, const struct fmt_b
 		return raw_verify(b, 0, b->n_csums, dst) < 0 ? -EIO : (int)b->logical_len;
 	}
 
-	if (!dctx || (b->dict_id && !ddict))
+	if (!dctx)
 		return -EINVAL;
+	/* The dictionary the blob names is not there (never loaded, or
+	 * unreadable): these bytes cannot be read. */
+	if (b->dict_id && !ddict)
+		return -EIO;
 	if (fmt_csum(stored, b->stored_len) != b->csums[0])
 		return -EIO;
 	/* dst capacity is exactly logical_len: a frame that claims more fails

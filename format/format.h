@@ -392,10 +392,10 @@ int fmt_blob_encode(ZSTD_CCtx *cctx, int level, const ZSTD_CDict *cdict, uint32_
 /* Decode the @b->stored_len bytes at @stored into @dst and verify every
  * checksum (raw: each sector; zstd: stored bytes, then logical bytes).
  * Raw blobs may be decoded in place (dst == stored).  dict_id != 0 needs the
- * matching @ddict.  Never returns wrong bytes.
- * @return logical_len; -EIO on a bad descriptor or any mismatch; -EINVAL if
- * stored_len < b->stored_len, dst_cap < b->logical_len, a needed dctx or
- * ddict is missing. */
+ * matching @ddict (without one: -EIO).  Never returns wrong bytes.
+ * @return logical_len; -EIO on a bad descriptor, any mismatch, or a missing
+ * dictionary; -EINVAL if stored_len < b->stored_len, dst_cap <
+ * b->logical_len, or a needed dctx is missing. */
 int fmt_blob_decode(ZSTD_DCtx *dctx, const ZSTD_DDict *ddict, const struct fmt_blob *b,
 		    const void *stored, size_t stored_len, void *dst, size_t dst_cap);
 

@@ -94,6 +94,9 @@ typedef void (*coil_cb)(void *arg, int64_t res);
 /* Largest object name, in bytes, not counting the terminating NUL.  Names are
  * any bytes except NUL. */
 #define COIL_NAME_MAX 255
+/* A name whose first byte is this one belongs to coil (its dictionaries):
+ * -EINVAL to every call that takes a name; coil_obj_list skips them. */
+#define COIL_NAME_RESERVED 0x01
 
 /* The smallest store coil_open creates with the default max_blob (room for
  * the superblocks, journal, two checkpoint areas and two data segments); a
@@ -517,12 +520,24 @@ COIL_API int coil_compact(coil_store *s, uint64_t *returned);
  * the same way in replay after a crash.  The segments read are freed like
  * the cleaner's.  Runs on the store's cleaner thread; foreground I/O goes
  * on meanwhile, and a pass stops early when writers run short of free
- * space.  Dictionaries are not used (yet). */
+ * space.
+ * Dictionaries: before its passes, a call trains a zstd dictionary for
+ * each cohort of objects — objects whose names share their first
+ * component ("dir/" of "dir/sub/file"; names without '/' are one cohort)
+ * — that holds at least 4 MiB and has none, from a tenth of its bytes (at
+ * most 8 MiB), and keeps it only if, judged on other pieces of the
+ * sample, it saves more than twice its own size over the cohort.  A kept
+ * dictionary (about 110 KiB) is an object of the store coil owns (its
+ * name starts with COIL_NAME_RESERVED: not listed, not removable, counted
+ * in space.stored), made durable before any blob uses it, read at every
+ * open; a dictionary that cannot be read makes its blobs read -EIO. */
+#define COIL_OPTIMIZE_NO_DICTS 0x1u /* train no new dictionaries */
 struct coil_optimize_opts {
 	int level;             /* zstd level, 1..22; 0: 19 */
 	uint64_t budget_bytes; /* live bytes of segments to take at most
 				* (a pass takes at least one); 0: no limit */
 	uint64_t budget_ms;    /* start no pass after this long; 0: none */
+	unsigned flags;        /* COIL_OPTIMIZE_NO_DICTS */
 };
 /* What a call did (this call's share of the counters in
  * coil_stats_json's "optimizer"). */
@@ -535,6 +550,9 @@ struct coil_optimize_report {
 	uint64_t no_gain;      /* blobs nothing smaller was found for */
 	uint64_t errors;       /* candidates that failed their check */
 	uint64_t bytes_written;/* stored bytes of the rewrites */
+	uint64_t dicts_made;   /* dictionaries trained and kept */
+	uint64_t dict_bytes;   /* their bytes */
+	uint64_t dicts_rejected; /* trained, not worth their bytes */
 };
 /* Optimize @s within @opts's budget (NULL: defaults, no budget).
  * @rep (may be NULL): what was done.  Not from a callback (-EDEADLK).

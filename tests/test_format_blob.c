@@ -266,7 +266,7 @@ Test(format_blob, dictionary)
 
 	cr_assert_eq(fmt_blob_decode(dctx, dd, &b, enc, b.stored_len, dec, 3000), 3000);
 	cr_assert_eq(memcmp(dec, src, 3000), 0);
-	cr_assert_eq(fmt_blob_decode(dctx, NULL, &b, enc, b.stored_len, dec, 3000), -EINVAL);
+	cr_assert_eq(fmt_blob_decode(dctx, NULL, &b, enc, b.stored_len, dec, 3000), -EIO);
 	cr_assert_eq(fmt_blob_decode(dctx, wrong, &b, enc, b.stored_len, dec, 3000), -EIO);
 
 	/* level <= 0 stays raw even with a dictionary at hand */

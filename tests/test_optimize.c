@@ -16,12 +16,22 @@
  *                     holds, also after a reopen (replay decides the same)
  *   clones            an object and its clone share blobs: one rewrite,
  *                     both objects follow, both read back
+ *   dictionaries      a cohort of 24 MiB of text gets a dictionary: fewer
+ *                     stored bytes than without, the dictionary counted in
+ *                     them (saved_bytes less its bytes is the drop), not
+ *                     listed and not reachable by name (reserved names are
+ *                     -EINVAL), every byte reads back, also reopened (the
+ *                     dictionary is read at open)
+ *   dictionary_damaged the dictionary's bytes damaged on disk: the store
+ *                     opens, the blobs that need it read -EIO (never other
+ *                     bytes), coil_check names them, the rest reads
  *   background        optimize_idle = 1 s: with the store idle, the cleaner
  *                     thread optimizes on its own; every byte reads back
  *   errors            bad arguments, a read-only store
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +39,7 @@
 
 #include "coil.h"
 #include "engine/cleaner.h"
+#include "engine/place/object.h"
 #include "engine/store.h"
 #include "tests/engine_test_util.h"
 #include "tests/test_util.h"
@@ -384,6 +395,214 @@ Test(optimize, clones, .timeout = 120)
 	check_obj(s, "copy", data[0], OBJ_LEN);
 	cr_assert_eq(coil_close(s), 0);
 	free_all(data);
+}
+
+#define DOBJ 24
+
+static void put_cohort(coil_store *s, uint8_t **data)
+{
+	char name[32];
+
+	for (int i = 0; i < DOBJ; i++) {
+		coil_obj *h;
+
+		data[i] = malloc(MiB);
+		text_fill(data[i], MiB, 100 + (uint64_t)i);
+		snprintf(name, sizeof(name), "logs/%02d", i);
+		cr_assert_eq(coil_obj_open(s, name, COIL_CREATE, &h), 0);
+		for (uint32_t at = 0; at < MiB; at += 64 * KiB)
+			cr_assert_eq(coil_pwrite(h, data[i] + at, 64 * KiB, at),
+				     64 * KiB);
+		cr_assert_eq(coil_obj_close(h), 0);
+	}
+	/* and one object of another cohort, too small for one */
+	data[DOBJ] = malloc(MiB);
+	text_fill(data[DOBJ], MiB, 99);
+	{
+		coil_obj *h;
+
+		cr_assert_eq(coil_obj_open(s, "other", COIL_CREATE, &h), 0);
+		cr_assert_eq(coil_pwrite(h, data[DOBJ], MiB, 0), MiB);
+		cr_assert_eq(coil_obj_close(h), 0);
+	}
+	cr_assert_eq(coil_sync(s), 0);
+}
+
+static void check_cohort(coil_store *s, uint8_t **data)
+{
+	char name[32];
+
+	for (int i = 0; i < DOBJ; i++) {
+		snprintf(name, sizeof(name), "logs/%02d", i);
+		check_obj(s, name, data[i], MiB);
+	}
+	check_obj(s, "other", data[DOBJ], MiB);
+}
+
+static int list_cb(void *arg, const char *name, size_t len, uint64_t size)
+{
+	(void)size;
+	cr_assert(len > 0 && name[0] != COIL_NAME_RESERVED,
+		  "an internal object listed");
+	(*(int *)arg)++;
+	return 0;
+}
+
+static uint64_t optimized_stored(const char *path, uint8_t **data,
+				 unsigned flags,
+				 struct coil_optimize_report *rep)
+{
+	struct coil_optimize_opts o = { .flags = flags };
+	coil_store *s = open_store(path, true);
+	uint64_t st;
+
+	put_cohort(s, data);
+	cr_assert_eq(coil_optimize(s, &o, rep), 0);
+	st = stored_of(s);
+	cr_assert_eq(coil_close(s), 0);
+	return st;
+}
+
+Test(optimize, dictionaries, .timeout = 240)
+{
+	char path[256], p2[256];
+	uint8_t *data[DOBJ + 1], *d2[DOBJ + 1];
+	struct coil_optimize_report rep, rep0;
+	uint64_t s0, s1, plain;
+	coil_store *s;
+	coil_obj *h;
+	int n = 0;
+
+	/* the same data without dictionaries, for comparison */
+	et_path(p2, sizeof(p2), "opt-nodict");
+	plain = optimized_stored(p2, d2, COIL_OPTIMIZE_NO_DICTS, &rep0);
+	cr_assert_eq(rep0.dicts_made, 0);
+	for (int i = 0; i <= DOBJ; i++)
+		free(d2[i]);
+
+	et_path(path, sizeof(path), "opt-dict");
+	s = open_store(path, true);
+	put_cohort(s, data);
+	s0 = stored_of(s);
+	cr_assert_eq(coil_optimize(s, NULL, &rep), 0);
+	s1 = stored_of(s);
+	cr_log_info("stored %llu -> %llu with a dictionary (%llu bytes), "
+		    "%llu without", (unsigned long long)s0,
+		    (unsigned long long)s1, (unsigned long long)rep.dict_bytes,
+		    (unsigned long long)plain);
+	cr_assert_eq(rep.dicts_made, 1, "made %llu, rejected %llu",
+		     (unsigned long long)rep.dicts_made,
+		     (unsigned long long)rep.dicts_rejected);
+	cr_assert_gt(rep.dict_bytes, 0);
+	cr_assert_lt(s1, plain, "the dictionary did not pay for itself");
+	/* stored holds the dictionary's object: the drop is the rewrites'
+	 * saving less what it stores */
+	cr_assert_gt(s1 + rep.saved_bytes, s0);
+	cr_assert_leq(s1 + rep.saved_bytes - s0, rep.dict_bytes);
+	check_cohort(s, data);
+	cr_assert_eq(coil_obj_list(s, list_cb, &n), 0);
+	cr_assert_eq(n, DOBJ + 1);
+	/* its name is coil's: no call reaches it */
+	{
+		char nm[8] = { COIL_NAME_RESERVED, 'd', '/', '1', '/', 'l', 0 };
+		coil_batch *b;
+
+		cr_assert_eq(coil_obj_open(s, nm, 0, &h), -EINVAL);
+		cr_assert_eq(coil_obj_open(s, nm, COIL_CREATE, &h), -EINVAL);
+		cr_assert_eq(coil_obj_remove(s, nm), -EINVAL);
+		cr_assert_eq(coil_obj_rename(s, "other", nm, 0), -EINVAL);
+		cr_assert_eq(coil_obj_clone(s, "other", nm), -EINVAL);
+		cr_assert_eq(coil_batch_new(s, &b), 0);
+		cr_assert_eq(coil_batch_remove(b, nm), -EINVAL);
+		coil_batch_free(b);
+	}
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_close(s), 0);
+
+	s = open_store(path, false);
+	cr_assert_eq(stored_of(s), s1);
+	check_cohort(s, data);
+	/* a second call: nothing to train, nothing to encode */
+	cr_assert_eq(coil_optimize(s, NULL, &rep), 0);
+	cr_assert_eq(rep.dicts_made, 0);
+	cr_assert_eq(rep.scanned, 0);
+	cr_assert_eq(coil_close(s), 0);
+	for (int i = 0; i <= DOBJ; i++)
+		free(data[i]);
+}
+
+struct found {
+	uint64_t logs, dict, other;
+};
+
+static int found_cb(void *arg, const struct coil_damage *d)
+{
+	struct found *f = arg;
+
+	if (d->object && d->object_len >= 5 && !memcmp(d->object, "logs/", 5))
+		f->logs++;
+	else if (d->object && d->object[0] == COIL_NAME_RESERVED)
+		f->dict++;  /* the dictionary itself, by its own name */
+	else if (d->object)
+		f->other++;
+	return 0;
+}
+
+Test(optimize, dictionary_damaged, .timeout = 240)
+{
+	char path[256];
+	uint8_t *data[DOBJ + 1], *rd = malloc(MiB), junk[512];
+	struct coil_optimize_report rep;
+	struct coil_scrub_info info;
+	struct found f = { 0 };
+	uint64_t dev_off = 0;
+	coil_store *s;
+	coil_obj *h;
+	int fd;
+
+	et_path(path, sizeof(path), "opt-dict-bad");
+	s = open_store(path, true);
+	put_cohort(s, data);
+	cr_assert_eq(coil_optimize(s, NULL, &rep), 0);
+	cr_assert_eq(rep.dicts_made, 1);
+	/* where the dictionary's bytes are */
+	pthread_mutex_lock(&s->mlock);
+	{
+		struct dict *d = s->dicts.tab[1];
+		struct object *o = d ? objtab_find_id(s, d->obj_id) : NULL;
+		struct extmap_iter it;
+		const struct ext *e;
+
+		cr_assert(o);
+		extmap_iter_init(&it, &o->map, 0);
+		e = extmap_iter_next(&it);
+		cr_assert(e && !blobd_is_mem(e->b));
+		dev_off = e->b->dev_off;
+	}
+	pthread_mutex_unlock(&s->mlock);
+	cr_assert_eq(coil_close(s), 0);
+
+	memset(junk, 0x5a, sizeof(junk));
+	fd = open(path, O_WRONLY);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pwrite(fd, junk, sizeof(junk), (off_t)dev_off + 100),
+		     (ssize_t)sizeof(junk));
+	close(fd);
+
+	s = open_store(path, false);
+	cr_assert_eq(coil_obj_open(s, "logs/03", 0, &h), 0);
+	cr_assert_eq(coil_pread(h, rd, MiB, 0), -EIO);
+	cr_assert_eq(coil_obj_close(h), 0);
+	check_obj(s, "other", data[DOBJ], MiB);
+	cr_assert_eq(coil_check(s, found_cb, &f, &info), 0);
+	cr_assert_gt(f.logs, 0, "coil_check named no damaged range");
+	cr_assert_eq(f.dict, 1);
+	cr_assert_eq(f.other, 0);
+	cr_assert_gt(info.damaged_ranges, 0);
+	cr_assert_eq(coil_close(s), 0);
+	for (int i = 0; i <= DOBJ; i++)
+		free(data[i]);
+	free(rd);
 }
 
 Test(optimize, background, .timeout = 120)

@@ -320,6 +320,10 @@ int cmd_optimize(int argc, char **argv)
 		sum.stale_skips += r.stale_skips;
 		sum.no_gain += r.no_gain;
 		sum.errors += r.errors;
+		sum.dicts_made += r.dicts_made;
+		sum.dict_bytes += r.dict_bytes;
+		/* the first call trained what pays: the others only encode */
+		o.flags |= COIL_OPTIMIZE_NO_DICTS;
 		cli_progress_update(&prog, sum.saved_bytes);
 	} while (rc == 1 && r.passes > 0);
 	cli_progress_end(&prog);
@@ -327,9 +331,11 @@ int cmd_optimize(int argc, char **argv)
 		cli_err("optimize '%s': %s", pos[0], cli_reason(rc));
 		ret = CLI_FAIL;
 	}
-	printf("%s: %llu blobs encoded again, %llu written smaller, saved %s "
-	       "(%llu bytes); %llu no smaller, %llu overtaken by newer "
-	       "writes, %llu failed their check%s\n", pos[0],
+	printf("%s: %llu dictionaries trained (%llu bytes), %llu blobs encoded "
+	       "again, %llu written smaller, saved %s (%llu bytes); %llu no "
+	       "smaller, %llu overtaken by newer writes, %llu failed their "
+	       "check%s\n", pos[0], (unsigned long long)sum.dicts_made,
+	       (unsigned long long)sum.dict_bytes,
 	       (unsigned long long)sum.scanned,
 	       (unsigned long long)sum.rewritten,
 	       cli_human(sum.saved_bytes, h, sizeof(h)),

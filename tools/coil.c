@@ -157,7 +157,10 @@ static const struct cmd cmds[] = {
 	  "encode cold data again, smaller",
 	  "Encode the store's data again at zstd level N (default 19), blob by\n"
 	  "blob: each candidate is decoded and compared byte for byte with the\n"
-	  "original, and kept only if smaller.  Data written with the default\n"
+	  "original, and kept only if smaller.  First, each cohort of objects\n"
+	  "(names sharing their first component, 'dir/' of 'dir/a/b') of at\n"
+	  "least 4 MiB gets a zstd dictionary trained on a tenth of it, kept\n"
+	  "only if it saves more than twice its own bytes.  Data written with the default\n"
 	  "(zstd level 1) typically shrinks by a tenth to a fifth; data stored\n"
 	  "raw because it did not compress stays as it is.  Blobs already\n"
 	  "optimized are skipped, so a second run does nothing.  The segments\n"

@@ -212,13 +212,15 @@ static void read_decoded(struct pool_req *preq, void *arg)
 /* ---- decode steps shared with readahead.c -------------------------------- */
 
 /* The read wants all of this blob, in one piece (engine.h). */
-void read_decode_task(struct pool_task *t, const struct fmt_blob *fb,
-		      const struct blobd *b, const uint8_t *iobuf,
-		      uint64_t rd_off, uint8_t *dst)
+void read_decode_task(struct coil_store *s, struct pool_task *t,
+		      const struct fmt_blob *fb, const struct blobd *b,
+		      const uint8_t *iobuf, uint64_t rd_off, uint8_t *dst)
 {
 	memset(t, 0, sizeof(*t));
 	t->kind = POOL_TASK_DECODE_BLOB;
 	t->u.decode.blob = fb;
+	/* NULL for a dictionary that did not load: the decode is -EIO */
+	t->u.decode.ddict = dict_ddict(s, fb->dict_id);
 	t->u.decode.stored = iobuf + (b->dev_off - rd_off);
 	t->u.decode.stored_len = b->stored_len;
 	t->u.decode.dst = dst;
@@ -234,7 +236,8 @@ void read_decode_inline(struct coil_store *s, struct pool_task *tasks,
 	pthread_mutex_lock(&s->zmu);
 	for (uint32_t i = 0; i < n; i++) {
 		struct pool_task *t = &tasks[i];
-		t->result = fmt_blob_decode(s->zd, NULL, t->u.decode.blob,
+		t->result = fmt_blob_decode(s->zd, t->u.decode.ddict,
+					    t->u.decode.blob,
 					    t->u.decode.stored,
 					    t->u.decode.stored_len,
 					    t->u.decode.dst,
@@ -329,7 +332,8 @@ static void read_decode_local(struct coil_store *s, struct pool_task *tasks,
 	for (uint32_t i = 0; i < n; i++) {
 		struct pool_task *t = &tasks[i];
 
-		t->result = fmt_blob_decode(d, NULL, t->u.decode.blob,
+		t->result = fmt_blob_decode(d, t->u.decode.ddict,
+					    t->u.decode.blob,
 					    t->u.decode.stored,
 					    t->u.decode.stored_len,
 					    t->u.decode.dst,
@@ -394,12 +398,12 @@ static void read_all_done(struct rreq *r)
 		 * into its buffer (the decoder never returns wrong bytes,
 		 * only -EIO, which fails the whole read). */
 		if (rb->sce || rb->mem) /* stored bytes in the cache, memory */
-			read_decode_task(t, &rb->fb, rb->b,
+			read_decode_task(s, t, &rb->fb, rb->b,
 					 rb->sce ? rb->sce->data : rb->mem,
 					 rb->b->dev_off, rb->direct ?
 					 r->dst + r->pc[rb->piece].dst : rb->dec);
 		else
-			read_decode_task(t, &rb->fb, rb->b, rb->iobuf,
+			read_decode_task(s, t, &rb->fb, rb->b, rb->iobuf,
 					 rb->rd_off, rb->direct ?
 					 r->dst + r->pc[rb->piece].dst : rb->dec);
 		r->task_blob[r->ntasks++] = i;

@@ -133,9 +133,9 @@ void read_blob_resume(struct rblob *rb);
 /* Shared with readahead.c: fill a DECODE task for blob @b read at @rd_off
  * into @iobuf, decoding into @dst; and decode @n such tasks on this thread
  * when the pool is saturated. */
-void read_decode_task(struct pool_task *t, const struct fmt_blob *fb,
-		      const struct blobd *b, const uint8_t *iobuf,
-		      uint64_t rd_off, uint8_t *dst);
+void read_decode_task(struct coil_store *s, struct pool_task *t,
+		      const struct fmt_blob *fb, const struct blobd *b,
+		      const uint8_t *iobuf, uint64_t rd_off, uint8_t *dst);
 void read_decode_inline(struct coil_store *s, struct pool_task *tasks,
 			uint32_t n);
 /* Shared with readahead.c: the result of a ring read of blob @b's

@@ -389,7 +389,7 @@ static void job_io_all_done(struct ra_job *j)
 			}
 			dst = jb->val;
 		}
-		read_decode_task(&j->tasks[j->ntasks], &jb->fb, jb->b,
+		read_decode_task(s, &j->tasks[j->ntasks], &jb->fb, jb->b,
 				 jb->iobuf, jb->rd_off, dst);
 		j->task_blob[j->ntasks++] = i;
 	}

@@ -52,8 +52,8 @@ static int blob_in_segs(const struct coil_store *s, const struct fmt_blob *b,
 	    (b->logical_len >= FMT_BLOCK ||
 	     !(s->sb.incompat & FMT_INCOMPAT_INLINE)))
 		return -EIO;
-	if (b->dict_id != 0)
-		return -EIO; /* dictionaries: not in this version */
+	if (b->dict_id >= DICT_MAX)
+		return -EIO;
 	return 0;
 }
 
@@ -548,7 +548,11 @@ static int replay_verify_blob(struct replay *rp, const struct fmt_blob *b,
 		rp->io_off = a;
 		rp->io_len = z - a;
 	}
-	rc = fmt_blob_decode(rp->dctx, NULL, b,
+	/* a dictionary is read when a blob first needs it (its object's
+	 * records came first); one that does not load fails the blob */
+	if (b->dict_id && dict_load(s, b->dict_id) < 0)
+		return 1;
+	rc = fmt_blob_decode(rp->dctx, dict_ddict(s, b->dict_id), b,
 			     rp->io + (b->dev_off - rp->io_off),
 			     b->stored_len, rp->dec, FMT_BLOB_MAX);
 	if (rc < 0)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/place/extmap.h"
+#include "engine/place/dict.h"
 #include "engine/place/object.h"
 #include "engine/store.h"
 
@@ -270,6 +271,8 @@ int objtab_add(struct coil_store *s, uint64_t id, const char *name,
 	if (id >= s->next_obj_id)
 		s->next_obj_id = id + 1;
 	dirty_all(s, o);
+	/* a dictionary's object: its name is its binding */
+	dict_note(s, o);
 	*out = o;
 	return 0;
 }

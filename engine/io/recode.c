@@ -1,0 +1,169 @@
+/* engine/io/recode.c — the optimizer's encoder, its check and its counters
+ * (the pass is the cleaner's relocation, engine/cleaner.c; the entry point
+ * and dictionary training are engine/optimize.c; recode.h says how they
+ * fit). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zstd.h>
+
+#include "engine/io/recode.h"
+#include "engine/place/blob.h"
+#include "engine/place/dict.h"
+#include "engine/place/extmap.h"
+#include "engine/place/object.h"
+#include "engine/store.h"
+#include "format/format.h"
+
+int optimizer_init(struct optimizer *op)
+{
+	memset(op, 0, sizeof(*op));
+	return 0;
+}
+
+void optimizer_destroy(struct optimizer *op)
+{
+	optimizer_end(op);
+}
+
+int optimizer_begin(struct optimizer *op, int level)
+{
+	if (level < 1 || level > ZSTD_maxCLevel())
+		return -EINVAL;
+	op->level = level;
+	if (!op->cctx)
+		op->cctx = ZSTD_createCCtx();
+	if (!op->dctx)
+		op->dctx = ZSTD_createDCtx();
+	if (!op->obuf)
+		op->obuf = malloc(FMT_BLOB_MAX);
+	if (!op->vbuf)
+		op->vbuf = malloc(FMT_BLOB_MAX);
+	if (!op->cctx || !op->dctx || !op->obuf || !op->vbuf) {
+		optimizer_end(op);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void optimizer_end(struct optimizer *op)
+{
+	ZSTD_freeCCtx(op->cctx);
+	ZSTD_freeDCtx(op->dctx);
+	free(op->obuf);
+	free(op->vbuf);
+	op->cctx = op->dctx = NULL;
+	op->obuf = op->vbuf = NULL;
+	op->level = 0;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) < 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* What a blob costs on disk beyond its place: its stored bytes and the
+ * descriptor's checksums (the rest of a descriptor is the same size for
+ * every blob). */
+static uint64_t blob_cost(const struct fmt_blob *b)
+{
+	return (uint64_t)b->stored_len + 8u * b->n_csums;
+}
+
+int optimize_blob(struct optimizer *op, const struct fmt_blob *old,
+		  const uint8_t *logical, struct dict *d,
+		  struct fmt_blob *nfb, const uint8_t **bytes)
+{
+	const ZSTD_CDict *cd = d ? dict_cdict(d, op->level) : NULL;
+	uint64_t t0 = thread_cpu_ns();
+	uint32_t bad;
+	int rc;
+
+	atomic_fetch_add_explicit(&op->scanned, 1, memory_order_relaxed);
+	rc = fmt_blob_encode(op->cctx, op->level, cd, cd ? d->id : 0, logical,
+			     old->logical_len, op->obuf, FMT_BLOB_MAX, nfb);
+	if (rc < 0 || blob_cost(nfb) >= blob_cost(old)) {
+		atomic_fetch_add_explicit(&op->no_gain, 1,
+					  memory_order_relaxed);
+		rc = rc < 0 ? -EIO : 0;
+		goto out;
+	}
+	bad = atomic_load(&op->inject_bad);
+	while (bad && !atomic_compare_exchange_weak(&op->inject_bad, &bad,
+						    bad - 1))
+		;
+	if (bad)
+		op->obuf[nfb->stored_len / 2] ^= 0x20;
+	/* The optimizer never decides what the bytes are: the candidate is
+	 * decoded as a read would decode it and must give back exactly what
+	 * was read. */
+	if (fmt_blob_decode(op->dctx, cd ? d->dd : NULL, nfb, op->obuf,
+			    nfb->stored_len,
+			    op->vbuf, FMT_BLOB_MAX) != (int)old->logical_len ||
+	    memcmp(op->vbuf, logical, old->logical_len) != 0) {
+		atomic_fetch_add_explicit(&op->errors, 1, memory_order_relaxed);
+		rc = -EIO;
+		goto out;
+	}
+	nfb->flags = FMT_BLOB_OPTIMIZED;
+	nfb->dev_off = 0;
+	*bytes = op->obuf;
+	rc = 1;
+out:
+	atomic_fetch_add_explicit(&op->cpu_ns, thread_cpu_ns() - t0,
+				  memory_order_relaxed);
+	return rc;
+}
+
+void optimize_seg_bytes(struct coil_store *s, uint64_t *out)
+{
+	memset(out, 0, (size_t)s->nseg * sizeof(*out));
+	for (uint32_t b = 0; b < s->tab_cap; b++) {
+		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
+			struct extmap_iter it;
+			const struct ext *e;
+
+			extmap_iter_init(&it, &o->map, 0);
+			while ((e = extmap_iter_next(&it))) {
+				uint32_t i;
+
+				if (blobd_is_mem(e->b) ||
+				    (e->b->flags & FMT_BLOB_OPTIMIZED))
+					continue;
+				i = seg_of(s, e->b->dev_off);
+				if (i < s->nseg)
+					out[i] += e->len;
+			}
+		}
+	}
+}
+
+#define LD(x) ((unsigned long long)atomic_load(&(x)))
+
+int optimizer_stats_fmt(const struct optimizer *op, char *buf, size_t len)
+{
+	static const struct optimizer zero;
+	int n;
+
+	if (!op)
+		op = &zero;
+	n = snprintf(buf, len,
+		     "\"optimizer\":{\"passes\":%llu,\"scanned\":%llu,"
+		     "\"rewritten\":%llu,\"saved_bytes\":%llu,"
+		     "\"stale_skips\":%llu,\"stale_bytes\":%llu,"
+		     "\"no_gain\":%llu,\"errors\":%llu,\"bytes_read\":%llu,"
+		     "\"bytes_written\":%llu,\"installed_bytes\":%llu,"
+		     "\"cpu_ns\":%llu}",
+		     LD(op->passes), LD(op->scanned), LD(op->rewritten),
+		     LD(op->saved_bytes), LD(op->stale_skips),
+		     LD(op->stale_bytes), LD(op->no_gain), LD(op->errors),
+		     LD(op->bytes_read), LD(op->bytes_written),
+		     LD(op->installed_bytes), LD(op->cpu_ns));
+	return n < 0 ? -EIO : n;
+}

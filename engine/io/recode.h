@@ -1,0 +1,71 @@
+/* engine/io/recode.h — the optimizer: cold blobs re-encoded smaller.
+ *
+ * The optimizer is a mode of the cleaner's relocation pass (cleaner.c):
+ * it picks the sealed segments holding the most bytes it has not been over
+ * yet, and while the pass relocates their live blobs, each one not yet
+ * optimized goes through optimize_blob: decoded (the pass already did, to
+ * verify it), encoded again at a high zstd level, the candidate decoded
+ * and compared byte for byte, and kept only when strictly smaller.  A kept
+ * candidate is journaled as a REWRITE pair (what was read, what replaces
+ * it) and installed by meta_apply_rewrite's compare-and-swap; every other
+ * blob is copied verbatim (a REMAP) with FMT_BLOB_OPTIMIZED set, so no
+ * later pass looks at it again.  The victims end empty and the checkpoint
+ * after the pass frees them, as after any cleaning. */
+#ifndef COIL_ENGINE_RECODE_H
+#define COIL_ENGINE_RECODE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct coil_store;
+struct dict;
+struct fmt_blob;
+
+/* The optimizer's encoder state and counters (one per store, used by the
+ * cleaner thread only, counters read by stats). */
+struct optimizer {
+	void *cctx;              /* ZSTD_CCtx, made for a pass, freed after */
+	void *dctx;              /* ZSTD_DCtx for the candidate's check */
+	uint8_t *obuf;           /* the candidate's stored bytes */
+	uint8_t *vbuf;           /* the candidate decoded again */
+	int level;               /* this pass's zstd level */
+	/* test hook: corrupt the next @inject_bad candidates before their
+	 * check, which must then refuse them */
+	_Atomic uint32_t inject_bad;
+
+	_Atomic uint64_t passes, scanned, rewritten, saved_bytes, stale_skips;
+	_Atomic uint64_t stale_bytes, no_gain, errors, bytes_read;
+	_Atomic uint64_t bytes_written, cpu_ns, installed_bytes;
+};
+
+int optimizer_init(struct optimizer *op);
+void optimizer_destroy(struct optimizer *op);
+/* Ready for a pass at @level (1..22): the encoder is made now. */
+int optimizer_begin(struct optimizer *op, int level);
+/* After a pass: the encoder's memory (tens of MiB at high levels) goes. */
+void optimizer_end(struct optimizer *op);
+
+/* Re-encode one blob whose descriptor is @old and whose @old->logical_len
+ * logical bytes are @logical (already verified), with dictionary @d
+ * (NULL: none; one whose encoder cannot be made is not used).  @return 1
+ * and the
+ * candidate in *@nfb (flags FMT_BLOB_OPTIMIZED, dev_off 0) and its stored
+ * bytes at *@bytes when it decodes back to exactly @logical and its
+ * persisted bytes (stored bytes and descriptor checksums) are strictly
+ * fewer; 0 when nothing smaller was found; -EIO when the candidate failed
+ * its check (counted in errors; the blob is then kept as it is). */
+int optimize_blob(struct optimizer *op, const struct fmt_blob *old,
+		  const uint8_t *logical, struct dict *d,
+		  struct fmt_blob *nfb, const uint8_t **bytes);
+
+/* Per segment, the logical bytes of live extents whose blob the optimizer
+ * has not been over (no FMT_BLOB_OPTIMIZED): @out has s->nseg entries.
+ * A walk of every extent map.  mlock held. */
+void optimize_seg_bytes(struct coil_store *s, uint64_t *out);
+
+/* The "optimizer" section of the stats JSON (@op NULL: zeros).  @return
+ * its length or -EIO. */
+int optimizer_stats_fmt(const struct optimizer *op, char *buf, size_t len);
+
+#endif
