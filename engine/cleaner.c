@@ -711,9 +711,12 @@ static uint32_t pick_opt_victims(struct cleaner *cl, uint32_t max_v,
 {
 	struct coil_store *s = cl->s;
 	uint64_t cap = s->sb.segment_size - FMT_BLOCK, taken = 0, room;
-	uint32_t nc = 0, nv = 0;
+	uint32_t nc = 0, nv = 0, spare = cl->reserve + 1;
 
-	room = s->free_segs > 1 ? (uint64_t)(s->free_segs - 1) * per_seg(s) : 0;
+	/* Room above the reserve only: the reserve is for cleaning, which
+	 * must stay possible whatever the optimizer has in flight. */
+	room = s->free_segs > spare ?
+		       (uint64_t)(s->free_segs - spare) * per_seg(s) : 0;
 	budget = COIL_MIN(COIL_MIN(budget, room), CLEAN_PASS_BYTES_MAX);
 	/* Every sealed segment: in the background the whole store has
 	 * been left alone for a while (the pass stops at the next write),

@@ -27,6 +27,10 @@
  *                     bytes), coil_check names them, the rest reads
  *   background        optimize_idle = 1 s: with the store idle, the cleaner
  *                     thread optimizes on its own; every byte reads back
+ *   full_store        a store filled until -ENOSPC: a call does what room
+ *                     allows (never the cleaner's reserve), breaks
+ *                     nothing, every byte reads back, and writes succeed
+ *                     again once an object is removed
  *   errors            bad arguments, a read-only store
  */
 #include <criterion/criterion.h>
@@ -638,6 +642,60 @@ Test(optimize, background, .timeout = 120)
 	cr_assert_eq(cleaner_check_live(s), 0);
 	cr_assert_eq(coil_close(s), 0);
 	free_all(data);
+}
+
+Test(optimize, full_store, .timeout = 120)
+{
+	char path[256], name[32];
+	struct coil_options o;
+	struct coil_optimize_report rep;
+	uint8_t *p = malloc(MiB), *rd = malloc(MiB);
+	coil_store *s;
+	coil_obj *h;
+	int n = 0, rc;
+
+	et_path(path, sizeof(path), "opt-full");
+	et_opts(&o, path);
+	o.size = 48ull << 20;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	for (;; n++) {
+		int64_t w;
+
+		text_fill(p, MiB, 500 + (uint64_t)n);
+		snprintf(name, sizeof(name), "f/%03d", n);
+		cr_assert_eq(coil_obj_open(s, name, COIL_CREATE, &h), 0);
+		w = coil_pwrite(h, p, MiB, 0);
+		cr_assert_eq(coil_obj_close(h), 0);
+		if (w == -ENOSPC) {
+			cr_assert_eq(coil_obj_remove(s, name), 0);
+			break;
+		}
+		cr_assert_eq(w, MiB, "write %d: %lld", n, (long long)w);
+		cr_assert_lt(n, 400);
+	}
+	cr_assert_eq(coil_sync(s), 0);
+	rc = coil_optimize(s, NULL, &rep);
+	cr_assert_geq(rc, 0, "%s", coil_strerror(rc));
+	cr_log_info("full store: %d objects, optimize %d, rewritten %llu",
+		    n, rc, (unsigned long long)rep.rewritten);
+	for (int i = 0; i < n; i++) {
+		text_fill(p, MiB, 500 + (uint64_t)i);
+		snprintf(name, sizeof(name), "f/%03d", i);
+		check_obj(s, name, p, MiB);
+	}
+	cr_assert_eq(cleaner_check_live(s), 0);
+	/* space back: writes succeed again */
+	cr_assert_eq(coil_obj_remove(s, "f/000"), 0);
+	cr_assert_eq(coil_obj_remove(s, "f/001"), 0);
+	cr_assert_eq(coil_sync(s), 0);
+	cr_assert_eq(coil_obj_open(s, "again", COIL_CREATE, &h), 0);
+	cr_assert_eq(coil_pwrite(h, p, MiB, 0), MiB);
+	cr_assert_eq(coil_pread(h, rd, MiB, 0), MiB);
+	cr_assert(memcmp(rd, p, MiB) == 0);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	free(p);
+	free(rd);
 }
 
 Test(optimize, errors, .timeout = 60)
