@@ -176,7 +176,7 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen,
 	free_b = nfree * s->sb.segment_size;
 	if (s->active != UINT32_MAX)
 		free_b += s->sb.segment_size - s->active_head;
-	nobj = s->nobj;
+	nobj = s->nobj - atomic_load(&s->dicts.count); /* the caller's */
 	next = s->next_obj_id;
 	meta = ckpt_payload_now(s);
 	pthread_mutex_unlock(&s->mlock);

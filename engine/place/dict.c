@@ -86,6 +86,7 @@ void dict_note(struct coil_store *s, struct object *o)
 	memcpy(d->cohort, o->name + at, o->name_len - at);
 	d->cohort[o->name_len - at] = 0;
 	atomic_store_explicit(&s->dicts.tab[id], d, memory_order_release);
+	atomic_fetch_add(&s->dicts.count, 1);
 	if (id >= s->dicts.next_id)
 		s->dicts.next_id = id + 1;
 }

@@ -51,6 +51,7 @@ struct dict {
 struct dicts {
 	struct dict *_Atomic tab[DICT_MAX];
 	_Atomic uint32_t next_id; /* one past the largest id seen */
+	_Atomic uint32_t count;  /* bound (their objects are in nobj) */
 	_Atomic uint64_t bytes, loaded, failed;
 };
 
