@@ -530,12 +530,9 @@ COIL_API int coil_compact(coil_store *s, uint64_t *returned)
 
 	if (!s)
 		return -EINVAL;
-	if (!store_valid(s))
-		return -EBADF;
-	if (s->rdonly)
-		return -EROFS;
-	if (engine_on_coil_thread(s))
-		return -EDEADLK;
+	rc = store_maint_check(s);
+	if (rc < 0)
+		return rc;
 	/* Small writes still in memory first: packed, they take their
 	 * share of a block and no longer pin anything in the journal. */
 	rc = pack_now(s);

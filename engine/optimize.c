@@ -340,12 +340,9 @@ COIL_API int coil_optimize(coil_store *s, const struct coil_optimize_opts *opts,
 		o.level = 19;
 	if (o.level < 1 || o.level > 22 || (o.flags & ~COIL_OPTIMIZE_NO_DICTS))
 		return -EINVAL;
-	if (!store_valid(s))
-		return -EBADF;
-	if (s->rdonly)
-		return -EROFS;
-	if (engine_on_coil_thread(s))
-		return -EDEADLK;
+	rc = store_maint_check(s);
+	if (rc < 0)
+		return rc;
 	left = o.budget_bytes ? o.budget_bytes : UINT64_MAX;
 	opt_counters(s, &r0);
 	/* Small writes still in memory go to a segment first, and the

@@ -84,10 +84,25 @@ static int claim_cmp(const void *a, const void *b)
  * device offset, so sharing that replay or a checkpoint load left in
  * separate descriptors is found too.  A walk of every extent map under
  * mlock, then a sort: O(extents log extents) time, 24 bytes per extent. */
+struct claims {
+	struct claim *c;
+	size_t n, cap;
+};
+
+static void claim_ext(void *arg, struct object *o, const struct ext *e)
+{
+	struct claims *cl = arg;
+
+	if (blobd_is_mem(e->b) || cl->n == cl->cap)
+		return;
+	cl->c[cl->n++] = (struct claim){ e->b->dev_off, o->id, ext_stored(e) };
+}
+
 static int space_shared(struct coil_store *s, uint64_t *out)
 {
+	struct claims cl;
 	struct claim *c;
-	size_t n = 0, cap;
+	size_t n, cap;
 	uint64_t shared = 0;
 
 	pthread_mutex_lock(&s->mlock);
@@ -97,20 +112,9 @@ static int space_shared(struct coil_store *s, uint64_t *out)
 		pthread_mutex_unlock(&s->mlock);
 		return -ENOMEM;
 	}
-	for (uint32_t b = 0; b < s->tab_cap; b++) {
-		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
-			struct extmap_iter it;
-			const struct ext *e;
-
-			extmap_iter_init(&it, &o->map, 0);
-			while ((e = extmap_iter_next(&it)) && n < cap) {
-				if (blobd_is_mem(e->b))
-					continue;
-				c[n++] = (struct claim){ e->b->dev_off, o->id,
-							 ext_stored(e) };
-			}
-		}
-	}
+	cl = (struct claims){ c, 0, cap };
+	objtab_each_extent(s, claim_ext, &cl);
+	n = cl.n;
 	pthread_mutex_unlock(&s->mlock);
 	qsort(c, n, sizeof(*c), claim_cmp);
 	for (size_t i = 0; i < n;) {

@@ -378,6 +378,18 @@ static inline bool engine_on_coil_thread(struct coil_store *s)
 	       engine_tls_now;
 }
 
+/* A store that takes maintenance (compaction, the optimizer) from this
+ * thread: open, writable, and a caller that may wait.  @return 0,
+ * -EBADF, -EROFS, -EDEADLK (a coil thread: a callback). */
+static inline int store_maint_check(struct coil_store *s)
+{
+	if (!store_valid(s))
+		return -EBADF;
+	if (s->rdonly)
+		return -EROFS;
+	return engine_on_coil_thread(s) ? -EDEADLK : 0;
+}
+
 static inline void stat_add(_Atomic uint64_t *c, uint64_t v)
 {
 	atomic_fetch_add_explicit(c, v, memory_order_relaxed);

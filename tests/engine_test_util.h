@@ -156,4 +156,22 @@ static inline uint64_t json_u64(const char *js, const char *section,
 	return strtoull(p + strlen(pat), NULL, 10);
 }
 
+/* Object @name of @s holds exactly @n bytes, equal to @want. */
+static inline void et_check_obj(coil_store *s, const char *name,
+				const uint8_t *want, uint64_t n)
+{
+	uint8_t *rd = malloc(n ? n : 1);
+	coil_obj *h;
+	uint64_t size;
+
+	cr_assert_eq(coil_obj_open(s, name, 0, &h), 0, "open %s", name);
+	cr_assert_eq(coil_obj_size(h, &size), 0);
+	cr_assert_eq(size, n, "%s: size %llu, want %llu", name,
+		     (unsigned long long)size, (unsigned long long)n);
+	cr_assert_eq(coil_pread(h, rd, n, 0), (int64_t)n);
+	cr_assert(memcmp(rd, want, n) == 0, "%s: content differs", name);
+	cr_assert_eq(coil_obj_close(h), 0);
+	free(rd);
+}
+
 #endif

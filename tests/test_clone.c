@@ -48,23 +48,6 @@
 
 #define MiB (1u << 20)
 
-static void check_obj(coil_store *s, const char *name, const uint8_t *want,
-		      size_t n)
-{
-	uint8_t *rd = malloc(n ? n : 1);
-	coil_obj *h;
-	uint64_t size;
-
-	cr_assert_eq(coil_obj_open(s, name, 0, &h), 0, "open %s", name);
-	cr_assert_eq(coil_obj_size(h, &size), 0);
-	cr_assert_eq(size, n, "%s: size %llu, want %zu", name,
-		     (unsigned long long)size, n);
-	cr_assert_eq(coil_pread(h, rd, n, 0), (int64_t)n);
-	cr_assert(memcmp(rd, want, n) == 0, "%s: content differs", name);
-	cr_assert_eq(coil_obj_close(h), 0);
-	free(rd);
-}
-
 static void put(coil_store *s, const char *name, const uint8_t *src, size_t n,
 		uint64_t off)
 {
@@ -103,7 +86,7 @@ Test(clone, diverge, .timeout = 60)
 	memcpy(a + 4096 + 100, small, sizeof(small));
 	cr_assert_eq(coil_obj_clone(s, "src", "dst"), 0);
 	memcpy(b, a, n);
-	check_obj(s, "dst", b, n);
+	et_check_obj(s, "dst", b, n);
 	/* writes to either diverge */
 	et_fill(small, sizeof(small), 3, 0);
 	put(s, "src", small, sizeof(small), 4096 + 200);
@@ -111,16 +94,16 @@ Test(clone, diverge, .timeout = 60)
 	et_fill(small, sizeof(small), 4, 0);
 	put(s, "dst", small, sizeof(small), 2 * MiB);
 	memcpy(b + 2 * MiB, small, sizeof(small));
-	check_obj(s, "src", a, n);
-	check_obj(s, "dst", b, n);
+	et_check_obj(s, "src", a, n);
+	et_check_obj(s, "dst", b, n);
 	/* a truncate of the source, then its removal */
 	cr_assert_eq(coil_obj_open(s, "src", 0, &h), 0);
 	cr_assert_eq(coil_obj_truncate(h, MiB), 0);
 	cr_assert_eq(coil_obj_close(h), 0);
-	check_obj(s, "src", a, MiB);
-	check_obj(s, "dst", b, n);
+	et_check_obj(s, "src", a, MiB);
+	et_check_obj(s, "dst", b, n);
 	cr_assert_eq(coil_obj_remove(s, "src"), 0);
-	check_obj(s, "dst", b, n);
+	et_check_obj(s, "dst", b, n);
 	cr_assert_eq(cleaner_check_live(s), 0);
 	cr_assert_eq(coil_close(s), 0);
 	free(a);
@@ -199,13 +182,13 @@ Test(clone, space_shared, .timeout = 60)
 	after = space_of(s);
 	cr_assert_eq(after.shared, dv.shared);
 	cr_assert_eq(after.stored, dv.stored);
-	check_obj(s, "a", a, n);
-	check_obj(s, "b", b, n);
+	et_check_obj(s, "a", a, n);
+	et_check_obj(s, "b", b, n);
 
 	cr_assert_eq(coil_obj_remove(s, "a"), 0);
 	after = space_of(s);
 	cr_assert_eq(after.shared, 0);
-	check_obj(s, "b", b, n);
+	et_check_obj(s, "b", b, n);
 	cr_assert_eq(coil_close(s), 0);
 	free(a);
 	free(b);
@@ -303,9 +286,9 @@ Test(clone, cleaner_relocates_shared_once, .timeout = 240)
 		      "%llu stored)", (unsigned long long)moved_log,
 		      (unsigned long long)moved_st);
 	cr_assert_eq(cleaner_check_live(s), 0);
-	check_obj(s, "a", a, n);
-	check_obj(s, "b", b, n);
-	check_obj(s, "c", c, n);
+	et_check_obj(s, "a", a, n);
+	et_check_obj(s, "b", b, n);
+	et_check_obj(s, "c", c, n);
 	cr_assert_eq(coil_close(s), 0);
 	/* three objects of 8 MiB each, raw: far less than 24 MiB of data */
 	d = disk_bytes(path);
@@ -314,15 +297,15 @@ Test(clone, cleaner_relocates_shared_once, .timeout = 240)
 	o.flags &= ~COIL_CREATE;
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	cr_assert_eq(cleaner_check_live(s), 0);
-	check_obj(s, "a", a, n);
-	check_obj(s, "b", b, n);
-	check_obj(s, "c", c, n);
+	et_check_obj(s, "a", a, n);
+	et_check_obj(s, "b", b, n);
+	et_check_obj(s, "c", c, n);
 	for (int i = 0; i < 4; i++)
 		cr_assert_geq(cleaner_run_now(s, 4), 0);
 	cr_assert_eq(cleaner_check_live(s), 0);
-	check_obj(s, "a", a, n);
-	check_obj(s, "b", b, n);
-	check_obj(s, "c", c, n);
+	et_check_obj(s, "a", a, n);
+	et_check_obj(s, "b", b, n);
+	et_check_obj(s, "c", c, n);
 	cr_assert_eq(coil_close(s), 0);
 	free(a);
 	free(b);
@@ -603,9 +586,9 @@ Test(clone, replay, .timeout = 120)
 	child_run(path, &o, replay_ops, &d);
 	o.flags &= ~COIL_CREATE;
 	cr_assert_eq(coil_open(path, &o, &s), 0);
-	check_obj(s, "a", d.a, d.n);
-	check_obj(s, "b", d.b, d.n);
-	check_obj(s, "d", d.a, d.n);
+	et_check_obj(s, "a", d.a, d.n);
+	et_check_obj(s, "b", d.b, d.n);
+	et_check_obj(s, "d", d.a, d.n);
 	cr_assert_eq(coil_obj_open(s, "c", 0, &h), -ENOENT);
 	cr_assert_eq(cleaner_check_live(s), 0);
 	/* and through a checkpoint (a delta: the open wrote a base) */
@@ -613,9 +596,9 @@ Test(clone, replay, .timeout = 120)
 	cr_assert_eq(coil_obj_rename(s, "e", "b", 0), 0);
 	cr_assert_eq(coil_close(s), 0);
 	cr_assert_eq(coil_open(path, &o, &s), 0);
-	check_obj(s, "a", d.a, d.n);
-	check_obj(s, "b", d.a, d.n);
-	check_obj(s, "d", d.a, d.n);
+	et_check_obj(s, "a", d.a, d.n);
+	et_check_obj(s, "b", d.a, d.n);
+	et_check_obj(s, "d", d.a, d.n);
 	cr_assert_eq(cleaner_check_live(s), 0);
 	cr_assert_eq(coil_close(s), 0);
 	free(d.a);

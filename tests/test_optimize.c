@@ -112,23 +112,6 @@ static void put_all(coil_store *s, uint8_t **data)
 	cr_assert_eq(coil_sync(s), 0);
 }
 
-static void check_obj(coil_store *s, const char *name, const uint8_t *want,
-		      uint64_t n)
-{
-	uint8_t *rd = malloc(n ? n : 1);
-	coil_obj *h;
-	uint64_t size;
-
-	cr_assert_eq(coil_obj_open(s, name, 0, &h), 0, "open %s", name);
-	cr_assert_eq(coil_obj_size(h, &size), 0);
-	cr_assert_eq(size, n, "%s: size %llu, want %llu", name,
-		     (unsigned long long)size, (unsigned long long)n);
-	cr_assert_eq(coil_pread(h, rd, n, 0), (int64_t)n);
-	cr_assert(memcmp(rd, want, n) == 0, "%s: content differs", name);
-	cr_assert_eq(coil_obj_close(h), 0);
-	free(rd);
-}
-
 static uint64_t stored_of(coil_store *s)
 {
 	static char js[1 << 16];
@@ -183,7 +166,7 @@ Test(optimize, shrinks, .timeout = 120)
 		     (unsigned long long)rep.saved_bytes,
 		     (unsigned long long)(s0 - s1));
 	for (int i = 0; i < NOBJ; i++)
-		check_obj(s, name_of(i), data[i], OBJ_LEN);
+		et_check_obj(s, name_of(i), data[i], OBJ_LEN);
 	cr_assert_eq(cleaner_check_live(s), 0);
 	/* every blob is marked: nothing to do the second time */
 	cr_assert_eq(coil_optimize(s, NULL, &rep), 0);
@@ -194,7 +177,7 @@ Test(optimize, shrinks, .timeout = 120)
 	s = open_store(path, false);
 	cr_assert_eq(stored_of(s), s1);
 	for (int i = 0; i < NOBJ; i++)
-		check_obj(s, name_of(i), data[i], OBJ_LEN);
+		et_check_obj(s, name_of(i), data[i], OBJ_LEN);
 	cr_assert_eq(cleaner_check_live(s), 0);
 	cr_assert_eq(coil_optimize(s, NULL, &rep), 0);
 	cr_assert_eq(rep.scanned, 0, "the marks did not survive a reopen");
@@ -229,7 +212,7 @@ Test(optimize, budget, .timeout = 120)
 	cr_assert_eq(rc, 0);
 	cr_assert_gt(rewritten, 0);
 	for (int i = 0; i < NOBJ; i++)
-		check_obj(s, name_of(i), data[i], OBJ_LEN);
+		et_check_obj(s, name_of(i), data[i], OBJ_LEN);
 	cr_assert_eq(cleaner_check_live(s), 0);
 	cr_assert_eq(coil_close(s), 0);
 	free_all(data);
@@ -255,11 +238,11 @@ Test(optimize, bad_candidate, .timeout = 120)
 	cr_assert_eq(rep.saved_bytes, 0);
 	cr_assert_eq(stored_of(s), s0);
 	for (int i = 0; i < NOBJ; i++)
-		check_obj(s, name_of(i), data[i], OBJ_LEN);
+		et_check_obj(s, name_of(i), data[i], OBJ_LEN);
 	cr_assert_eq(coil_close(s), 0);
 	s = open_store(path, false);
 	for (int i = 0; i < NOBJ; i++)
-		check_obj(s, name_of(i), data[i], OBJ_LEN);
+		et_check_obj(s, name_of(i), data[i], OBJ_LEN);
 	cr_assert_eq(coil_close(s), 0);
 	free_all(data);
 }
@@ -358,7 +341,7 @@ Test(optimize, cas_seam, .timeout = 120)
 		     "no rewrite met the foreground's changes");
 	for (int i = 0; i < NOBJ; i++)
 		if (!gone[i])
-			check_obj(s, name_of(i), data[i], size[i]);
+			et_check_obj(s, name_of(i), data[i], size[i]);
 	cr_assert_eq(cleaner_check_live(s), 0);
 	cr_assert_eq(coil_close(s), 0);
 
@@ -369,7 +352,7 @@ Test(optimize, cas_seam, .timeout = 120)
 			cr_assert_eq(coil_obj_open(s, name_of(i), 0, &h),
 				     -ENOENT);
 		else
-			check_obj(s, name_of(i), data[i], size[i]);
+			et_check_obj(s, name_of(i), data[i], size[i]);
 	}
 	cr_assert_eq(cleaner_check_live(s), 0);
 	cr_assert_eq(coil_close(s), 0);
@@ -390,13 +373,13 @@ Test(optimize, clones, .timeout = 120)
 	cr_assert_eq(coil_obj_clone(s, name_of(0), "copy"), 0);
 	cr_assert_eq(coil_optimize(s, NULL, &rep), 0);
 	cr_assert_gt(rep.rewritten, 0);
-	check_obj(s, name_of(0), data[0], OBJ_LEN);
-	check_obj(s, "copy", data[0], OBJ_LEN);
+	et_check_obj(s, name_of(0), data[0], OBJ_LEN);
+	et_check_obj(s, "copy", data[0], OBJ_LEN);
 	cr_assert_eq(cleaner_check_live(s), 0);
 	cr_assert_eq(coil_close(s), 0);
 	s = open_store(path, false);
-	check_obj(s, name_of(0), data[0], OBJ_LEN);
-	check_obj(s, "copy", data[0], OBJ_LEN);
+	et_check_obj(s, name_of(0), data[0], OBJ_LEN);
+	et_check_obj(s, "copy", data[0], OBJ_LEN);
 	cr_assert_eq(coil_close(s), 0);
 	free_all(data);
 }
@@ -445,9 +428,9 @@ static void check_cohort(coil_store *s, uint8_t **data)
 
 	for (int i = 0; i < DOBJ; i++) {
 		snprintf(name, sizeof(name), "logs/%02d", i);
-		check_obj(s, name, data[i], MiB);
+		et_check_obj(s, name, data[i], MiB);
 	}
-	check_obj(s, "other", data[DOBJ], MiB);
+	et_check_obj(s, "other", data[DOBJ], MiB);
 }
 
 static int list_cb(void *arg, const char *name, size_t len, uint64_t size)
@@ -612,7 +595,7 @@ Test(optimize, dictionary_damaged, .timeout = 240)
 	cr_assert_eq(coil_obj_open(s, "logs/03", 0, &h), 0);
 	cr_assert_eq(coil_pread(h, rd, MiB, 0), -EIO);
 	cr_assert_eq(coil_obj_close(h), 0);
-	check_obj(s, "other", data[DOBJ], MiB);
+	et_check_obj(s, "other", data[DOBJ], MiB);
 	cr_assert_eq(coil_check(s, found_cb, &f, &info), 0);
 	cr_assert_gt(f.logs, 0, "coil_check named no damaged range");
 	cr_assert_eq(f.dict, 1);
@@ -650,7 +633,7 @@ Test(optimize, background, .timeout = 120)
 	rewritten = json_u64(js, "\"optimizer\"", "rewritten");
 	cr_assert_gt(rewritten, 0, "no background pass in 30 s");
 	for (int i = 0; i < NOBJ; i++)
-		check_obj(s, name_of(i), data[i], OBJ_LEN);
+		et_check_obj(s, name_of(i), data[i], OBJ_LEN);
 	/* the background got (at least) the sealed segments */
 	cr_assert_lt(stored_of(s), s0);
 	cr_assert_geq(coil_optimize(s, NULL, &rep), 0);
@@ -696,7 +679,7 @@ Test(optimize, full_store, .timeout = 120)
 	for (int i = 0; i < n; i++) {
 		text_fill(p, MiB, 500 + (uint64_t)i);
 		snprintf(name, sizeof(name), "f/%03d", i);
-		check_obj(s, name, p, MiB);
+		et_check_obj(s, name, p, MiB);
 	}
 	cr_assert_eq(cleaner_check_live(s), 0);
 	/* space back: writes succeed again */

@@ -42,8 +42,10 @@ const char *cli_reason(int rc);
  * errno. */
 int cli_open_store(const char *cmd, const char *path, unsigned flags,
 		   coil_store **s);
-/* Is @spec a codec coil_open accepts ("none", "zstd", "zstd:1".."zstd:19")? */
-bool cli_codec_ok(const char *spec);
+/* Is @spec (NULL: none given) a codec coil_open accepts ("none", "zstd",
+ * "zstd:1".."zstd:19")?  @return 0, or CLI_USAGE after saying what is
+ * wrong with option @opt. */
+int cli_codec_check(const char *opt, const char *spec);
 /* cli_open_store with a codec for the data this open writes (NULL: the
  * library's default). */
 int cli_open_store_codec(const char *cmd, const char *path, unsigned flags,

@@ -259,11 +259,8 @@ int cmd_put(int argc, char **argv)
 	store = pos[0];
 	name = pos[1];
 	file = pos[2];
-	if (codec && !cli_codec_ok(codec)) {
-		cli_err("--compression '%s': unknown codec (use none, zstd or "
-			"zstd:1..19)", codec);
+	if (cli_codec_check("--compression", codec))
 		return CLI_USAGE;
-	}
 	/* The source first: a missing file must not touch the store. */
 	fd = strcmp(file, "-") ? open(file, O_RDONLY | O_CLOEXEC) : STDIN_FILENO;
 	if (fd < 0 || fstat(fd, &st) < 0) {

@@ -248,11 +248,8 @@ int cmd_import(int argc, char **argv)
 		return cli_usage_error("import", "expected STORE DIR");
 	store = pos[0];
 	dir = pos[1];
-	if (codec && !cli_codec_ok(codec)) {
-		cli_err("--compression '%s': unknown codec (use none, zstd or "
-			"zstd:1..19)", codec);
+	if (cli_codec_check("--compression", codec))
 		return CLI_USAGE;
-	}
 	/* The source first, as for put: a missing DIR must not touch the
 	 * store. */
 	if (stat(dir, &st) < 0) {

@@ -324,7 +324,7 @@ int main(int argc, char **argv)
 
 /* Check the codec here, so the message can name the option and list the
  * accepted values (coil_open only says -EINVAL). */
-bool cli_codec_ok(const char *spec)
+static bool codec_ok(const char *spec)
 {
 	char *end;
 	long v;
@@ -336,6 +336,15 @@ bool cli_codec_ok(const char *spec)
 	errno = 0;
 	v = strtol(spec + 5, &end, 10);
 	return !errno && !*end && v >= 1 && v <= 19;
+}
+
+int cli_codec_check(const char *opt, const char *spec)
+{
+	if (!spec || codec_ok(spec))
+		return 0;
+	cli_err("%s '%s': unknown codec (use none, zstd or zstd:1..19)", opt,
+		spec);
+	return CLI_USAGE;
 }
 
 int cmd_create(int argc, char **argv)
@@ -371,11 +380,8 @@ int cmd_create(int argc, char **argv)
 			rc == -ERANGE ? "too large" : "not a size");
 		return CLI_USAGE;
 	}
-	if (codec && !cli_codec_ok(codec)) {
-		cli_err("%s '%s': unknown codec (use none, zstd or zstd:1..19)",
-			codec_opt, codec);
+	if (cli_codec_check(codec_opt, codec))
 		return CLI_USAGE;
-	}
 	if (stat(pos[0], &st) == 0) {
 		blk = S_ISBLK(st.st_mode);
 		if (!blk) {

@@ -121,27 +121,30 @@ out:
 	return rc;
 }
 
+struct seg_count {
+	struct coil_store *s;
+	uint64_t *out;
+};
+
+static void seg_count_ext(void *arg, struct object *o, const struct ext *e)
+{
+	struct seg_count *c = arg;
+	uint32_t i;
+
+	(void)o;
+	if (blobd_is_mem(e->b) || (e->b->flags & FMT_BLOB_OPTIMIZED))
+		return;
+	i = seg_of(c->s, e->b->dev_off);
+	if (i < c->s->nseg)
+		c->out[i] += e->len;
+}
+
 void optimize_seg_bytes(struct coil_store *s, uint64_t *out)
 {
+	struct seg_count c = { s, out };
+
 	memset(out, 0, (size_t)s->nseg * sizeof(*out));
-	for (uint32_t b = 0; b < s->tab_cap; b++) {
-		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
-			struct extmap_iter it;
-			const struct ext *e;
-
-			extmap_iter_init(&it, &o->map, 0);
-			while ((e = extmap_iter_next(&it))) {
-				uint32_t i;
-
-				if (blobd_is_mem(e->b) ||
-				    (e->b->flags & FMT_BLOB_OPTIMIZED))
-					continue;
-				i = seg_of(s, e->b->dev_off);
-				if (i < s->nseg)
-					out[i] += e->len;
-			}
-		}
-	}
+	objtab_each_extent(s, seg_count_ext, &c);
 }
 
 #define LD(x) ((unsigned long long)atomic_load(&(x)))

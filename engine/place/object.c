@@ -360,3 +360,20 @@ void object_put(struct coil_store *s, struct object *o)
 		object_free(s, o);
 	}
 }
+
+void objtab_each_extent(struct coil_store *s,
+			void (*fn)(void *arg, struct object *o,
+				   const struct ext *e),
+			void *arg)
+{
+	for (uint32_t b = 0; b < s->tab_cap; b++) {
+		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
+			struct extmap_iter it;
+			const struct ext *e;
+
+			extmap_iter_init(&it, &o->map, 0);
+			while ((e = extmap_iter_next(&it)))
+				fn(arg, o, e);
+		}
+	}
+}

@@ -46,6 +46,12 @@ struct object {
 };
 
 int objtab_init(struct coil_store *s);
+/* Call @fn(@arg, o, e) for every extent of every object, in no order.
+ * mlock held (or single-threaded); @fn must not change the table. */
+void objtab_each_extent(struct coil_store *s,
+			void (*fn)(void *arg, struct object *o,
+				   const struct ext *e),
+			void *arg);
 void objtab_destroy(struct coil_store *s);
 struct object *objtab_find_name(struct coil_store *s, const char *name,
 				size_t len);
