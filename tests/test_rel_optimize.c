@@ -26,20 +26,29 @@
  *                      (drop all, random, torn, in turn) until a run
  *                      finishes uncut; a quarter of the cuts are followed
  *                      by one inside the recovery.  Two series per image:
- *                      the call with NULL options (one call, the whole
- *                      pass), and calls with a one-segment budget (a
+ *                      the call with NULL options (the whole pass in one
+ *                      call), and calls with a one-segment budget (a
  *                      checkpoint after each, so most cuts leave a pass
- *                      half done); the second starts after open (its open
- *                      is the first's, op for op).  After each cut: open
- *                      (I4), every object exact, coil_check clean; then
- *                      coil_optimize to 0 on the recovered store (a
- *                      half-done pass resumes, no candidate fails its
- *                      check), a further call scans nothing, every object
- *                      exact and coil_check clean again, a clean close,
- *                      and (every fourth cut) a read-only reopen that must
- *                      still hold every byte.  Below COIL_REL_SCALE 0.3
- *                      (the sanitizer pass) only every (0.3 / scale)-th op,
- *                      from a random first one
+ *                      half done) during which the foreground, while the
+ *                      pass holds at its first batch (cleaner_optimize_
+ *                      hook), overwrites part of one object, writes a few
+ *                      bytes into the clone's source, truncates a third,
+ *                      removes a fourth and syncs — so the rest of the
+ *                      pass carries stale rewrites, which the
+ *                      compare-and-swap must refuse live and in replay;
+ *                      the second series starts after open (its open is
+ *                      the first's, op for op).  After each cut: open
+ *                      (I4), every object exact (in the second series each
+ *                      changed object wholly before or after its change,
+ *                      and after it once the sync returned), coil_check
+ *                      clean; then coil_optimize to 0 on the recovered
+ *                      store (a half-done pass resumes, no candidate fails
+ *                      its check), a further call scans nothing, every
+ *                      object as found and coil_check clean again, a clean
+ *                      close, and (every fourth cut) a read-only reopen
+ *                      that must still hold every byte.  Below
+ *                      COIL_REL_SCALE 0.3 (the sanitizer pass) only every
+ *                      (0.3 / scale)-th op, from a random first one
  *   optimize_kill9     a forked child opens the store (recovering what the
  *                      last one left) and runs coil_optimize with a one-
  *                      segment budget in a loop on one thread, while its
@@ -80,7 +89,7 @@
 #define KiB (1u << 10)
 #define NOBJ 6
 #define NEXTRA 4
-#define OBJ_MAX (512u * KiB)
+#define OBJ_MAX (128u * KiB)
 #define BLOB (8u * KiB)            /* coil_options.max_blob */
 #define SPACER (1024u * KiB)
 
@@ -150,6 +159,7 @@ static double now_s(void)
 
 struct model {
 	uint32_t size[NOBJ];
+	bool gone[NOBJ];           /* removed (the foreground's changes) */
 	uint8_t *data[NOBJ];       /* OBJ_MAX bytes each, zeros past size */
 };
 
@@ -332,61 +342,98 @@ static int list_cb(void *arg, const char *name, size_t len, uint64_t size)
 	return 0;
 }
 
-/* Every checked object of the open store against @m, and the listing
- * (@extras: the extra objects may be there).  @return violations. */
-static unsigned compare(coil_store *s, const struct model *m, uint8_t *buf,
+/* Which state a checked object must be in: the image's, the one after
+ * the foreground's changes (optimize_powercut's second series), or either
+ * (then set to the one found, which the later checks hold it to). */
+enum { PICK_A, PICK_B, PICK_ANY };
+
+/* Does object @i differ from its state in @m?  @msg: how. */
+static bool obj_differs(coil_store *s, const struct model *m, int i,
+			uint8_t *buf, char *msg, size_t mlen)
+{
+	uint64_t size = 0;
+	coil_obj *h;
+	int64_t n;
+	int rc = coil_obj_open(s, names[i], 0, &h);
+
+	if (m->gone[i]) {
+		if (rc == 0)
+			coil_obj_close(h);
+		if (rc == -ENOENT)
+			return false;
+		snprintf(msg, mlen, "open %s, it was removed",
+			 coil_strerror(rc));
+		return true;
+	}
+	if (rc < 0) {
+		snprintf(msg, mlen, "open %s (lost)", coil_strerror(rc));
+		return true;
+	}
+	rc = coil_obj_size(h, &size);
+	memset(buf, 0xa5, OBJ_MAX);
+	n = coil_pread(h, buf, OBJ_MAX, 0);
+	coil_obj_close(h);
+	if (rc < 0 || size != m->size[i] || n != (int64_t)m->size[i]) {
+		snprintf(msg, mlen, "size %llu read %lld (%s), want %u",
+			 (unsigned long long)size, (long long)n,
+			 n < 0 ? coil_strerror((int)n) : "bytes", m->size[i]);
+		return true;
+	}
+	for (uint32_t k = 0; k < m->size[i]; k++)
+		if (buf[k] != m->data[i][k]) {
+			uint32_t e = k;
+
+			while (e < m->size[i] && buf[e] != m->data[i][e])
+				e++;
+			snprintf(msg, mlen, "bytes %u.. (a run of %u) differ",
+				 k, e - k);
+			return true;
+		}
+	return false;
+}
+
+/* Every checked object of the open store against its state (@pick[i] of
+ * @a and @b; @pick NULL: all @a), and the listing (@extras: the extra
+ * objects may be there).  @return violations. */
+static unsigned compare(coil_store *s, const struct model *a,
+			const struct model *b, uint8_t *pick, uint8_t *buf,
 			bool extras, const char *what, const char *when)
 {
 	struct listing l = { 0 };
-	unsigned bad = 0;
+	unsigned bad = 0, want = 0;
+	char ma[160], mb[160];
 	int rc;
 
 	for (int i = 0; i < NOBJ; i++) {
-		coil_obj *h;
-		uint64_t size = 0;
-		int64_t n;
+		uint8_t p = pick ? pick[i] : PICK_A;
 
-		rc = coil_obj_open(s, names[i], 0, &h);
-		if (rc < 0) {
-			fprintf(stderr, "rel: VIOLATION %s %s: %s: open %s (the "
-				"optimizer lost an object)\n", what, when,
-				names[i], coil_strerror(rc));
-			bad++;
+		ma[0] = mb[0] = 0;
+		if (p != PICK_B && !obj_differs(s, a, i, buf, ma, sizeof(ma))) {
+			if (pick)
+				pick[i] = PICK_A;
+			want += !a->gone[i];
 			continue;
 		}
-		rc = coil_obj_size(h, &size);
-		memset(buf, 0xa5, OBJ_MAX);
-		n = coil_pread(h, buf, OBJ_MAX, 0);
-		coil_obj_close(h);
-		if (rc < 0 || size != m->size[i] || n != (int64_t)m->size[i]) {
-			fprintf(stderr, "rel: VIOLATION %s %s: %s: size %llu "
-				"read %lld (%s), the image has %u\n", what, when,
-				names[i], (unsigned long long)size, (long long)n,
-				n < 0 ? coil_strerror((int)n) : "bytes",
-				m->size[i]);
-			bad++;
+		if (p != PICK_A && b &&
+		    !obj_differs(s, b, i, buf, mb, sizeof(mb))) {
+			pick[i] = PICK_B;
+			want += !b->gone[i];
 			continue;
 		}
-		for (uint32_t k = 0; k < m->size[i]; k++)
-			if (buf[k] != m->data[i][k]) {
-				uint32_t e = k;
-
-				while (e < m->size[i] && buf[e] != m->data[i][e])
-					e++;
-				fprintf(stderr, "rel: VIOLATION %s %s: %s: bytes "
-					"%u.. (first run of %u) differ from the "
-					"image (I3: the optimizer changed "
-					"content)\n", what, when, names[i], k,
-					e - k);
-				bad++;
-				break;
-			}
+		fprintf(stderr, "rel: VIOLATION %s %s: %s: %s%s%s%s%s (I3: the "
+			"optimizer changed content)\n", what, when, names[i],
+			ma[0] ? "against the image: " : "", ma,
+			ma[0] && mb[0] ? "; " : "",
+			mb[0] ? "against the state after the foreground's "
+				"changes: " : "", mb);
+		bad++;
+		want += !a->gone[i];
 	}
 	rc = coil_obj_list(s, list_cb, &l);
-	if (rc < 0 || l.checked != NOBJ || l.unknown || (l.extras && !extras)) {
-		fprintf(stderr, "rel: VIOLATION %s %s: listing rc %d: %u of %d "
+	if (rc < 0 || l.checked != want || l.unknown || (l.extras && !extras)) {
+		fprintf(stderr, "rel: VIOLATION %s %s: listing rc %d: %u of %u "
 			"objects, %u extra, %u unknown (%s)\n", what, when, rc,
-			l.checked, NOBJ, l.extras, l.unknown,
+			l.checked, want, l.extras, l.unknown,
 			l.unknown ? l.first_unknown : "-");
 		bad++;
 	}
@@ -477,29 +524,35 @@ static unsigned optimize_all(coil_store *s, const char *what, uint64_t *rw)
 }
 
 /* What a recovered store held compared with the image and the fully
- * optimized state (by stored bytes: informative, not a check). */
+ * optimized state (by the checked objects' stored bytes; informative, not
+ * a check), and which of the foreground's changes it kept. */
 struct tally {
 	uint64_t none, partial, whole;  /* of the pass's savings kept */
 	uint64_t resumed_rw;            /* blobs rewritten after recovery */
 	uint64_t rdonly;                /* read-only reopens checked */
+	uint64_t fg_none, fg_some, fg_all; /* objects in the changed state */
 };
 
-/* Open @path (I4), check it, optimize it to completion, check it again,
- * close; with @ro_after, reopen read-only and compare once more.
- * @return violations. */
+/* Open @path (I4), check every object against @a / @b as @pick0 says,
+ * coil_check, optimize to completion, check again (each object held to
+ * the state found first), close; with @ro_after, reopen read-only and
+ * compare once more.  @return violations. */
 static unsigned verify(const char *path, const struct coil_options *o,
-		       const struct model *m, bool extras, bool ro_after,
+		       const struct model *a, const struct model *b,
+		       uint8_t pick0, bool extras, bool ro_after,
 		       uint64_t st_img, uint64_t st_done, struct tally *t,
 		       const char *what)
 {
 	struct coil_options oo = *o;
 	uint8_t *buf = malloc(OBJ_MAX);
-	unsigned bad = 0;
+	uint8_t pick[NOBJ];
+	unsigned bad = 0, nb = 0;
 	uint64_t rw = 0, st;
 	coil_store *s;
 	int rc;
 
 	cr_assert(buf);
+	memset(pick, pick0, sizeof(pick));
 	oo.flags &= ~(COIL_CREATE | COIL_RDONLY);
 	rc = coil_open(path, &oo, &s);
 	if (rc < 0) {
@@ -509,19 +562,31 @@ static unsigned verify(const char *path, const struct coil_options *o,
 		return 1;
 	}
 	st = stored_of(s);
-	if (t && st >= st_img)
-		t->none++;
-	else if (t && st <= st_done)
-		t->whole++;
-	else if (t)
-		t->partial++;
-	bad += compare(s, m, buf, extras, what, "after recovery");
+	bad += compare(s, a, b, pick, buf, extras, what, "after recovery");
+	if (t && !b) {
+		if (st >= st_img)
+			t->none++;
+		else if (st <= st_done)
+			t->whole++;
+		else
+			t->partial++;
+	} else if (t && !bad) {
+		for (int i = 0; i < NOBJ; i++)
+			nb += pick[i] == PICK_B;
+		if (nb == 0)
+			t->fg_none++;
+		else if (nb == NOBJ)
+			t->fg_all++;
+		else
+			t->fg_some++;
+	}
 	bad += check_store(s, what, "after recovery");
 	if (!bad) {
 		bad += optimize_all(s, what, &rw);
 		if (t)
 			t->resumed_rw += rw;
-		bad += compare(s, m, buf, extras, what, "after the resumed pass");
+		bad += compare(s, a, b, pick, buf, extras, what,
+			       "after the resumed pass");
 		bad += check_store(s, what, "after the resumed pass");
 	}
 	rc = coil_close(s);
@@ -538,7 +603,7 @@ static unsigned verify(const char *path, const struct coil_options *o,
 				"%s\n", what, coil_strerror(rc));
 			bad++;
 		} else {
-			bad += compare(s, m, buf, extras, what,
+			bad += compare(s, a, b, pick, buf, extras, what,
 				       "reopened after the resumed pass");
 			coil_close(s);
 			if (t)
@@ -551,48 +616,181 @@ static unsigned verify(const char *path, const struct coil_options *o,
 
 /* ---- power cuts ------------------------------------------------------------ */
 
+/* ---- the foreground's changes, in the middle of a pass ------------------- */
+
+/* Made while the pass holds at its first batch (encoded, not yet placed
+ * or journaled), then synced: part of t2 overwritten (a segment write),
+ * a small write into t0 (kept in memory; t0's blobs are c0's too, and
+ * c0's extents must still take their rewrites), t1 truncated, mix
+ * removed.  Every rewrite of the pass for what those changed is stale:
+ * the compare-and-swap must refuse it live, and in replay — where the
+ * write's record comes before the REWRITE's — after any cut.  @return
+ * the first error. */
+static int fg_apply(coil_store *s, uint64_t seed, uint8_t *buf,
+		    struct model *b, const struct model *a)
+{
+	coil_obj *h;
+	int64_t n;
+	int rc;
+
+	if (b) {
+		for (int i = 0; i < NOBJ; i++) {
+			memcpy(b->data[i], a->data[i], OBJ_MAX);
+			b->size[i] = a->size[i];
+			b->gone[i] = a->gone[i];
+		}
+		text_fill(buf, 17000, seed ^ 20);
+		memcpy(b->data[2] + 2000, buf, 17000);
+		text_fill(buf, 3000, seed ^ 21);
+		memcpy(b->data[0] + 5000, buf, 3000);
+		memset(b->data[1] + 10000, 0, OBJ_MAX - 10000);
+		b->size[1] = 10000;
+		memset(b->data[5], 0, OBJ_MAX);
+		b->size[5] = 0;
+		b->gone[5] = true;
+		return 0;
+	}
+	text_fill(buf, 17000, seed ^ 20);
+	if ((rc = coil_obj_open(s, names[2], 0, &h)) < 0)
+		return rc;
+	n = coil_pwrite(h, buf, 17000, 2000);
+	coil_obj_close(h);
+	if (n != 17000)
+		return n < 0 ? (int)n : -EIO;
+	text_fill(buf, 3000, seed ^ 21);
+	if ((rc = coil_obj_open(s, names[0], 0, &h)) < 0)
+		return rc;
+	n = coil_pwrite(h, buf, 3000, 5000);
+	coil_obj_close(h);
+	if (n != 3000)
+		return n < 0 ? (int)n : -EIO;
+	if ((rc = coil_obj_open(s, names[1], 0, &h)) < 0)
+		return rc;
+	rc = coil_obj_truncate(h, 10000);
+	coil_obj_close(h);
+	if (rc < 0)
+		return rc;
+	if ((rc = coil_obj_remove(s, names[5])) < 0)
+		return rc;
+	return coil_sync(s);
+}
+
 struct session {
 	int open_rc, first_err, close_rc;
 	bool cut;                  /* the seam cut power (or open failed) */
+	bool fg_started;           /* the foreground's changes began */
+	bool fg_synced;            /* ... and their coil_sync returned 0 */
 	uint64_t ops;              /* ring ops before close */
 	uint64_t open_ops;         /* of them, coil_open's */
-	uint64_t calls, rewritten, scanned;
+	uint64_t calls, rewritten, scanned, stale;
 };
 
-/* Open, coil_optimize until it returns 0 (@budget 0: NULL options, one
- * call; else that budget a call), coil_sync, close.  Stops at the first
- * error. */
-static void session_run(const char *path, const struct coil_options *o,
-			uint64_t budget, struct session *out)
-{
-	struct coil_optimize_opts oo = { .budget_bytes = budget };
-	struct coil_optimize_report rep;
+/* The pass: coil_optimize until it returns 0 (@budget 0: NULL options,
+ * one call; else that budget a call).  On its own thread when the
+ * foreground changes things meanwhile. */
+struct pass {
 	coil_store *s;
-	struct uring *r;
+	uint64_t budget;
+	struct session *out;
+	int rc;
+	/* the seam (cleaner_optimize_hook) */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int state;                 /* 0 running, 1 held, 2 released */
+	bool done;
+};
+
+static void *pass_run(void *arg)
+{
+	struct pass *p = arg;
+	struct coil_optimize_opts oo = { .budget_bytes = p->budget };
+	struct coil_optimize_report rep;
 	int rc = 1;
 
+	while (rc == 1 && p->out->calls < 64) {
+		memset(&rep, 0, sizeof(rep));
+		rc = coil_optimize(p->s, p->budget ? &oo : NULL, &rep);
+		p->out->calls++;
+		p->out->rewritten += rep.rewritten;
+		p->out->scanned += rep.scanned;
+		p->out->stale += rep.stale_skips;
+	}
+	pthread_mutex_lock(&p->mu);
+	p->rc = rc;
+	p->done = true;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+/* The cleaner thread, with a batch encoded: the first time, hold until
+ * the foreground is done. */
+static void pass_hook(void *arg)
+{
+	struct pass *p = arg;
+
+	pthread_mutex_lock(&p->mu);
+	if (p->state == 0) {
+		p->state = 1;
+		pthread_cond_broadcast(&p->cv);
+		while (p->state == 1)
+			pthread_cond_wait(&p->cv, &p->mu);
+	}
+	pthread_mutex_unlock(&p->mu);
+}
+
+/* Open, the pass (with @fg, the foreground's changes at its first batch),
+ * coil_sync, close.  Stops at the first error. */
+static void session_run(const char *path, const struct coil_options *o,
+			uint64_t budget, bool fg, uint64_t seed, uint8_t *buf,
+			struct session *out)
+{
+	struct pass p = { .budget = budget, .out = out,
+			  .mu = PTHREAD_MUTEX_INITIALIZER,
+			  .cv = PTHREAD_COND_INITIALIZER };
+	struct uring *r;
+	pthread_t th;
+	int rc;
+
 	memset(out, 0, sizeof(*out));
-	out->open_rc = coil_open(path, o, &s);
+	out->open_rc = coil_open(path, o, &p.s);
 	if (out->open_rc < 0) {
 		out->cut = true;
 		return;
 	}
 	out->open_ops = uring_fault_count(uring_fault_last(), URING_FAULT_ANY);
-	while (rc == 1 && out->calls < 64) {
-		memset(&rep, 0, sizeof(rep));
-		rc = coil_optimize(s, budget ? &oo : NULL, &rep);
-		out->calls++;
-		out->rewritten += rep.rewritten;
-		out->scanned += rep.scanned;
+	if (!fg) {
+		pass_run(&p);
+	} else {
+		cleaner_optimize_hook(p.s, pass_hook, &p);
+		cr_assert_eq(pthread_create(&th, NULL, pass_run, &p), 0);
+		pthread_mutex_lock(&p.mu);
+		while (p.state == 0 && !p.done)
+			pthread_cond_wait(&p.cv, &p.mu);
+		out->fg_started = p.state == 1;
+		pthread_mutex_unlock(&p.mu);
+		if (out->fg_started) {
+			rc = fg_apply(p.s, seed, buf, NULL, NULL);
+			out->fg_synced = rc == 0;
+			if (rc < 0)
+				out->first_err = rc;
+			pthread_mutex_lock(&p.mu);
+			p.state = 2;
+			pthread_cond_broadcast(&p.cv);
+			pthread_mutex_unlock(&p.mu);
+		}
+		pthread_join(th, NULL);
+		cleaner_optimize_hook(p.s, NULL, NULL);
 	}
-	if (rc < 0)
+	rc = p.rc;
+	if (rc < 0 && !out->first_err)
 		out->first_err = rc;
-	else if ((rc = coil_sync(s)) < 0)
+	else if (!out->first_err && (rc = coil_sync(p.s)) < 0)
 		out->first_err = rc;
 	r = uring_fault_last();
 	out->cut = uring_fault_is_cut(r);
 	out->ops = uring_fault_count(r, URING_FAULT_ANY);
-	out->close_rc = coil_close(s);
+	out->close_rc = coil_close(p.s);
 }
 
 /* Reopen with a cut at a random op of recovery; the verify after must
@@ -625,12 +823,13 @@ static void cut_recovery(const char *path, const struct coil_options *o,
 Test(rel, optimize_powercut, .timeout = 900)
 {
 	static const char *mode_name[] = { "", "drop_all", "random", "torn" };
-	static const char *kind[] = { "whole", "by_segment" };
+	static const char *kind[] = { "whole", "by_segment+writes" };
 	uint64_t seed = rel_seed();
 	uint64_t images = rel_scaled(2, 1);
 	uint64_t cuts = 0, rec_cuts = 0, bad = 0, st = seed ^ 0x0971c;
 	uint64_t stride = rel_scale() >= 0.3 ? 1 : (uint64_t)(0.3 / rel_scale() + 0.5);
-	uint64_t per_mode[4] = { 0 }, points = 0;
+	uint64_t per_mode[4] = { 0 }, points = 0, stale = 0;
+	uint8_t *buf = malloc(OBJ_MAX);
 	struct tally t = { 0 };
 	struct coil_options o;
 	char path[256], what[160];
@@ -639,18 +838,23 @@ Test(rel, optimize_powercut, .timeout = 900)
 	rel_announce("optimize_powercut", seed);
 	for (uint64_t w = 0; w < 2 * images && !bad; w++) {
 		uint64_t wseed = w / 2 ? rel_mix(seed + w / 2) : seed;
-		uint64_t budget = w % 2; /* 1: a segment a call */
+		/* 1: a segment a call, the foreground's changes at the
+		 * first batch */
+		uint64_t budget = w % 2;
+		bool fg = budget;
 		uint64_t st_img, st_done, n, first;
 		struct uring_fault_spec spec;
 		struct rel_image before;
 		struct session ss;
-		struct model m;
+		struct model m, mb;
 		coil_store *s;
 
 		rel_path(path, sizeof(path), "opt-powercut");
 		opts(&o, 16ull << 20);
 		model_init(&m);
+		model_init(&mb);
 		image_build(path, &o, wseed, &m);
+		fg_apply(NULL, wseed, buf, &mb, &m);
 		cr_assert_eq(rel_image_load(&before, path), 0);
 		cr_assert_eq(coil_open(path, &o, &s), 0);
 		st_img = stored_of(s);
@@ -661,9 +865,11 @@ Test(rel, optimize_powercut, .timeout = 900)
 		memset(&spec, 0, sizeof(spec));
 		spec.record = true;
 		uring_fault_set_next(&spec);
-		session_run(path, &o, budget, &ss);
+		session_run(path, &o, budget, fg, wseed, buf, &ss);
 		uring_fault_set_next(NULL);
 		cr_assert_eq(ss.open_rc, 0, "open: %s", coil_strerror(ss.open_rc));
+		cr_assert_eq(ss.fg_synced, fg, "the foreground's changes were "
+			     "%smade", ss.fg_started ? "not all " : "not ");
 		cr_assert_eq(ss.first_err, 0, "the session without faults: %s",
 			     coil_strerror(ss.first_err));
 		cr_assert_eq(ss.close_rc, 0);
@@ -672,21 +878,25 @@ Test(rel, optimize_powercut, .timeout = 900)
 			     "(%llu scanned)", (unsigned long long)ss.scanned);
 		n = ss.ops;
 		points += n;
+		stale += ss.stale;
 		cr_assert_eq(coil_open(path, &o, &s), 0);
 		st_done = stored_of(s);
 		cr_assert_eq(coil_close(s), 0);
 		snprintf(what, sizeof(what), "optimize_powercut image %llu "
 			 "%s dry run", (unsigned long long)w / 2, kind[budget]);
-		bad += verify(path, &o, &m, false, true, st_img, st_done, NULL,
-			      what);
+		bad += verify(path, &o, &m, fg ? &mb : NULL,
+			      fg ? PICK_B : PICK_A, false, true, st_img,
+			      st_done, NULL, what);
 		fprintf(stderr, "rel: optimize_powercut image %llu %s: stored "
 			"%llu -> %llu after the pass (%llu calls, %llu scanned, "
-			"%llu rewritten), %llu ring ops (%llu in open)\n",
+			"%llu rewritten, %llu stale), %llu ring ops (%llu in "
+			"open)\n",
 			(unsigned long long)w / 2, kind[budget],
 			(unsigned long long)st_img, (unsigned long long)st_done,
 			(unsigned long long)ss.calls,
 			(unsigned long long)ss.scanned,
-			(unsigned long long)ss.rewritten, (unsigned long long)n,
+			(unsigned long long)ss.rewritten,
+			(unsigned long long)ss.stale, (unsigned long long)n,
 			(unsigned long long)ss.open_ops);
 
 		/* a cut at every op of the session, open and close included,
@@ -707,7 +917,7 @@ Test(rel, optimize_powercut, .timeout = 900)
 			spec.cut_mode = mode;
 			spec.cut_seed = rel_rng(&st);
 			uring_fault_set_next(&spec);
-			session_run(path, &o, budget, &ss);
+			session_run(path, &o, budget, fg, wseed, buf, &ss);
 			uring_fault_set_next(NULL);
 			if (!ss.cut && ss.close_rc == 0 && ss.first_err == 0 &&
 			    ss.open_rc == 0) {
@@ -724,24 +934,32 @@ Test(rel, optimize_powercut, .timeout = 900)
 				 (unsigned long long)w / 2, kind[budget],
 				 (unsigned long long)c,
 				 (unsigned long long)n, mode_name[mode]);
-			bad += verify(path, &o, &m, false, cuts % 4 == 0, st_img,
-				      st_done, &t, what);
+			/* the changes: none made, all synced, or any of
+			 * them, each whole or not at all */
+			bad += verify(path, &o, &m, fg ? &mb : NULL,
+				      !ss.fg_started ? PICK_A :
+				      ss.fg_synced ? PICK_B : PICK_ANY, false,
+				      cuts % 4 == 0, st_img, st_done, &t, what);
 		}
 		rel_image_free(&before);
 		model_free(&m);
+		model_free(&mb);
 		if (!bad)
 			unlink(path);
 	}
 	fprintf(stderr, "rel: optimize_powercut drop_all=%llu random=%llu "
 		"torn=%llu recovery_cuts=%llu images=%llu ops=%llu stride=%llu "
 		"kept_none=%llu kept_part=%llu kept_all=%llu "
-		"rewritten_after=%llu rdonly_checks=%llu %.1fs\n",
+		"rewritten_after=%llu rdonly_checks=%llu stale_dry=%llu "
+		"writes_kept none=%llu some=%llu all=%llu %.1fs\n",
 		(unsigned long long)per_mode[1], (unsigned long long)per_mode[2],
 		(unsigned long long)per_mode[3], (unsigned long long)rec_cuts,
 		(unsigned long long)images, (unsigned long long)points,
 		(unsigned long long)stride, (unsigned long long)t.none,
 		(unsigned long long)t.partial, (unsigned long long)t.whole,
 		(unsigned long long)t.resumed_rw, (unsigned long long)t.rdonly,
+		(unsigned long long)stale, (unsigned long long)t.fg_none,
+		(unsigned long long)t.fg_some, (unsigned long long)t.fg_all,
 		now_s() - t0);
 	rel_report("optimize_powercut", "cuts", cuts, bad, seed);
 	cr_assert_eq(bad, 0, "%llu violations (replay with COIL_REL_SEED=0x%016llx "
@@ -752,6 +970,7 @@ Test(rel, optimize_powercut, .timeout = 900)
 	 * counting broke, not that coil is fine */
 	cr_assert_geq(cuts, points / stride / 10, "only %llu cuts",
 		      (unsigned long long)cuts);
+	free(buf);
 }
 
 /* ---- kill -9 --------------------------------------------------------------- */
@@ -985,7 +1204,8 @@ Test(rel, optimize_kill9, .timeout = 900)
 			}
 			if (stored_of(s) < st_img)
 				t.partial++;
-			bad += compare(s, &m, buf, true, what, "after recovery");
+			bad += compare(s, &m, NULL, NULL, buf, true, what,
+				       "after recovery");
 			bad += check_store(s, what, "after recovery");
 			rc = coil_close(s);
 			if (rc < 0) {
@@ -1013,10 +1233,12 @@ Test(rel, optimize_kill9, .timeout = 900)
 		cr_assert_eq(coil_open(path, &o, &s), 0);
 		bad += optimize_all(s, "optimize_kill9 final", &dummy);
 		rw += dummy;
-		bad += compare(s, &m, buf, true, "optimize_kill9", "final");
+		bad += compare(s, &m, NULL, NULL, buf, true, "optimize_kill9",
+			       "final");
 		bad += check_store(s, "optimize_kill9", "final");
 		cr_assert_eq(coil_close(s), 0);
-		bad += verify(path, &o, &m, true, true, st_img, 0, NULL,
+		bad += verify(path, &o, &m, NULL, PICK_A, true, true, st_img, 0,
+			      NULL,
 			      "optimize_kill9 final reopen");
 	}
 	fprintf(stderr, "rel: optimize_kill9 checked=%llu killed_early=%llu "
