@@ -3,15 +3,16 @@
  * "optimizer").
  *
  * Both tests start from a store image built from the seed: seven objects
- * in 8 KiB blobs (so ~170 KiB, what zstd-19 gets through quickly, are many
- * blobs, extents and records).  Text that zstd-1 (the default) leaves
- * room on, written whole and in unaligned pieces, overwritten in part; a
- * clone (coil_obj_clone) that then diverges while its source is
- * truncated; incompressible bytes (scanned, no gain); small unaligned
- * writes (kept in memory, then packed) and a raw stretch among text; and
- * bytes zstd-1 often stores raw that zstd-19 often shrinks, with the
- * first sector of two blobs overwritten (a raw blob's live run of sectors
- * is then rewritten alone).  Junk written and removed between them
+ * (an eighth, c1, is made by the foreground's changes) in 8 KiB blobs
+ * (so ~170 KiB, what zstd-19 gets through quickly, are many blobs,
+ * extents and records).  Text that zstd-1 (the default) leaves room on,
+ * written whole and in unaligned pieces, overwritten in part; a clone
+ * (coil_obj_clone) that then diverges while its source is truncated;
+ * incompressible bytes (scanned, no gain); small unaligned writes (kept
+ * in memory, then packed) and a raw stretch among text; and bytes zstd-1
+ * often stores raw that zstd-19 often shrinks, with the first sector of
+ * two blobs overwritten (a raw blob's live run of sectors is then
+ * rewritten alone).  Junk written and removed between them
  * spreads them over four sealed segments, so a pass has several victims.
  * The parent keeps every object's bytes.  A crash at any moment of a pass
  * must leave every object — which exist, sizes, every byte — exactly as
@@ -33,13 +34,14 @@
  *                      checkpoint after each, so most cuts leave a pass
  *                      half done) during which the foreground, while the
  *                      pass holds at its first batch (cleaner_optimize_
- *                      hook), overwrites part of one object, writes a few
- *                      bytes into the clone's source, truncates a third,
- *                      removes a fourth and syncs — so the rest of the
- *                      pass carries stale rewrites, which the
- *                      compare-and-swap must refuse live and in replay;
- *                      the second series starts after open (its open is
- *                      the first's, op for op).  After each cut: open
+ *                      hook), clones one object (the clone keeps the old
+ *                      blobs the pass goes on to rewrite for its source),
+ *                      overwrites part of it, writes a few bytes into
+ *                      c0's source, truncates a third, removes a fourth
+ *                      and syncs — so the rest of the pass carries stale
+ *                      rewrites, which the compare-and-swap must refuse
+ *                      live and in replay; the second series starts after
+ *                      open (its open is the first's, op for op).  After each cut: open
  *                      (I4), every object exact (in the second series each
  *                      changed object wholly before or after its change,
  *                      and after it once the sync returned), coil_check
@@ -95,7 +97,7 @@
 #include "uring/uring_fault.h"
 
 #define KiB (1u << 10)
-#define NOBJ 7
+#define NOBJ 8
 #define NEXTRA 4
 #define OBJ_MAX (128u * KiB)
 #define BLOB (8u * KiB)            /* coil_options.max_blob */
@@ -103,7 +105,10 @@
 
 /* the checked objects; the kill test's child adds extras "x0".."x3" */
 static const char *names[NOBJ] = { "t0", "t1/dir", "t2 space", "c0", "raw",
-				   "mix", "marg" };
+				   "mix", "marg", "c1" };
+/* the objects the foreground's changes touch (fg_apply); c1 is made by
+ * them, a clone of t2 */
+#define FG_MASK ((1u << 0) | (1u << 1) | (1u << 2) | (1u << 5) | (1u << 7))
 static const char *extra[NEXTRA] = { "x0", "x1", "x2", "x3" };
 
 /* ---- data ------------------------------------------------------------------ */
@@ -314,6 +319,8 @@ static void image_build(const char *path, struct coil_options *o,
 	at = 1000 + (uint32_t)(rel_rng(&st) % 10000);
 	put_text(s, m, 1, buf, seed ^ 12, at, 8000, 8000);
 	put_text(s, m, 2, buf, seed ^ 13, 16 * KiB, 6000, 6000);
+	/* c1 is not there yet (the foreground's changes clone it) */
+	m->gone[7] = true;
 	/* more junk, then none: the segments holding the text are sealed */
 	spacer(s, buf, seed ^ 14, &jat);
 	cr_assert_eq(coil_obj_remove(s, "junk"), 0);
@@ -613,10 +620,10 @@ static unsigned verify(const char *path, const struct coil_options *o,
 			t->partial++;
 	} else if (t && !bad) {
 		for (int i = 0; i < NOBJ; i++)
-			nb += pick[i] == PICK_B;
+			nb += ((FG_MASK >> i) & 1) && pick[i] == PICK_B;
 		if (nb == 0)
 			t->fg_none++;
-		else if (nb == NOBJ)
+		else if (nb == (unsigned)__builtin_popcount(FG_MASK))
 			t->fg_all++;
 		else
 			t->fg_some++;
@@ -660,14 +667,18 @@ static unsigned verify(const char *path, const struct coil_options *o,
 /* ---- the foreground's changes, in the middle of a pass ------------------- */
 
 /* Made while the pass holds at its first batch (encoded, not yet placed
- * or journaled), then synced: part of t2 overwritten (a segment write),
+ * or journaled), then synced: t2 cloned as c1 (the pass collected its
+ * extents before: c1 keeps t2's old blobs where the pass rewrites t2's,
+ * so a victim is not empty after it), part of t2 overwritten (a segment
+ * write),
  * a small write into t0 (kept in memory; t0's blobs are c0's too, and
  * c0's extents must still take their rewrites), t1 truncated, mix
  * removed.  Every rewrite of the pass for what those changed is stale:
  * the compare-and-swap must refuse it live, and in replay — where the
  * write's record comes before the REWRITE's — after any cut.  With @b,
  * only the state after them is made (from @a's).  @done (may be NULL):
- * bit i set once object i's write returned (kill -9 keeps those).
+ * bit i set once object i's write or clone returned (kill -9 keeps
+ * those).
  * Made again, they change nothing (the same bytes; mix already gone).
  * @return the first error. */
 static int fg_apply(coil_store *s, uint64_t seed, uint8_t *buf,
@@ -686,6 +697,9 @@ static int fg_apply(coil_store *s, uint64_t seed, uint8_t *buf,
 			b->size[i] = a->size[i];
 			b->gone[i] = a->gone[i];
 		}
+		memcpy(b->data[7], a->data[2], OBJ_MAX);
+		b->size[7] = a->size[2];
+		b->gone[7] = false;
 		for (int k = 0; k < 2; k++) {
 			text_fill(buf, wr[k].len, seed ^ wr[k].tseed);
 			memcpy(b->data[wr[k].obj] + wr[k].off, buf, wr[k].len);
@@ -697,6 +711,13 @@ static int fg_apply(coil_store *s, uint64_t seed, uint8_t *buf,
 		b->gone[5] = true;
 		return 0;
 	}
+	/* made again: c1 is there already (a clone survives kill -9 once
+	 * it returned, like a rename) */
+	rc = coil_obj_clone(s, names[2], names[7]);
+	if (rc < 0 && rc != -EEXIST)
+		return rc;
+	if (done)
+		atomic_fetch_or(done, 1ull << 7);
 	for (int k = 0; k < 2; k++) {
 		text_fill(buf, wr[k].len, seed ^ wr[k].tseed);
 		if ((rc = coil_obj_open(s, names[wr[k].obj], 0, &h)) < 0)
