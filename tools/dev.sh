@@ -8,6 +8,7 @@
 #   tools/dev.sh bench   the side-by-side benchmarks under perf/
 #   tools/dev.sh bench-meta  metadata cost against object/blob count (perf/bench_meta.py)
 #   tools/dev.sh bench-batch page writes one by one vs in batches, and RocksDB (perf/bench_batch.py)
+#   tools/dev.sh bench-optimize-fg  fio's 4 KiB random mix with the optimizer running vs not (perf/bench_optimize_fg.py)
 #   tools/dev.sh sqlite-suite [FILE...]  SQLite's TCL tests, default VFS vs coil
 #   tools/dev.sh soak    the release suites with the crash/fault loops at full count
 #
@@ -419,7 +420,7 @@ cmd_soak() {
 }
 
 usage() {
-	sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 case "${1:-}" in
@@ -431,6 +432,8 @@ bench) shift; cmd_bench "$@" ;;
 bench-meta) shift; cmd_bench_meta "$@" ;;
 bench-batch) shift; cmd_deps; build_release
 	BUILD=build/release PYTHONDONTWRITEBYTECODE=1 exec python3 perf/bench_batch.py "$@" ;;
+bench-optimize-fg) shift; cmd_deps; build_release
+	BUILD=build/release PYTHONDONTWRITEBYTECODE=1 exec python3 perf/bench_optimize_fg.py "$@" ;;
 sqlite-suite) shift; cmd_sqlite_suite "$@" ;;
 soak) cmd_soak ;;
 *) usage; exit 2 ;;
