@@ -9,6 +9,7 @@
 #   tools/dev.sh bench-meta  metadata cost against object/blob count (perf/bench_meta.py)
 #   tools/dev.sh bench-batch page writes one by one vs in batches, and RocksDB (perf/bench_batch.py)
 #   tools/dev.sh bench-optimize  coil optimize on /usr/include vs zstd per 64 KiB block (perf/bench_optimize.py)
+#   tools/dev.sh bench-optimize-fg  fio's 4 KiB random mix with the optimizer running vs not (perf/bench_optimize_fg.py)
 #   tools/dev.sh sqlite-suite [FILE...]  SQLite's TCL tests, default VFS vs coil
 #   tools/dev.sh soak    the release suites with the crash/fault loops at full count
 #
@@ -434,6 +435,8 @@ bench-batch) shift; cmd_deps; build_release
 	BUILD=build/release PYTHONDONTWRITEBYTECODE=1 exec python3 perf/bench_batch.py "$@" ;;
 bench-optimize) shift; cmd_deps; build_release
 	BUILD=build/release PYTHONDONTWRITEBYTECODE=1 exec python3 perf/bench_optimize.py "$@" ;;
+bench-optimize-fg) shift; cmd_deps; build_release
+	BUILD=build/release PYTHONDONTWRITEBYTECODE=1 exec python3 perf/bench_optimize_fg.py "$@" ;;
 sqlite-suite) shift; cmd_sqlite_suite "$@" ;;
 soak) cmd_soak ;;
 *) usage; exit 2 ;;

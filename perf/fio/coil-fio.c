@@ -11,6 +11,17 @@
  *   coil_cache=BYTES       decoded-blob cache budget (empty = coil default)
  *   coil_workers=N         pool workers (0 = one per core)
  *   coil_zero_fill=0|1     create the store written whole (COIL_ZERO_FILL)
+ *   coil_optimize=0|1      run the optimizer next to the job (default 0): a
+ *                          thread started once the store is open calls
+ *                          coil_optimize() with a 16 MiB budget again and
+ *                          again until it returns 0 (nothing left) or an
+ *                          error, or the job ends; the job's cleanup stops
+ *                          it (after the call in progress) and joins it
+ *                          before the store is closed.  The first call
+ *                          may train dictionaries, the later ones do not
+ *                          (as `coil optimize` does).  One thread per job
+ *                          that sets it.  Used by perf/bench_optimize_fg.py
+ *                          to measure the optimizer's foreground cost.
  *
  * Every fio file is a coil object named by its filename.  Jobs run with
  * thread=1 in one fio process share one open store through a refcounted
@@ -58,6 +69,7 @@ struct coil_fio_options {
 	unsigned int zero_fill;
 	unsigned int poll_us;
 	unsigned int inline_cb;
+	unsigned int optimize;
 };
 
 static struct fio_option options[] = {
@@ -161,6 +173,16 @@ static struct fio_option options[] = {
 		.off1 = offsetof(struct coil_fio_options, inline_cb),
 		.help = "Reads served without device I/O (cache hits) complete inside the submit (COIL_INLINE_CB)",
 		.def = "1",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
+		.name = "coil_optimize",
+		.lname = "coil optimizer during the job",
+		.type = FIO_OPT_BOOL,
+		.off1 = offsetof(struct coil_fio_options, optimize),
+		.help = "Run coil_optimize (16 MiB per call) on a thread of its own while the job runs",
+		.def = "0",
 		.category = FIO_OPT_C_ENGINE,
 		.group = FIO_OPT_G_INVALID,
 	},
@@ -464,6 +486,14 @@ struct coil_td {
 	uint64_t poll_ns;		/* coil_poll_us */
 
 	struct io_u **events;		/* the last getevents() batch */
+
+	/* coil_optimize=1: the optimizer's thread (opt_lock guards opt_stop
+	 * so the thread's back-off sleep ends at once on a stop). */
+	pthread_t opt_thread;
+	bool opt_started;
+	bool opt_stop;
+	pthread_mutex_t opt_lock;
+	pthread_cond_t opt_cond;
 };
 
 /* Per-io_u state, allocated once per io_u at setup (->io_u_init).  A write
@@ -696,6 +726,92 @@ static int fio_coil_commit(struct thread_data *td)
 	return 0;
 }
 
+/* --- coil_optimize=1 -------------------------------------------------- */
+
+/* Bytes of live data one coil_optimize call takes at most: small enough
+ * that a stop waits for one call only (seconds at zstd level 19). */
+#define COIL_FIO_OPT_BUDGET (16ull << 20)
+/* A call that found no room to relocate into did nothing: wait this long
+ * before the next, rather than spin on the cleaner. */
+#define COIL_FIO_OPT_BACKOFF_MS 100
+
+static bool opt_stopping(struct coil_td *ct)
+{
+	bool stop;
+
+	pthread_mutex_lock(&ct->opt_lock);
+	stop = ct->opt_stop;
+	pthread_mutex_unlock(&ct->opt_lock);
+	return stop;
+}
+
+static void *optimize_main(void *arg)
+{
+	struct coil_td *ct = arg;
+	struct coil_optimize_opts o = { .budget_bytes = COIL_FIO_OPT_BUDGET };
+	int ret = 1;
+
+	while (ret == 1 && !opt_stopping(ct)) {
+		struct coil_optimize_report r;
+
+		ret = coil_optimize(ct->ref->store, &o, &r);
+		/* The first call trained what pays; a cohort whose dictionary
+		 * was not worth it would otherwise be sampled and trained
+		 * again on every call. */
+		o.flags |= COIL_OPTIMIZE_NO_DICTS;
+		if (ret == 1 && r.scanned == 0 && r.rewritten == 0) {
+			struct timespec t = {
+				.tv_nsec = COIL_FIO_OPT_BACKOFF_MS * 1000000L,
+			};
+			struct timespec d;
+
+			deadline_set(&d, &t);
+			pthread_mutex_lock(&ct->opt_lock);
+			while (!ct->opt_stop &&
+			       pthread_cond_timedwait(&ct->opt_cond, &ct->opt_lock,
+						      &d) != ETIMEDOUT)
+				;
+			pthread_mutex_unlock(&ct->opt_lock);
+		}
+	}
+	if (ret < 0)
+		log_err("coil: optimizer on %s: %s\n", ct->ref->path,
+			coil_strerror(ret));
+	return NULL;
+}
+
+static int optimize_start(struct thread_data *td, struct coil_td *ct)
+{
+	int ret;
+
+	if (read_only) {
+		log_info("coil: %s: coil_optimize=1 ignored: read-only run\n",
+			 td->o.name);
+		return 0;
+	}
+	ret = pthread_create(&ct->opt_thread, NULL, optimize_main, ct);
+	if (ret) {
+		log_err("coil: %s: cannot start the optimizer thread: %s\n",
+			td->o.name, strerror(ret));
+		return -ret;
+	}
+	ct->opt_started = true;
+	return 0;
+}
+
+/* Stop the optimizer's thread: the call in progress finishes its budget. */
+static void optimize_stop(struct coil_td *ct)
+{
+	if (!ct->opt_started)
+		return;
+	pthread_mutex_lock(&ct->opt_lock);
+	ct->opt_stop = true;
+	pthread_cond_signal(&ct->opt_cond);
+	pthread_mutex_unlock(&ct->opt_lock);
+	pthread_join(ct->opt_thread, NULL);
+	ct->opt_started = false;
+}
+
 static int fio_coil_io_u_init(struct thread_data *td, struct io_u *io_u)
 {
 	struct io_state *st = calloc(1, sizeof(*st));
@@ -813,6 +929,8 @@ static void fio_coil_cleanup(struct thread_data *td)
 
 	if (!ct)
 		return;
+	/* The optimizer calls into the store: it ends before the close. */
+	optimize_stop(ct);
 	/* Objects left open on an error path must close before the store. */
 	for_each_file(td, f, i) {
 		if (FILE_ENG_DATA(f))
@@ -821,6 +939,8 @@ static void fio_coil_cleanup(struct thread_data *td)
 	store_put(ct->ref, td->o.use_thread);
 	pthread_cond_destroy(&ct->cond);
 	pthread_mutex_destroy(&ct->lock);
+	pthread_cond_destroy(&ct->opt_cond);
+	pthread_mutex_destroy(&ct->opt_lock);
 	free(ct->pending);
 	free(ct->done);
 	free(ct->events);
@@ -845,8 +965,10 @@ static int fio_coil_init(struct thread_data *td)
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&ct->cond, &ca);
+	pthread_cond_init(&ct->opt_cond, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&ct->lock, NULL);
+	pthread_mutex_init(&ct->opt_lock, NULL);
 	td->io_ops_data = ct;
 	if (!ct->pending || !ct->done || !ct->events) {
 		fio_coil_cleanup(td);
@@ -857,6 +979,14 @@ static int fio_coil_init(struct thread_data *td)
 		fio_coil_cleanup(td);
 		td_verror(td, -ret, "coil_open");
 		return 1;
+	}
+	if (((struct coil_fio_options *)td->eo)->optimize) {
+		ret = optimize_start(td, ct);
+		if (ret < 0) {
+			fio_coil_cleanup(td);
+			td_verror(td, -ret, "pthread_create");
+			return 1;
+		}
 	}
 	return 0;
 }
