@@ -1306,7 +1306,8 @@ static int opt_round(struct cleaner *cl, int level, uint64_t budget)
 	rc = clean_pass(cl, CLEAN_VICTIMS_MAX, budget, &left);
 	cl->opt_on = false;
 	optimizer_end(&cl->opt);
-	stat_add(&cl->opt.passes, 1);
+	if (cl->opt_taken) /* a pass that found nothing is not one */
+		stat_add(&cl->opt.passes, 1);
 	if (rc < 0)
 		return rc;
 	return left ? 1 : 0;

@@ -330,6 +330,7 @@ COIL_API int coil_optimize(coil_store *s, const struct coil_optimize_opts *opts,
 	struct coil_optimize_report r0, r1;
 	struct dict_stats ds = { 0 };
 	uint64_t left, t0 = coil_now_ns(), taken;
+	bool sealed = false, more;
 	int rc;
 
 	if (!s)
@@ -345,22 +346,41 @@ COIL_API int coil_optimize(coil_store *s, const struct coil_optimize_opts *opts,
 		return rc;
 	left = o.budget_bytes ? o.budget_bytes : UINT64_MAX;
 	opt_counters(s, &r0);
-	/* Small writes still in memory go to a segment first, and the
-	 * segment being filled is sealed: a call asked for now covers what
-	 * was written until now. */
+	/* Small writes still in memory go to a segment first. */
 	rc = pack_now(s);
 	if (rc == -ENOSPC)
 		rc = 0;
 	/* Dictionaries first, so the passes below can use them. */
 	if (rc == 0 && !(o.flags & COIL_OPTIMIZE_NO_DICTS))
 		rc = optimize_train(s, o.level, &ds);
-	if (rc == 0) {
-		pthread_mutex_lock(&s->mlock);
-		(void)seg_seal_active(s);
-		pthread_mutex_unlock(&s->mlock);
-	}
 	while (rc == 0 || rc == 1) {
 		rc = cleaner_optimize(s, o.level, left, &taken);
+		if (rc == 0 && !sealed && left > taken) {
+			/* The sealed segments are done: the segment being
+			 * filled holds what was written last.  Sealed once a
+			 * call, and only then (a caller that loops on small
+			 * budgets next to its writers would otherwise seal it
+			 * every call and encode its newest data again and
+			 * again). */
+			sealed = true;
+			left -= taken;
+			pthread_mutex_lock(&s->mlock);
+			more = s->active != UINT32_MAX &&
+			       s->active_head > FMT_BLOCK && seg_seal_active(s);
+			pthread_mutex_unlock(&s->mlock);
+			if (more)
+				continue;
+			break;
+		}
+		if (rc == 0 && !sealed) {
+			/* the budget ran out: the segment being filled is
+			 * still to do, by a later call */
+			pthread_mutex_lock(&s->mlock);
+			if (s->active != UINT32_MAX &&
+			    s->active_head > FMT_BLOCK)
+				rc = 1;
+			pthread_mutex_unlock(&s->mlock);
+		}
 		if (rc != 1)
 			break;
 		if (taken == 0)
