@@ -856,6 +856,27 @@ Test(cli, get_of_damaged_object)
 	expect_listing("rnd s");
 }
 
+/* get never replaces a FIFO (or a device) with a regular file */
+Test(cli, get_refuses_a_fifo)
+{
+	struct cli_run r;
+	struct stat st;
+
+	make_store("s", "64M", "none");
+	write_file(P("f"), 5000, 3, false);
+	r = coil_run(NULL, "put", P("s"), "obj", P("f"), NULL);
+	expect(r, 0, "", "");
+	cli_run_free(&r);
+	cr_assert_eq(mkfifo(P("pipe"), 0644), 0);
+	r = coil_run(NULL, "get", P("s"), "obj", P("pipe"), NULL);
+	expect(r, 1, "", NULL);
+	cr_expect(strstr(r.err, "pipe': not a regular file"), "%s", r.err);
+	cli_run_free(&r);
+	cr_assert_eq(lstat(P("pipe"), &st), 0);
+	cr_assert(S_ISFIFO(st.st_mode), "the FIFO was replaced");
+	expect_listing("f pipe s");
+}
+
 /* ---- stats -------------------------------------------------------------- */
 
 Test(cli, stats_human_and_json)

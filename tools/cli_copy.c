@@ -455,6 +455,13 @@ int cmd_get(int argc, char **argv)
 		cli_err("get: cannot write '%s': %s", file, strerror(EISDIR));
 		return CLI_FAIL;
 	}
+	/* get replaces FILE by renaming a new file over it: a FIFO or a
+	 * device there would be replaced by a regular file, not written */
+	if (strcmp(file, "-") && stat(file, &st) == 0 && !S_ISREG(st.st_mode)) {
+		cli_err("get: cannot write '%s': not a regular file (to write "
+			"into a FIFO or a device, use - and redirect)", file);
+		return CLI_FAIL;
+	}
 	if (cli_open_store("get", store, COIL_RDONLY, &s) < 0)
 		return CLI_FAIL;
 	c.store = store;
