@@ -53,39 +53,10 @@
 #define NOBJ 6
 #define OBJ_LEN (768u * KiB)
 
-/* Text that zstd-1 leaves room on: words from a small vocabulary with
- * numbers in between, like source code or logs. */
+/* This file's text (tests/test_util.h), one stream per seed. */
 static void text_fill(uint8_t *p, size_t n, uint64_t seed)
 {
-	static const char *w[] = { "struct", "return", "static", "const",
-				   "uint64_t", "if", "for", "while", "buf",
-				   "len", "coil_store", "(", ")", "{", "}",
-				   ";", "=", "->", "int", "rc", "\n\t",
-				   "\n", "/* ", " */", "0x", "NULL" };
-	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-	size_t i = 0;
-
-	while (i < n) {
-		const char *t;
-		char num[24];
-		size_t k;
-
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		if (x % 7 == 0) {
-			snprintf(num, sizeof(num), "%llu ",
-				 (unsigned long long)(x >> 40) % 100000);
-			t = num;
-		} else {
-			t = w[(x >> 8) % (sizeof(w) / sizeof(w[0]))];
-		}
-		k = strlen(t);
-		for (size_t j = 0; j < k && i < n; j++)
-			p[i++] = (uint8_t)t[j];
-		if (i < n && x % 3)
-			p[i++] = ' ';
-	}
+	tu_text_fill(p, n, seed * 0x9e3779b97f4a7c15ull + 1);
 }
 
 static char name_of_buf[NOBJ][16];

@@ -22,6 +22,7 @@
 #include "common/common.h"
 #include "engine/cleaner.h"
 #include "tests/rel/rel.h"
+#include "tests/test_util.h"
 #include "uring/uring_fault.h"
 
 #define KiB (1u << 10)
@@ -33,37 +34,10 @@ static char nm[NOBJ][32];
 static uint8_t *data[NOBJ];
 static uint32_t len[NOBJ];
 
+/* This file's text (tests/test_util.h), one stream per seed. */
 static void text_fill(uint8_t *p, size_t n, uint64_t seed)
 {
-	static const char *w[] = { "struct", "return", "static", "const",
-				   "uint64_t", "if", "for", "while", "buf",
-				   "len", "coil_store", "(", ")", "{", "}",
-				   ";", "=", "->", "int", "rc", "\n\t",
-				   "\n", "/* ", " */", "0x", "NULL" };
-	uint64_t x = rel_mix(seed) | 1;
-	size_t i = 0;
-
-	while (i < n) {
-		const char *t;
-		char num[24];
-		size_t k;
-
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		if (x % 7 == 0) {
-			snprintf(num, sizeof(num), "%llu ",
-				 (unsigned long long)(x >> 40) % 100000);
-			t = num;
-		} else {
-			t = w[(x >> 8) % (sizeof(w) / sizeof(w[0]))];
-		}
-		k = strlen(t);
-		for (size_t j = 0; j < k && i < n; j++)
-			p[i++] = (uint8_t)t[j];
-		if (i < n && x % 3)
-			p[i++] = ' ';
-	}
+	tu_text_fill(p, n, rel_mix(seed) | 1);
 }
 
 static void build(const char *path, struct coil_options *o, uint64_t seed)
