@@ -199,7 +199,6 @@ struct cleaner {
 	int opt_res;             /* the request's result: 1 more, 0 done */
 	uint64_t opt_taken;      /* the request's victims' live bytes */
 	uint64_t opt_done;       /* requests finished (under mu) */
-	uint64_t *opt_bytes;     /* per segment, not yet optimized */
 	/* the background optimizer (s->opt_idle_ns): the write count last
 	 * seen and since when it has not moved; the count at which a pass
 	 * last found nothing to do (no retry until it moves) */
@@ -360,18 +359,29 @@ static int check_map_totals(struct coil_store *s)
 int cleaner_check_live(struct coil_store *s)
 {
 	uint64_t *live = calloc(s->seg_cap, sizeof(*live));
+	uint64_t *unopt = calloc(s->seg_cap, sizeof(*unopt));
 	uint32_t nfree = 0;
 	int rc = 0;
 
-	if (!live)
+	if (!live || !unopt) {
+		free(live);
+		free(unopt);
 		return -ENOMEM;
+	}
 	pthread_mutex_lock(&s->mlock);
 	(void)seg_recount_live(s, live); /* sizes are seg_verify_accounting's */
+	optimize_seg_bytes(s, unopt);
 	for (uint32_t i = 0; i < s->nseg && rc == 0; i++) {
 		const struct seg *g = &s->segs[i];
 
 		if (g->state == SEG_FREE)
 			nfree++;
+		if (g->unopt != unopt[i]) {
+			fprintf(stderr, "coil: segment %u: %" PRIu64
+				" bytes not optimized counted, %" PRIu64
+				" recounted\n", i, g->unopt, unopt[i]);
+			rc = -EUCLEAN;
+		}
 		if (g->live != live[i] ||
 		    ((g->state == SEG_FREE || g->state == SEG_PENDING) &&
 		     live[i] != 0)) {
@@ -390,6 +400,7 @@ int cleaner_check_live(struct coil_store *s)
 		rc = check_map_totals(s);
 	pthread_mutex_unlock(&s->mlock);
 	free(live);
+	free(unopt);
 	return rc;
 }
 
@@ -721,14 +732,12 @@ static uint32_t pick_opt_victims(struct cleaner *cl, uint32_t max_v,
 	/* Every sealed segment: in the background the whole store has
 	 * been left alone for a while (the pass stops at the next write),
 	 * and the segment being filled is never taken. */
-	optimize_seg_bytes(s, cl->opt_bytes);
 	for (uint32_t i = 0; i < s->nseg; i++) {
 		struct seg *g = &s->segs[i];
 
-		if (g->state != SEG_SEALED || g->inflight ||
-		    cl->opt_bytes[i] == 0)
+		if (g->state != SEG_SEALED || g->inflight || g->unopt == 0)
 			continue;
-		cand[nc].score = (double)cl->opt_bytes[i];
+		cand[nc].score = (double)g->unopt;
 		cand[nc].seg = i;
 		nc++;
 	}
@@ -1079,7 +1088,13 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 		 * any, is what the batch carries (a REWRITE pair per
 		 * extent), else the blob is copied marked as optimized. */
 		if (ok && cl->opt_on && !(fb->flags & FMT_BLOB_OPTIMIZED) &&
-		    !dict_name_internal(it->o->name, it->o->name_len)) {
+		    dict_name_internal(it->o->name, it->o->name_len)) {
+			/* coil's own objects (dictionaries) are never
+			 * re-encoded: moved as they are, marked, so the
+			 * segment they land in is not picked for them again */
+			fb->flags |= FMT_BLOB_OPTIMIZED;
+		} else if (ok && cl->opt_on &&
+			   !(fb->flags & FMT_BLOB_OPTIMIZED)) {
 			const uint8_t *nb_bytes = NULL;
 			struct dict *d;
 			int o;
@@ -1838,7 +1853,6 @@ static void cleaner_free(struct cleaner *cl)
 	free(cl->victim);
 	seg_discard_destroy(cl->s);
 	free(cl->vlist);
-	free(cl->opt_bytes);
 	optimizer_destroy(&cl->opt);
 	free(cl->items);
 	free(cl->runs);
@@ -1896,7 +1910,6 @@ int cleaner_start(struct coil_store *s)
 	cl->born_ns = calloc(s->seg_cap, sizeof(*cl->born_ns));
 	cl->victim = calloc(s->seg_cap, 1);
 	cl->vlist = calloc(CLEAN_VICTIMS_MAX + 1, sizeof(*cl->vlist));
-	cl->opt_bytes = calloc(s->seg_cap, sizeof(*cl->opt_bytes));
 	optimizer_init(&cl->opt);
 	cl->scratch = malloc(FMT_BLOB_MAX);
 	cl->dctx = ZSTD_createDCtx();
@@ -1911,7 +1924,6 @@ int cleaner_start(struct coil_store *s)
 		w->batch = NULL;
 	w->batch_cap = batch_cap;
 	if (rc < 0 || !cl->gen_seen || !cl->born_ns || !cl->victim || !cl->vlist ||
-	    !cl->opt_bytes ||
 	    !cl->scratch || !cl->dctx || !w->fb || !w->bd || !w->slot ||
 	    !w->recbuf || !cl->seg_buf || !w->batch) {
 		cleaner_free(cl);

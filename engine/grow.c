@@ -170,6 +170,7 @@ int grow_step_locked(struct coil_store *s, uint32_t want)
 		struct seg *g = &s->segs[i];
 
 		g->live = 0;
+		g->unopt = 0;
 		g->inflight = 0;
 		g->state = SEG_FREE;
 		g->in_ckpt = 0;

@@ -438,6 +438,8 @@ static inline void seg_live_add(struct coil_store *s, uint32_t idx,
 		    b->dev_off + b->stored_len <= base + s->sb.segment_size);
 	COIL_ASSERT(s->segs[idx].live + len >= s->segs[idx].live);
 	s->segs[idx].live += len;
+	if (!(b->flags & FMT_BLOB_OPTIMIZED))
+		s->segs[idx].unopt += len;
 }
 
 /* An operation counted in ops_inflight finished (after its callback). */

@@ -61,7 +61,9 @@ int optimize_blob(struct optimizer *op, const struct fmt_blob *old,
 
 /* Per segment, the logical bytes of live extents whose blob the optimizer
  * has not been over (no FMT_BLOB_OPTIMIZED): @out has s->nseg entries.
- * A walk of every extent map.  mlock held. */
+ * A walk of every extent map, the recount that checks each segment's
+ * running count (struct seg's unopt, which picks the victims).  mlock
+ * held. */
 void optimize_seg_bytes(struct coil_store *s, uint64_t *out);
 
 /* The "optimizer" section of the stats JSON (@op NULL: zeros).  @return

@@ -429,6 +429,7 @@ int ckpt_load(struct coil_store *s)
 			goto out;
 		s->segs[i].state = st == SEG_FREE ? SEG_FREE : SEG_SEALED;
 		s->segs[i].live = 0; /* recomputed from the extents */
+		s->segs[i].unopt = 0;
 	}
 	for (uint64_t i = 0; i < h.n_objects; i++) {
 		rc = load_whole_obj(s, &c, fe, NULL);

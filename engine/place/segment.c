@@ -55,6 +55,10 @@ void seg_drop_live(void *arg, struct blobd *b, uint32_t len)
 	COIL_ASSERT(idx < s->nseg);
 	COIL_ASSERT(s->segs[idx].live >= len);
 	s->segs[idx].live -= len;
+	if (!(b->flags & FMT_BLOB_OPTIMIZED)) {
+		COIL_ASSERT(s->segs[idx].unopt >= len);
+		s->segs[idx].unopt -= len;
+	}
 	seg_maybe_pending(s, idx);
 }
 
@@ -130,6 +134,7 @@ static int seg_open_next(struct coil_store *s, unsigned *rep)
 		g->state = SEG_ACTIVE;
 		g->gen++; /* the old tenant's cache keys die with it */
 		g->live = 0;
+		g->unopt = 0;
 		s->active = i;
 		s->active_head = FMT_BLOCK;
 		s->alloc_cursor = (i + 1) % s->nseg;

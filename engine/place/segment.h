@@ -21,6 +21,11 @@ enum seg_state {
 
 struct seg {
 	uint64_t live;        /* logical bytes referenced by extent maps */
+	/* the part of @live whose blob the optimizer has not been over (no
+	 * FMT_BLOB_OPTIMIZED): its victims are picked by this, and a
+	 * blob's flags never change, so adding and dropping extents keeps
+	 * it exact */
+	uint64_t unopt;
 	uint32_t inflight;    /* writes allocated here, not yet applied/failed */
 	uint32_t gen;         /* bumped on reuse (cache keys) */
 	_Atomic uint32_t readers; /* reads in flight holding blobs here */
