@@ -207,8 +207,11 @@ static int cohort_train(coil_store *s, const struct cohort *c, int level,
 	if (ntr < 8 || nev == 0)
 		goto out; /* too little to learn from */
 	dlen = ZDICT_trainFromBuffer(dict, DICT_TRAIN_BYTES, tr, trs, ntr);
-	if (ZDICT_isError(dlen))
+	if (ZDICT_isError(dlen)) {
+		/* nothing to learn (random bytes): not worth one either */
+		st->rejected++;
 		goto out;
+	}
 	cd = ZSTD_createCDict(dict, dlen, level);
 	if (!cd) {
 		rc = -ENOMEM;
@@ -288,9 +291,23 @@ int optimize_train(coil_store *s, int level, struct dict_stats *st)
 	pthread_mutex_lock(&s->mlock);
 	rc = cohorts_collect(s, c, &n);
 	pthread_mutex_unlock(&s->mlock);
-	for (uint32_t i = 0; i < n && rc >= 0; i++)
-		if (c[i].bytes >= DICT_COHORT_MIN)
-			rc = cohort_train(s, &c[i], level, st);
+	for (uint32_t i = 0; i < n && rc >= 0; i++) {
+		bool skip;
+
+		if (c[i].bytes < DICT_COHORT_MIN)
+			continue;
+		pthread_mutex_lock(&s->mlock);
+		skip = dict_rejected(s, c[i].name, c[i].bytes);
+		pthread_mutex_unlock(&s->mlock);
+		if (skip)
+			continue;
+		rc = cohort_train(s, &c[i], level, st);
+		if (rc == 0) {
+			pthread_mutex_lock(&s->mlock);
+			dict_reject_note(s, c[i].name, c[i].bytes);
+			pthread_mutex_unlock(&s->mlock);
+		}
+	}
 	for (uint32_t i = 0; i < n; i++) {
 		for (uint32_t k = 0; k < c[i].np; k++)
 			free(c[i].p[k].name);

@@ -667,6 +667,55 @@ Test(optimize, full_store, .timeout = 120)
 	free(rd);
 }
 
+/* @n bytes no dictionary can help with at offset @off of @name. */
+static void put_noise(coil_store *s, const char *name, uint64_t off,
+		      size_t n, uint64_t seed)
+{
+	uint8_t *buf = malloc(n);
+	coil_obj *h;
+
+	cr_assert_not_null(buf);
+	for (size_t i = 0; i < n; i++) {
+		seed ^= seed << 13;
+		seed ^= seed >> 7;
+		seed ^= seed << 17;
+		buf[i] = (uint8_t)seed;
+	}
+	cr_assert_eq(coil_obj_open(s, name, COIL_CREATE, &h), 0);
+	cr_assert_eq(coil_pwrite(h, buf, n, off), (int64_t)n);
+	cr_assert_eq(coil_obj_close(h), 0);
+	free(buf);
+}
+
+/* A cohort judged not worth a dictionary is not read and trained on again
+ * by the next call (a caller looping on small budgets would pay for its
+ * sample every call), until it has doubled. */
+Test(optimize, rejected_cohort, .timeout = 120)
+{
+	struct coil_optimize_opts o = { .level = 3, .budget_bytes = MiB };
+	struct coil_optimize_report rep;
+	char path[256];
+	coil_store *s;
+
+	et_path(path, sizeof(path), "opt-reject");
+	s = open_store(path, true);
+	put_noise(s, "noise/a", 0, 12 * MiB, 0x1234567);
+	cr_assert_geq(coil_optimize(s, &o, &rep), 0);
+	cr_assert_eq(rep.dicts_made, 0);
+	cr_assert_eq(rep.dicts_rejected, 1);
+	cr_assert_geq(coil_optimize(s, &o, &rep), 0);
+	cr_assert_eq(rep.dicts_rejected, 0, "trained again on the same cohort");
+	/* grown by less than double: still not */
+	put_noise(s, "noise/b", 0, 4 * MiB, 0x7654321);
+	cr_assert_geq(coil_optimize(s, &o, &rep), 0);
+	cr_assert_eq(rep.dicts_rejected, 0);
+	/* doubled: judged again */
+	put_noise(s, "noise/c", 0, 12 * MiB, 0xabcdef1);
+	cr_assert_geq(coil_optimize(s, &o, &rep), 0);
+	cr_assert_eq(rep.dicts_rejected, 1);
+	cr_assert_eq(coil_close(s), 0);
+}
+
 Test(optimize, errors, .timeout = 60)
 {
 	char path[256];

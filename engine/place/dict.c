@@ -245,6 +245,40 @@ struct dict *dict_for_cohort(struct coil_store *s, const char *cohort)
 	return NULL;
 }
 
+static struct dict_reject *reject_find(struct coil_store *s,
+				      const char *cohort)
+{
+	for (uint32_t i = 0; i < s->dicts.nrej; i++)
+		if (strcmp(s->dicts.rej[i].cohort, cohort) == 0)
+			return &s->dicts.rej[i];
+	return NULL;
+}
+
+bool dict_rejected(struct coil_store *s, const char *cohort, uint64_t bytes)
+{
+	const struct dict_reject *r = reject_find(s, cohort);
+
+	return r && bytes / 2 < r->bytes;
+}
+
+void dict_reject_note(struct coil_store *s, const char *cohort,
+		      uint64_t bytes)
+{
+	struct dict_reject *r = reject_find(s, cohort);
+
+	if (!r) {
+		if (s->dicts.nrej < DICT_REJECTS_MAX) {
+			r = &s->dicts.rej[s->dicts.nrej++];
+		} else {
+			r = &s->dicts.rej[s->dicts.rej_next];
+			s->dicts.rej_next = (s->dicts.rej_next + 1) %
+					    DICT_REJECTS_MAX;
+		}
+		snprintf(r->cohort, sizeof(r->cohort), "%s", cohort);
+	}
+	r->bytes = bytes;
+}
+
 const ZSTD_CDict *dict_cdict(struct dict *d, int level)
 {
 	if (d->cd && d->cd_level == level)

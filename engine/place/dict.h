@@ -47,8 +47,20 @@ struct dict {
 	uint8_t *bytes;          /* kept for the encoder (len of them) */
 };
 
+/* Cohorts judged not worth a dictionary, remembered (in memory) with the
+ * bytes they held then, so a caller looping on coil_optimize does not
+ * read and train on the same sample every call. */
+#define DICT_REJECTS_MAX 64u
+
+struct dict_reject {
+	char cohort[DICT_COHORT_MAX + 1];
+	uint64_t bytes;
+};
+
 /* The table, in struct coil_store. */
 struct dicts {
+	struct dict_reject rej[DICT_REJECTS_MAX]; /* mlock */
+	uint32_t nrej, rej_next;                  /* mlock */
 	struct dict *_Atomic tab[DICT_MAX];
 	_Atomic uint32_t next_id; /* one past the largest id seen */
 	_Atomic uint32_t count;  /* bound (their objects are in nobj) */
@@ -86,6 +98,13 @@ int dict_publish(struct coil_store *s, uint32_t id, const void *buf,
 size_t dict_cohort_of(const char *name, size_t len, char *out);
 /* The loaded dictionary of @cohort, or NULL. */
 struct dict *dict_for_cohort(struct coil_store *s, const char *cohort);
+/* Was @cohort judged not worth a dictionary when it held more than half
+ * of @bytes?  (Trained again once it has doubled.)  mlock held. */
+bool dict_rejected(struct coil_store *s, const char *cohort, uint64_t bytes);
+/* Remember that @cohort, holding @bytes, was not worth a dictionary (the
+ * oldest entry goes when the list is full).  mlock held. */
+void dict_reject_note(struct coil_store *s, const char *cohort,
+		      uint64_t bytes);
 /* @d's level-@level encoder (made on first use).  NULL on ENOMEM. */
 const ZSTD_CDict *dict_cdict(struct dict *d, int level);
 
