@@ -1910,7 +1910,8 @@ int cleaner_start(struct coil_store *s)
 	cl->born_ns = calloc(s->seg_cap, sizeof(*cl->born_ns));
 	cl->victim = calloc(s->seg_cap, 1);
 	cl->vlist = calloc(CLEAN_VICTIMS_MAX + 1, sizeof(*cl->vlist));
-	optimizer_init(&cl->opt);
+	if (rc == 0)
+		rc = optimizer_init(&cl->opt);
 	cl->scratch = malloc(FMT_BLOB_MAX);
 	cl->dctx = ZSTD_createDCtx();
 	w->fb = calloc(CLEAN_BATCH_BLOBS + 1, sizeof(*w->fb));

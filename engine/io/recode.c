@@ -3,6 +3,8 @@
  * and dictionary training are engine/optimize.c; recode.h says how they
  * fit). */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,15 +19,81 @@
 #include "engine/store.h"
 #include "format/format.h"
 
+enum { ENC_IDLE, ENC_POSTED, ENC_DONE, ENC_STOP };
+
+/* One blob handed to the encoder thread: optimize_blob's arguments and
+ * its result. */
+struct enc_job {
+	const struct fmt_blob *old;
+	const uint8_t *logical;
+	struct dict *d;
+	struct fmt_blob *nfb;
+	const uint8_t **bytes;
+	int rc;
+};
+
+static int encode_check(struct optimizer *op, const struct fmt_blob *old,
+			const uint8_t *logical, struct dict *d,
+			struct fmt_blob *nfb, const uint8_t **bytes);
+
+static void *enc_main(void *arg)
+{
+	struct optimizer *op = arg;
+	struct sched_param sp = { .sched_priority = 0 };
+
+	coil_thread_name("optenc", -1);
+	atomic_store(&op->enc_idle,
+		     pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp) ==
+			     0);
+	pthread_mutex_lock(&op->enc_mu);
+	for (;;) {
+		struct enc_job *j;
+
+		while (op->enc_state != ENC_POSTED && op->enc_state != ENC_STOP)
+			pthread_cond_wait(&op->enc_cv, &op->enc_mu);
+		if (op->enc_state == ENC_STOP)
+			break;
+		j = op->job;
+		pthread_mutex_unlock(&op->enc_mu);
+		j->rc = encode_check(op, j->old, j->logical, j->d, j->nfb,
+				     j->bytes);
+		pthread_mutex_lock(&op->enc_mu);
+		op->enc_state = ENC_DONE;
+		pthread_cond_broadcast(&op->enc_cv);
+	}
+	pthread_mutex_unlock(&op->enc_mu);
+	return NULL;
+}
+
 int optimizer_init(struct optimizer *op)
 {
 	memset(op, 0, sizeof(*op));
+	if (pthread_mutex_init(&op->enc_mu, NULL))
+		return -ENOMEM;
+	if (pthread_cond_init(&op->enc_cv, NULL)) {
+		pthread_mutex_destroy(&op->enc_mu);
+		return -ENOMEM;
+	}
+	op->ready = true;
 	return 0;
 }
 
 void optimizer_destroy(struct optimizer *op)
 {
+	if (op->enc_started) {
+		pthread_mutex_lock(&op->enc_mu);
+		op->enc_state = ENC_STOP;
+		pthread_cond_broadcast(&op->enc_cv);
+		pthread_mutex_unlock(&op->enc_mu);
+		pthread_join(op->enc_th, NULL);
+		op->enc_started = false;
+	}
 	optimizer_end(op);
+	if (op->ready) {
+		pthread_cond_destroy(&op->enc_cv);
+		pthread_mutex_destroy(&op->enc_mu);
+		op->ready = false;
+	}
 }
 
 int optimizer_begin(struct optimizer *op, int level)
@@ -33,6 +101,12 @@ int optimizer_begin(struct optimizer *op, int level)
 	if (level < 1 || level > ZSTD_maxCLevel())
 		return -EINVAL;
 	op->level = level;
+	if (!op->enc_started && op->ready) {
+		op->enc_state = ENC_IDLE;
+		/* without it the cleaner thread encodes */
+		op->enc_started = pthread_create(&op->enc_th, NULL, enc_main,
+						 op) == 0;
+	}
 	if (!op->cctx)
 		op->cctx = ZSTD_createCCtx();
 	if (!op->dctx)
@@ -79,6 +153,26 @@ static uint64_t blob_cost(const struct fmt_blob *b)
 int optimize_blob(struct optimizer *op, const struct fmt_blob *old,
 		  const uint8_t *logical, struct dict *d,
 		  struct fmt_blob *nfb, const uint8_t **bytes)
+{
+	struct enc_job j = { old, logical, d, nfb, bytes, 0 };
+
+	if (!op->enc_started)
+		return encode_check(op, old, logical, d, nfb, bytes);
+	pthread_mutex_lock(&op->enc_mu);
+	op->job = &j;
+	op->enc_state = ENC_POSTED;
+	pthread_cond_broadcast(&op->enc_cv);
+	while (op->enc_state != ENC_DONE)
+		pthread_cond_wait(&op->enc_cv, &op->enc_mu);
+	op->enc_state = ENC_IDLE;
+	op->job = NULL;
+	pthread_mutex_unlock(&op->enc_mu);
+	return j.rc;
+}
+
+static int encode_check(struct optimizer *op, const struct fmt_blob *old,
+			const uint8_t *logical, struct dict *d,
+			struct fmt_blob *nfb, const uint8_t **bytes)
 {
 	const ZSTD_CDict *cd = d ? dict_cdict(d, op->level) : NULL;
 	uint64_t t0 = thread_cpu_ns();
@@ -162,11 +256,12 @@ int optimizer_stats_fmt(const struct optimizer *op, char *buf, size_t len)
 		     "\"stale_skips\":%llu,\"stale_bytes\":%llu,"
 		     "\"no_gain\":%llu,\"errors\":%llu,\"bytes_read\":%llu,"
 		     "\"bytes_written\":%llu,\"installed_bytes\":%llu,"
-		     "\"cpu_ns\":%llu}",
+		     "\"cpu_ns\":%llu,\"idle_priority\":%s}",
 		     LD(op->passes), LD(op->scanned), LD(op->rewritten),
 		     LD(op->saved_bytes), LD(op->stale_skips),
 		     LD(op->stale_bytes), LD(op->no_gain), LD(op->errors),
 		     LD(op->bytes_read), LD(op->bytes_written),
-		     LD(op->installed_bytes), LD(op->cpu_ns));
+		     LD(op->installed_bytes), LD(op->cpu_ns),
+		     atomic_load(&op->enc_idle) ? "true" : "false");
 	return n < 0 ? -EIO : n;
 }

@@ -14,6 +14,7 @@
 #ifndef COIL_ENGINE_RECODE_H
 #define COIL_ENGINE_RECODE_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -23,8 +24,27 @@ struct dict;
 struct fmt_blob;
 
 /* The optimizer's encoder state and counters (one per store, used by the
- * cleaner thread only, counters read by stats). */
+ * cleaner thread only, counters read by stats).
+ *
+ * The encoding itself runs on a thread of its own at SCHED_IDLE: it is
+ * the optimizer's CPU (a level-19 encode is most of it), and at idle
+ * priority it takes only the cycles the foreground leaves.  An
+ * unprivileged thread cannot leave SCHED_IDLE again, hence a thread of
+ * its own rather than the cleaner's, which must keep up with writers.
+ * The cleaner thread hands it one blob at a time and waits; it holds no
+ * lock meanwhile.  If the thread cannot be made, or not made idle, the
+ * encoding runs on the cleaner thread (or at normal priority), and the
+ * stats say so. */
 struct optimizer {
+	pthread_t enc_th;
+	pthread_mutex_t enc_mu;
+	pthread_cond_t enc_cv;
+	bool ready;              /* enc_mu and enc_cv were made */
+	bool enc_started;        /* enc_th runs */
+	int enc_state;           /* ENC_* (enc_mu) */
+	struct enc_job *job;     /* the blob handed over (enc_mu) */
+	_Atomic bool enc_idle;   /* enc_th runs at SCHED_IDLE */
+
 	void *cctx;              /* ZSTD_CCtx, made for a pass, freed after */
 	void *dctx;              /* ZSTD_DCtx for the candidate's check */
 	uint8_t *obuf;           /* the candidate's stored bytes */
@@ -40,8 +60,10 @@ struct optimizer {
 };
 
 int optimizer_init(struct optimizer *op);
+/* Stops the encoder thread and frees everything. */
 void optimizer_destroy(struct optimizer *op);
-/* Ready for a pass at @level (1..22): the encoder is made now. */
+/* Ready for a pass at @level (1..22): the encoder is made now (and its
+ * thread, the first time). */
 int optimizer_begin(struct optimizer *op, int level);
 /* After a pass: the encoder's memory (tens of MiB at high levels) goes. */
 void optimizer_end(struct optimizer *op);
