@@ -68,28 +68,32 @@ static uint64_t thread_cpu_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* What a blob costs on disk beyond its place: its stored bytes and the
- * descriptor's checksums (the rest of a descriptor is the same size for
- * every blob). */
-static uint64_t blob_cost(const struct fmt_blob *b)
+/* The rest of a descriptor is the same size for every blob. */
+uint64_t optimize_cost(const struct fmt_blob *b)
 {
 	return (uint64_t)b->stored_len + 8u * b->n_csums;
 }
 
-int optimize_blob(struct optimizer *op, const struct fmt_blob *old,
-		  const uint8_t *logical, struct dict *d,
-		  struct fmt_blob *nfb, const uint8_t **bytes)
+/* Encode @len bytes of @logical; keep the candidate only when it costs
+ * less than @old_cost with its checksums carried by @nref extents, and
+ * decodes back to exactly @logical.  @nblobs: the blobs it replaces
+ * (the counters count blobs). */
+static int encode_checked(struct optimizer *op, const uint8_t *logical,
+			  uint32_t len, uint64_t old_cost, uint32_t nref,
+			  uint32_t nblobs, struct dict *d,
+			  struct fmt_blob *nfb, const uint8_t **bytes)
 {
 	const ZSTD_CDict *cd = d ? dict_cdict(d, op->level) : NULL;
 	uint64_t t0 = thread_cpu_ns();
 	uint32_t bad;
 	int rc;
 
-	atomic_fetch_add_explicit(&op->scanned, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&op->scanned, nblobs, memory_order_relaxed);
 	rc = fmt_blob_encode(op->cctx, op->level, cd, cd ? d->id : 0, logical,
-			     old->logical_len, op->obuf, FMT_BLOB_MAX, nfb);
-	if (rc < 0 || blob_cost(nfb) >= blob_cost(old)) {
-		atomic_fetch_add_explicit(&op->no_gain, 1,
+			     len, op->obuf, FMT_BLOB_MAX, nfb);
+	if (rc < 0 || (uint64_t)nfb->stored_len +
+			      8ull * nfb->n_csums * nref >= old_cost) {
+		atomic_fetch_add_explicit(&op->no_gain, nblobs,
 					  memory_order_relaxed);
 		rc = rc < 0 ? -EIO : 0;
 		goto out;
@@ -105,8 +109,8 @@ int optimize_blob(struct optimizer *op, const struct fmt_blob *old,
 	 * was read. */
 	if (fmt_blob_decode(op->dctx, cd ? d->dd : NULL, nfb, op->obuf,
 			    nfb->stored_len,
-			    op->vbuf, FMT_BLOB_MAX) != (int)old->logical_len ||
-	    memcmp(op->vbuf, logical, old->logical_len) != 0) {
+			    op->vbuf, FMT_BLOB_MAX) != (int)len ||
+	    memcmp(op->vbuf, logical, len) != 0) {
 		atomic_fetch_add_explicit(&op->errors, 1, memory_order_relaxed);
 		rc = -EIO;
 		goto out;
@@ -119,6 +123,24 @@ out:
 	atomic_fetch_add_explicit(&op->cpu_ns, thread_cpu_ns() - t0,
 				  memory_order_relaxed);
 	return rc;
+}
+
+int optimize_blob(struct optimizer *op, const struct fmt_blob *old,
+		  const uint8_t *logical, struct dict *d,
+		  struct fmt_blob *nfb, const uint8_t **bytes)
+{
+	return encode_checked(op, logical, old->logical_len,
+			      optimize_cost(old), 1, 1, d, nfb, bytes);
+}
+
+int optimize_merge(struct optimizer *op, const uint8_t *logical,
+		   uint32_t len, uint32_t n, uint64_t old_cost,
+		   struct dict *d, struct fmt_blob *nfb,
+		   const uint8_t **bytes)
+{
+	if (len == 0 || len > FMT_BLOB_MAX || n < 2)
+		return -EINVAL;
+	return encode_checked(op, logical, len, old_cost, n, n, d, nfb, bytes);
 }
 
 struct seg_count {
@@ -162,11 +184,13 @@ int optimizer_stats_fmt(const struct optimizer *op, char *buf, size_t len)
 		     "\"stale_skips\":%llu,\"stale_bytes\":%llu,"
 		     "\"no_gain\":%llu,\"errors\":%llu,\"bytes_read\":%llu,"
 		     "\"bytes_written\":%llu,\"installed_bytes\":%llu,"
+		     "\"merges\":%llu,\"merged_blobs\":%llu,"
 		     "\"cpu_ns\":%llu}",
 		     LD(op->passes), LD(op->scanned), LD(op->rewritten),
 		     LD(op->saved_bytes), LD(op->stale_skips),
 		     LD(op->stale_bytes), LD(op->no_gain), LD(op->errors),
 		     LD(op->bytes_read), LD(op->bytes_written),
-		     LD(op->installed_bytes), LD(op->cpu_ns));
+		     LD(op->installed_bytes), LD(op->merges),
+		     LD(op->merged_blobs), LD(op->cpu_ns));
 	return n < 0 ? -EIO : n;
 }
