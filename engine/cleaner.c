@@ -25,6 +25,13 @@
  *      were PENDING and become FREE (ckpt_write discards them first,
  *      seg_discard_freed).
  *
+ * The optimizer's pass (opt_on) also merges: step 2 plans, per object and
+ * aligned window of the blob size, the small blobs to join (members may
+ * be in segments that are not victims: they hold a reader count until
+ * read); step 3 encodes a window as one blob at its first member in the
+ * victims and journals a REWRITE pair per member in the same batch
+ * (merge_group).
+ *
  * Copies are verbatim, so a relocated blob has the same descriptor as the
  * original except dev_off: the compare-and-swap compares content identity
  * (codec, lengths, checksums) rather than a location, which replay can
@@ -1279,9 +1286,9 @@ static int member_read(struct cleaner *cl, const struct cmember *mb,
 	    mb->skip + (uint64_t)mb->len > fb.logical_len)
 		return 1;
 	if (mb->seg == seg) {
-		COIL_ASSERT(fb.dev_off >= base &&
-			    fb.dev_off - base + fb.stored_len <=
-				    s->sb.segment_size);
+		COIL_ASSERT(fb.dev_off >= base);
+		COIL_ASSERT(fb.dev_off - base + fb.stored_len <=
+			    s->sb.segment_size);
 		src = cl->seg_buf + (fb.dev_off - base);
 	} else {
 		uint64_t a = COIL_ALIGN_DOWN(fb.dev_off, FMT_BLOCK);
@@ -2306,8 +2313,8 @@ int cleaner_start(struct coil_store *s)
 	w->batch_cap = batch_cap;
 	if (rc < 0 || !cl->gen_seen || !cl->born_ns || !cl->victim || !cl->vlist ||
 	    !cl->opt_bytes ||
-	    !cl->scratch || !cl->mlog || !cl->mread || !cl->dctx || !w->fb || !w->bd || !w->slot ||
-	    !w->recbuf || !cl->seg_buf || !w->batch) {
+	    !cl->scratch || !cl->mlog || !cl->mread || !cl->dctx || !w->fb ||
+	    !w->bd || !w->slot || !w->recbuf || !cl->seg_buf || !w->batch) {
 		cleaner_free(cl);
 		return -ENOMEM;
 	}
