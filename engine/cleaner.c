@@ -1335,6 +1335,13 @@ static int merge_group(struct cleaner *cl, uint32_t g, uint32_t seg,
 	COIL_ASSERT(gp->state == CGRP_PENDING);
 	COIL_ASSERT(n >= 2 && n <= MERGE_MEMBERS_MAX);
 	gp->state = CGRP_DECLINED;
+	/* A merge places the bytes of members outside the victims too,
+	 * which the pass's room did not count (their segments are freed
+	 * only once all their data has gone): it yields to writers short of
+	 * space, as the pass does between victims, and the members are then
+	 * optimized one by one. */
+	if (free_now(s) <= cl->throttle)
+		rc = 1;
 	for (size_t m = gp->m0; m < gp->m1 && rc == 0; m++) {
 		struct cmember *mb = &cl->mems[m];
 
@@ -1346,9 +1353,7 @@ static int merge_group(struct cleaner *cl, uint32_t g, uint32_t seg,
 	}
 	/* the members' bytes are read: their segments may go */
 	group_unhold(cl, gp);
-	/* a merge may place what other victims' members held: it yields
-	 * to writers short of space, as the pass does between victims */
-	if (rc != 0 || free_now(s) <= cl->throttle)
+	if (rc != 0)
 		return 0;
 	dict_cohort_of(m0->o->name, m0->o->name_len, cohort);
 	if (optimize_merge(&cl->opt, cl->mlog, pos, n, cost,
