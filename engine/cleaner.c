@@ -105,8 +105,8 @@
 /* The optimizer's merges: extents of one object that each map a blob of
  * less than half the store's blob size, within one window of that size
  * aligned in the object, become one blob; at most this many extents a
- * merged blob (a merge's REWRITE pairs carry the merged descriptor once
- * each: 64 with 16 checksums are about 16 KiB of record). */
+ * merged blob (a merge's record carries two descriptors per member: 64
+ * compressed members are about 8 KiB of it, raw ones never merge). */
 #define MERGE_MEMBERS_MAX 64u
 #define CGRP_NONE UINT32_MAX
 
@@ -872,6 +872,8 @@ static int items_push(struct cleaner *cl, const struct citem *it)
 	return 0;
 }
 
+/* *@p holds at least @need elements of @size bytes (doubling).  @return
+ * 0 or -ENOMEM (*@p unchanged). */
 static int arr_grow(void **p, size_t *cap, size_t need, size_t size)
 {
 	size_t ncap = *cap ? *cap : 256;
