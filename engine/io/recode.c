@@ -68,8 +68,10 @@ static uint64_t thread_cpu_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* The rest of a descriptor is the same size for every blob. */
-uint64_t optimize_cost(const struct fmt_blob *b)
+/* What a blob costs on disk beyond its place: its stored bytes and the
+ * descriptor's checksums (the rest of a descriptor is the same size for
+ * every blob). */
+static uint64_t optimize_cost(const struct fmt_blob *b)
 {
 	return (uint64_t)b->stored_len + 8u * b->n_csums;
 }

@@ -69,18 +69,15 @@ int optimize_blob(struct optimizer *op, const struct fmt_blob *old,
 
 /* Encode the @len logical bytes of @n small blobs of one object (already
  * verified, concatenated) as one blob, as optimize_blob does one, with
- * the same check.  @old_cost: what the @n blobs cost (optimize_cost of
- * each); the candidate costs its stored bytes and its checksums once per
- * extent that will map it (every extent record carries its blob's
- * descriptor).  @return 1 and the candidate as optimize_blob does when it
+ * the same check.  @old_cost: what the @n blobs cost (each its stored
+ * bytes and 8 bytes a checksum); the candidate costs its stored bytes and
+ * its checksums once per extent that will map it (every extent record
+ * carries its blob's descriptor).  @return 1 and the candidate as optimize_blob does when it
  * is strictly cheaper, 0 when not, -EIO when it failed its check. */
 int optimize_merge(struct optimizer *op, const uint8_t *logical,
 		   uint32_t len, uint32_t n, uint64_t old_cost,
 		   struct dict *d, struct fmt_blob *nfb,
 		   const uint8_t **bytes);
-/* What blob @b costs on disk beyond its place: its stored bytes and its
- * descriptor's checksums. */
-uint64_t optimize_cost(const struct fmt_blob *b);
 
 /* Per segment, the logical bytes of live extents whose blob the optimizer
  * has not been over (no FMT_BLOB_OPTIMIZED): @out has s->nseg entries.
