@@ -25,6 +25,13 @@
  *      were PENDING and become FREE (ckpt_write discards them first,
  *      seg_discard_freed).
  *
+ * The optimizer's pass (opt_on) also merges: step 2 plans, per object and
+ * aligned window of the blob size, the small blobs to join (members may
+ * be in segments that are not victims: they hold a reader count until
+ * read); step 3 encodes a window as one blob at its first member in the
+ * victims and journals a REWRITE pair per member in the same batch
+ * (merge_group).
+ *
  * Copies are verbatim, so a relocated blob has the same descriptor as the
  * original except dev_off: the compare-and-swap compares content identity
  * (codec, lengths, checksums) rather than a location, which replay can
@@ -54,6 +61,7 @@
 #include "engine/log/meta.h"
 #include "engine/io/recode.h"
 #include "engine/place/blob.h"
+#include "engine/place/dev.h"
 #include "engine/place/object.h"
 #include "engine/place/segment.h"
 #include "engine/store.h"
@@ -94,6 +102,13 @@
  * not made much smaller). */
 #define OPT_BG_LEVEL 19
 #define OPT_BG_BUDGET (16ull << 20)
+/* The optimizer's merges: extents of one object that each map a blob of
+ * less than half the store's blob size, within one window of that size
+ * aligned in the object, become one blob; at most this many extents a
+ * merged blob (a merge's record carries two descriptors per member: 64
+ * compressed members are about 8 KiB of it, raw ones never merge). */
+#define MERGE_MEMBERS_MAX 64u
+#define CGRP_NONE UINT32_MAX
 
 struct citem {
 	struct object *o;
@@ -103,8 +118,38 @@ struct citem {
 	uint32_t seg;
 	uint32_t k;             /* blob index in the batch */
 	uint32_t nskip;         /* skip into the relocated blob */
+	uint32_t grp;           /* the merge it belongs to, or CGRP_NONE */
 	bool rw;                /* the copy is the optimizer's re-encoding:
 				 * a REWRITE pair, not a REMAP */
+};
+
+/* A merge's member: an extent of a small blob (place/blob.h), held
+ * (object and blob references) from the pick until the pass ends. */
+struct cmember {
+	struct object *o;
+	struct blobd *b;
+	uint64_t off;
+	uint32_t len, skip;
+	uint32_t seg;            /* where its blob is */
+	size_t item;             /* its index in cl->items while collecting
+				  * (SIZE_MAX: its blob is in no victim) */
+	uint32_t nskip;          /* where its bytes are in the merged blob */
+};
+
+/* A window's members [m0, m1) of cl->mems, in offset order.  Until it is
+ * tried, each member holds a reader count on its blob's segment, so the
+ * bytes stay there to be read whatever the victims' order. */
+enum { CGRP_PENDING, CGRP_MERGED, CGRP_DECLINED };
+struct cgroup {
+	size_t m0, m1;
+	uint8_t state;
+};
+
+/* The batch being filled: runs from r0, nb blobs in slot bytes, rec
+ * bytes of record, next extents. */
+struct cbatch {
+	size_t r0, slot;
+	uint32_t nb, rec, next;
 };
 
 /* A run: items [i0, i1) whose bytes one relocated blob carries: a whole
@@ -171,6 +216,18 @@ struct cleaner {
 	uint32_t *vlist;
 	uint8_t *seg_buf;        /* one segment */
 	uint8_t *scratch;        /* blob decode (verification) */
+	/* the optimizer's merges (pass state): windows and their members,
+	 * the batch's merged extents (appended to its items when it is
+	 * sent, in bitems), a member read from outside the victim at hand
+	 * and the window's bytes */
+	struct cmember *mems;
+	size_t nmems, cap_mems;
+	struct cgroup *grps;
+	size_t ngrps, cap_grps;
+	struct citem *xitems, *bitems;
+	size_t nx, cap_x, cap_b;
+	uint8_t *mread;
+	uint8_t *mlog;
 	ZSTD_DCtx *dctx;
 	struct fmt_blob rb;      /* the run's blob as read */
 	struct fmt_blob nfb;     /* its re-encoding (optimizer) */
@@ -404,8 +461,9 @@ int cleaner_check_live(struct coil_store *s)
 	return rc;
 }
 
-/* An optimizer pair applied: @saved stored bytes fewer, @got logical
- * bytes installed, @lost not (newer data there: the compare-and-swap). */
+/* An optimizer pair applied: @saved stored bytes fewer (modulo 2^64: a
+ * merge's pair may add some), @got logical bytes installed, @lost not
+ * (newer data there: the compare-and-swap). */
 static void opt_installed(struct cleaner *cl, uint64_t saved, uint64_t got,
 			  uint64_t lost)
 {
@@ -443,6 +501,10 @@ static void reloc_apply(struct coil_store *s, struct jent *e)
 						    .b = it[i].b };
 				uint64_t st0 = s->ext_acct.stored;
 
+				/* A merge's pair may raise stored: a member
+				 * that compressed better alone takes its
+				 * pro-rata share of the merged blob.  The
+				 * counter wraps, so it sums to the drop. */
 				got = meta_apply_rewrite(s, o, &want, &ex);
 				if (got >= 0)
 					opt_installed(cl, st0 - s->ext_acct.stored,
@@ -819,40 +881,189 @@ static int items_push(struct cleaner *cl, const struct citem *it)
 	return 0;
 }
 
-/* Collect the extents that reference the victims (mlock held). */
+/* *@p holds at least @need elements of @size bytes (doubling).  @return
+ * 0 or -ENOMEM (*@p unchanged). */
+static int arr_grow(void **p, size_t *cap, size_t need, size_t size)
+{
+	size_t ncap = *cap ? *cap : 256;
+	void *n;
+
+	if (need <= *cap)
+		return 0;
+	while (ncap < need)
+		ncap *= 2;
+	n = realloc(*p, ncap * size);
+	if (!n)
+		return -ENOMEM;
+	*p = n;
+	*cap = ncap;
+	return 0;
+}
+
+/* Can extent @e be a merge member?  Its blob is on the device,
+ * compressed (a raw one gains nothing and its checksums are per sector),
+ * not yet optimized, small, and mapped by @e alone: one reference, so no
+ * other extent, clone, reader or checkpoint holds it (the merge's pairs
+ * then leave it wholly unreferenced).  @e lies within one window. */
+static bool merge_member(const struct cleaner *cl, const struct ext *e)
+{
+	const struct blobd *b = e->b;
+	uint64_t win = cl->s->max_blob;
+
+	return !blobd_is_mem(b) && b->codec != FMT_CODEC_RAW &&
+	       !(b->flags & FMT_BLOB_OPTIMIZED) &&
+	       b->logical_len < cl->s->max_blob / 2 &&
+	       atomic_load(&b->refs) == 1 && e->len > 0 &&
+	       e->off / win == (e->off + e->len - 1) / win;
+}
+
+/* The window's members [m0, cl->nmems): a merge when there are two or
+ * more and one of them is in a victim (the merge rides on that victim's
+ * relocation); its members take their references and reader counts, and
+ * their items point at it.  Else they are forgotten.  mlock held. */
+static int group_close(struct cleaner *cl, size_t m0, bool in_victim)
+{
+	struct coil_store *s = cl->s;
+	uint32_t g = (uint32_t)cl->ngrps;
+	int rc;
+
+	if (cl->nmems - m0 < 2 || !in_victim) {
+		cl->nmems = m0;
+		return 0;
+	}
+	rc = arr_grow((void **)&cl->grps, &cl->cap_grps, cl->ngrps + 1,
+		      sizeof(*cl->grps));
+	if (rc < 0) {
+		cl->nmems = m0;
+		return rc;
+	}
+	cl->grps[cl->ngrps++] = (struct cgroup){ .m0 = m0, .m1 = cl->nmems,
+						 .state = CGRP_PENDING };
+	for (size_t m = m0; m < cl->nmems; m++) {
+		struct cmember *mb = &cl->mems[m];
+
+		blobd_ref(mb->b);
+		mb->o->refs++;
+		atomic_fetch_add(&s->segs[mb->seg].readers, 1);
+		if (mb->item != SIZE_MAX)
+			cl->items[mb->item].grp = g;
+	}
+	return 0;
+}
+
+/* A merge's members let their segments go (mlock taken): once read, or
+ * when the pass ends without having tried it. */
+static void group_unhold(struct cleaner *cl, const struct cgroup *gp)
+{
+	struct coil_store *s = cl->s;
+
+	pthread_mutex_lock(&s->mlock);
+	for (size_t m = gp->m0; m < gp->m1; m++) {
+		uint32_t seg = cl->mems[m].seg;
+
+		COUNT_SUB(&s->segs[seg].readers, 1);
+		seg_maybe_pending(s, seg);
+	}
+	pthread_mutex_unlock(&s->mlock);
+}
+
+/* The pass is over: every merge's batch has been applied; drop what the
+ * members hold (mlock taken). */
+static void groups_release(struct cleaner *cl)
+{
+	struct coil_store *s = cl->s;
+
+	for (size_t g = 0; g < cl->ngrps; g++)
+		if (cl->grps[g].state == CGRP_PENDING)
+			group_unhold(cl, &cl->grps[g]);
+	pthread_mutex_lock(&s->mlock);
+	for (size_t g = 0; g < cl->ngrps; g++) {
+		for (size_t m = cl->grps[g].m0; m < cl->grps[g].m1; m++) {
+			blobd_unref(cl->mems[m].b);
+			object_put(s, cl->mems[m].o);
+		}
+	}
+	pthread_mutex_unlock(&s->mlock);
+	cl->ngrps = 0;
+	cl->nmems = 0;
+}
+
+/* Collect the extents that reference the victims (mlock held).  An
+ * optimizer pass also plans its merges here, in the same walk: per
+ * object, the members of each window in offset order (they need not be
+ * adjacent: the merged blob holds their bytes back to back). */
 static int collect_items(struct cleaner *cl)
 {
 	struct coil_store *s = cl->s;
+	uint64_t win = s->max_blob;
 	int rc = 0;
 
 	cl->nitems = 0;
+	cl->nmems = 0;
+	cl->ngrps = 0;
 	for (uint32_t b = 0; b < s->tab_cap && rc == 0; b++) {
 		for (struct object *o = s->by_id[b]; o && rc == 0;
 		     o = o->id_next) {
+			bool merge = cl->opt_on &&
+				     !dict_name_internal(o->name, o->name_len);
+			uint64_t wid = UINT64_MAX;
+			size_t m0 = cl->nmems;
+			bool wvic = false;
 			struct extmap_iter it;
 			const struct ext *e;
 
 			extmap_iter_init(&it, &o->map, 0);
 			while ((e = extmap_iter_next(&it))) {
+				/* before this walk's own reference */
+				bool member = merge && merge_member(cl, e);
+				size_t idx = SIZE_MAX;
 				uint32_t i;
 				struct citem ci;
 
 				if (blobd_is_mem(e->b))
 					continue;
 				i = seg_of(s, e->b->dev_off);
-				if (!cl->victim[i])
+				if (cl->victim[i]) {
+					ci = (struct citem){ .o = o, .b = e->b,
+							     .off = e->off,
+							     .len = e->len,
+							     .skip = e->skip,
+							     .seg = i,
+							     .grp = CGRP_NONE };
+					rc = items_push(cl, &ci);
+					if (rc < 0)
+						break;
+					blobd_ref(e->b);
+					o->refs++;
+					idx = cl->nitems - 1;
+				}
+				if (!member)
 					continue;
-				ci = (struct citem){ .o = o, .b = e->b,
-						     .off = e->off,
-						     .len = e->len,
-						     .skip = e->skip,
-						     .seg = i };
-				rc = items_push(cl, &ci);
+				if (e->off / win != wid) {
+					rc = group_close(cl, m0, wvic);
+					if (rc < 0)
+						break;
+					m0 = cl->nmems;
+					wid = e->off / win;
+					wvic = false;
+				}
+				if (cl->nmems - m0 == MERGE_MEMBERS_MAX)
+					continue;
+				rc = arr_grow((void **)&cl->mems,
+					      &cl->cap_mems, cl->nmems + 1,
+					      sizeof(*cl->mems));
 				if (rc < 0)
 					break;
-				blobd_ref(e->b);
-				o->refs++;
+				cl->mems[cl->nmems++] = (struct cmember){
+					.o = o, .b = e->b, .off = e->off,
+					.len = e->len, .skip = e->skip,
+					.seg = i, .item = idx };
+				wvic |= idx != SIZE_MAX;
 			}
+			if (rc == 0)
+				rc = group_close(cl, m0, wvic);
+			else
+				cl->nmems = m0;
 		}
 	}
 	return rc;
@@ -917,23 +1128,58 @@ static int make_runs(struct cleaner *cl, size_t a, size_t z, size_t *nrun)
 	return 0;
 }
 
-/* Relocate runs [r0, r1) that are in w's batch. */
-static int batch_flush(struct cleaner *cl, size_t r0, size_t r1, uint32_t nb,
-		       size_t slot)
+/* Relocate what batch @bt holds: the items of runs [bt->r0, @r1) and the
+ * merged extents it took (cl->xitems); @bt is empty after. */
+static int batch_flush(struct cleaner *cl, struct cbatch *bt, size_t r1)
 {
 	struct wreq *w = &cl->w;
-	size_t i0 = cl->runs[r0].i0, i1 = cl->runs[r1 - 1].i1;
+	size_t i0 = cl->runs[bt->r0].i0;
+	size_t i1 = r1 > bt->r0 ? cl->runs[r1 - 1].i1 : i0;
+	struct citem *items = &cl->items[i0];
+	size_t n = i1 - i0;
 	int rc;
 
-	if (nb == 0)
+	if (bt->nb == 0)
 		return 0;
-	w->nblobs = nb;
-	w->batch_len = slot;
+	if (cl->nx) {
+		/* one relocation: the merged extents are items of the batch
+		 * like the runs' (one record per object, one apply) */
+		rc = arr_grow((void **)&cl->bitems, &cl->cap_b, n + cl->nx,
+			      sizeof(*cl->bitems));
+		if (rc < 0)
+			return rc;
+		memcpy(cl->bitems, items, n * sizeof(*items));
+		memcpy(cl->bitems + n, cl->xitems, cl->nx * sizeof(*items));
+		items = cl->bitems;
+		n += cl->nx;
+		cl->nx = 0;
+	}
+	w->nblobs = bt->nb;
+	w->batch_len = bt->slot;
 	if (cl->opt_on && cl->opt_hook)
 		cl->opt_hook(cl->opt_hook_arg);
-	rc = reloc_submit(cl, &cl->items[i0], (uint32_t)(i1 - i0));
+	rc = reloc_submit(cl, items, (uint32_t)n);
 	if (rc < 0)
 		stat_add(&cl->reloc_failures, 1);
+	*bt = (struct cbatch){ .r0 = r1 };
+	return rc;
+}
+
+/* Before run @r adds a blob of @slot_len bytes, @ext extents and @rec
+ * bytes of record: the batch so far goes first when it would outgrow a
+ * bound. */
+static int batch_room(struct cleaner *cl, struct cbatch *bt, size_t r,
+		      uint32_t slot_len, uint32_t ext, uint32_t rec)
+{
+	int rc = 0;
+
+	if (bt->nb && (bt->nb == CLEAN_BATCH_BLOBS ||
+		       bt->slot + slot_len > CLEAN_BATCH_BYTES ||
+		       bt->next + ext > CLEAN_BATCH_EXTS ||
+		       bt->rec + rec > cl->rec_max))
+		rc = batch_flush(cl, bt, r);
+	if (bt->nb == 0)
+		bt->r0 = r;
 	return rc;
 }
 
@@ -1032,6 +1278,138 @@ static int read_live(struct cleaner *cl, uint64_t base, size_t nrun,
 	return 0;
 }
 
+/* Member @mb's bytes, from its blob verified, at cl->mlog + @pos: from
+ * the victim's bytes when its blob is in victim @seg at @base (read_live
+ * read it whole: it is compressed), else read from the device (its
+ * segment's reader count, taken at the pick, keeps it there).  @return 0,
+ * or 1 when it cannot be read or does not verify (the merge is then not
+ * made; a read of those bytes fails as it would have anyway). */
+static int member_read(struct cleaner *cl, const struct cmember *mb,
+		       uint32_t seg, uint64_t base, uint32_t pos)
+{
+	struct coil_store *s = cl->s;
+	const uint8_t *src;
+	struct fmt_blob fb;
+
+	blobd_to_fmt(mb->b, &fb);
+	if (fb.stored_len > FMT_BLOB_MAX || pos + (uint64_t)mb->len >
+						    FMT_BLOB_MAX ||
+	    mb->skip + (uint64_t)mb->len > fb.logical_len)
+		return 1;
+	if (mb->seg == seg) {
+		COIL_ASSERT(fb.dev_off >= base);
+		COIL_ASSERT(fb.dev_off - base + fb.stored_len <=
+			    s->sb.segment_size);
+		src = cl->seg_buf + (fb.dev_off - base);
+	} else {
+		uint64_t a = COIL_ALIGN_DOWN(fb.dev_off, FMT_BLOCK);
+		uint64_t z = COIL_ALIGN_UP(fb.dev_off + fb.stored_len,
+					   FMT_BLOCK);
+
+		if (store_io_sync(s, URING_OP_READ, cl->mread,
+				  (uint32_t)(z - a), a) < 0)
+			return 1;
+		stat_add(&cl->bytes_read, z - a);
+		stat_add(&cl->opt.bytes_read, z - a);
+		src = cl->mread + (fb.dev_off - a);
+	}
+	if (fmt_blob_decode(cl->dctx, dict_ddict(s, fb.dict_id), &fb, src,
+			    fb.stored_len, cl->scratch, FMT_BLOB_MAX) !=
+	    (int)fb.logical_len) {
+		stat_add(&cl->verify_failures, 1);
+		return 1;
+	}
+	memcpy(cl->mlog + pos, cl->scratch + mb->skip, mb->len);
+	return 0;
+}
+
+/* Try merge @g, met at run @r of victim @seg (at @base): its members read
+ * and verified, their bytes encoded as one blob, checked as optimize_blob
+ * checks one; when it costs less than they do, it joins batch @bt with a
+ * REWRITE pair per member, each on its own extent, so the compare-and-swap
+ * decides each member alone.  Otherwise the members stay as they are (in
+ * victims they are relocated each with its blob).  @return 0 or -errno. */
+static int merge_group(struct cleaner *cl, uint32_t g, uint32_t seg,
+		       uint64_t base, size_t r, struct cbatch *bt)
+{
+	struct coil_store *s = cl->s;
+	struct wreq *w = &cl->w;
+	struct cgroup *gp = &cl->grps[g];
+	const struct cmember *m0 = &cl->mems[gp->m0];
+	uint32_t n = (uint32_t)(gp->m1 - gp->m0), pos = 0, ncs = 0;
+	uint32_t slot_len, rec;
+	char cohort[DICT_COHORT_MAX + 1];
+	const uint8_t *bytes = NULL;
+	uint64_t cost = 0;
+	int rc = 0;
+
+	COIL_ASSERT(gp->state == CGRP_PENDING);
+	COIL_ASSERT(n >= 2 && n <= MERGE_MEMBERS_MAX);
+	gp->state = CGRP_DECLINED;
+	/* A merge places the bytes of members outside the victims too,
+	 * which the pass's room did not count (their segments are freed
+	 * only once all their data has gone): it yields to writers short of
+	 * space, as the pass does between victims, and the members are then
+	 * optimized one by one. */
+	if (free_now(s) <= cl->throttle)
+		rc = 1;
+	for (size_t m = gp->m0; m < gp->m1 && rc == 0; m++) {
+		struct cmember *mb = &cl->mems[m];
+
+		rc = member_read(cl, mb, seg, base, pos);
+		mb->nskip = pos;
+		pos += mb->len;
+		cost += (uint64_t)mb->b->stored_len + 8u * mb->b->n_csums;
+		ncs += mb->b->n_csums;
+	}
+	/* the members' bytes are read: their segments may go */
+	group_unhold(cl, gp);
+	if (rc != 0)
+		return 0;
+	dict_cohort_of(m0->o->name, m0->o->name_len, cohort);
+	if (optimize_merge(&cl->opt, cl->mlog, pos, n, cost,
+			   dict_for_cohort(s, cohort), &cl->nfb, &bytes) != 1)
+		return 0;
+	slot_len = COIL_ALIGN_UP(cl->nfb.stored_len, FMT_BLOCK);
+	rec = n * (item_rec_bytes(cl->nfb.n_csums) + FMT_EXTENT_FIXED) +
+	      8u * ncs;
+	if (rec > cl->rec_max / 2)
+		return 0;
+	rc = batch_room(cl, bt, r, slot_len, n, rec);
+	if (rc == 0)
+		rc = arr_grow((void **)&cl->xitems, &cl->cap_x, cl->nx + n,
+			      sizeof(*cl->xitems));
+	if (rc < 0)
+		return rc;
+	for (size_t m = gp->m0; m < gp->m1; m++) {
+		const struct cmember *mb = &cl->mems[m];
+
+		cl->xitems[cl->nx++] = (struct citem){
+			.o = mb->o, .b = mb->b, .off = mb->off, .len = mb->len,
+			.skip = mb->skip, .seg = mb->seg, .k = bt->nb,
+			.nskip = mb->nskip, .grp = g, .rw = true };
+		stat_add(&cl->logical_relocated, mb->len);
+	}
+	w->fb[bt->nb] = cl->nfb;
+	memcpy(w->batch + bt->slot, bytes, cl->nfb.stored_len);
+	w->slot[bt->nb] = (uint32_t)bt->slot;
+	bt->slot += slot_len;
+	bt->nb++;
+	bt->rec += rec;
+	bt->next += n;
+	gp->state = CGRP_MERGED;
+	stat_add(&cl->opt.rewritten, n);
+	stat_add(&cl->opt.bytes_written, cl->nfb.stored_len);
+	stat_add(&cl->opt.merges, 1);
+	stat_add(&cl->opt.merged_blobs, n);
+	return 0;
+}
+
+static bool item_merged(const struct cleaner *cl, const struct citem *ci)
+{
+	return ci->grp != CGRP_NONE && cl->grps[ci->grp].state == CGRP_MERGED;
+}
+
 /* Copy, batch and relocate the items of one victim, [a, z) of cl->items.
  * Items of a blob that does not verify get k == UINT32_MAX and stay. */
 static int clean_victim(struct cleaner *cl, size_t a, size_t z)
@@ -1040,8 +1418,8 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 	struct wreq *w = &cl->w;
 	uint32_t seg = cl->items[a].seg;
 	uint64_t base = seg_base(s, seg), end = 0;
-	size_t nrun, r0 = 0, slot = 0;
-	uint32_t nb = 0, rec = 0, next = 0;
+	struct cbatch bt = { 0 };
+	size_t nrun;
 	char cohort[DICT_COHORT_MAX + 1];
 	int rc;
 
@@ -1055,6 +1433,7 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 	if (cl->opt_on)
 		stat_add(&cl->opt.bytes_read, end);
 
+	cl->nx = 0;
 	for (size_t r = 0; r < nrun; r++) {
 		const struct crun *run = &cl->runs[r];
 		const struct citem *it = &cl->items[run->i0];
@@ -1067,8 +1446,27 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 		const uint8_t *src = cl->seg_buf + (b->dev_off - base) +
 				     (raw ? run->lo : 0);
 		struct fmt_blob *fb = &cl->rb;
-		bool ok, rw = false;
+		bool ok, rw = false, rest = false;
 
+		/* Merges first: an extent a merge took moves with it, not
+		 * with its blob (nothing else maps a member's blob). */
+		for (size_t i = run->i0; i < run->i1; i++) {
+			struct citem *ci = &cl->items[i];
+
+			if (ci->grp != CGRP_NONE &&
+			    cl->grps[ci->grp].state == CGRP_PENDING) {
+				rc = merge_group(cl, ci->grp, seg, base, r,
+						 &bt);
+				if (rc < 0)
+					return rc;
+			}
+			if (item_merged(cl, ci))
+				ci->k = UINT32_MAX;
+			else
+				rest = true;
+		}
+		if (!rest)
+			continue;
 		blobd_to_fmt(b, fb);
 		if (raw) {
 			/* the live sectors only: their checksums carry over */
@@ -1125,23 +1523,20 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 			   (rw ? FMT_EXTENT_FIXED + 8u * b->n_csums : 0));
 
 		/* Close the batch at a bound. */
-		if (ok && nb && (nb == CLEAN_BATCH_BLOBS ||
-				 slot + slot_len > CLEAN_BATCH_BYTES ||
-				 next + (run->i1 - run->i0) > CLEAN_BATCH_EXTS ||
-				 rec + ext_len > cl->rec_max)) {
-			rc = batch_flush(cl, r0, r, nb, slot);
+		if (ok) {
+			rc = batch_room(cl, &bt, r, slot_len,
+					(uint32_t)(run->i1 - run->i0), ext_len);
 			if (rc < 0)
 				return rc;
-			nb = rec = next = 0;
-			slot = 0;
-			r0 = r;
 		}
-		if (nb == 0)
-			r0 = r;
+		if (bt.nb == 0)
+			bt.r0 = r;
 		for (size_t i = run->i0; i < run->i1; i++) {
 			struct citem *ci = &cl->items[i];
 
-			ci->k = ok ? nb : UINT32_MAX;
+			if (item_merged(cl, ci))
+				continue;
+			ci->k = ok ? bt.nb : UINT32_MAX;
 			ci->nskip = ci->skip - (raw ? run->lo : 0);
 			ci->rw = rw;
 			if (ok)
@@ -1155,15 +1550,15 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 			stat_add(&cl->opt.rewritten, 1);
 			stat_add(&cl->opt.bytes_written, stored);
 		}
-		w->fb[nb] = *fb;
-		memcpy(w->batch + slot, src, stored);
-		w->slot[nb] = (uint32_t)slot;
-		slot += slot_len;
-		nb++;
-		rec += ext_len;
-		next += (uint32_t)(run->i1 - run->i0);
+		w->fb[bt.nb] = *fb;
+		memcpy(w->batch + bt.slot, src, stored);
+		w->slot[bt.nb] = (uint32_t)bt.slot;
+		bt.slot += slot_len;
+		bt.nb++;
+		bt.rec += ext_len;
+		bt.next += (uint32_t)(run->i1 - run->i0);
 	}
-	return batch_flush(cl, r0, nrun, nb, slot);
+	return batch_flush(cl, &bt, nrun);
 }
 
 /* Drop the references of items [a, z) and, when @seg is a victim, its
@@ -1261,6 +1656,9 @@ static int clean_pass(struct cleaner *cl, uint32_t max_v, uint64_t budget,
 	cl->nitems = 0;
 	for (uint32_t j = 0; j < nv; j++)
 		release_items(cl, 0, 0, cl->vlist[j]);
+	/* before the checkpoint: segments the merges emptied are PENDING
+	 * and free with the victims once no member holds them */
+	groups_release(cl);
 	if (rc == 0 || rc == -ENOSPC) {
 		/* The emptied victims are PENDING: a checkpoint frees them. */
 		if (ckpt_wait(s) < 0)
@@ -1855,6 +2253,12 @@ static void cleaner_free(struct cleaner *cl)
 	free(cl->vlist);
 	optimizer_destroy(&cl->opt);
 	free(cl->items);
+	free(cl->mems);
+	free(cl->grps);
+	free(cl->xitems);
+	free(cl->bitems);
+	free(cl->mread);
+	free(cl->mlog);
 	free(cl->runs);
 	free(cl->ranges);
 	free(cl->seg_buf);
@@ -1913,6 +2317,10 @@ int cleaner_start(struct coil_store *s)
 	if (rc == 0)
 		rc = optimizer_init(&cl->opt);
 	cl->scratch = malloc(FMT_BLOB_MAX);
+	cl->mlog = malloc(FMT_BLOB_MAX);
+	if (posix_memalign((void **)&cl->mread, 4096,
+			   FMT_BLOB_MAX + 2 * FMT_BLOCK))
+		cl->mread = NULL;
 	cl->dctx = ZSTD_createDCtx();
 	w->fb = calloc(CLEAN_BATCH_BLOBS + 1, sizeof(*w->fb));
 	w->bd = calloc(CLEAN_BATCH_BLOBS + 1, sizeof(*w->bd));
@@ -1925,8 +2333,8 @@ int cleaner_start(struct coil_store *s)
 		w->batch = NULL;
 	w->batch_cap = batch_cap;
 	if (rc < 0 || !cl->gen_seen || !cl->born_ns || !cl->victim || !cl->vlist ||
-	    !cl->scratch || !cl->dctx || !w->fb || !w->bd || !w->slot ||
-	    !w->recbuf || !cl->seg_buf || !w->batch) {
+	    !cl->scratch || !cl->mlog || !cl->mread || !cl->dctx || !w->fb ||
+	    !w->bd || !w->slot || !w->recbuf || !cl->seg_buf || !w->batch) {
 		cleaner_free(cl);
 		return -ENOMEM;
 	}

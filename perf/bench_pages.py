@@ -20,8 +20,13 @@ neighbour's read brought, reported apart), next to fio's io_uring
 engine at QD 1 on a plain file of the same size (O_DIRECT: the device;
 buffered, after one pass over the file: the page cache).
 
-  perf/bench_pages.py        both parts
-  perf/bench_pages.py qd1    only 5b
+  perf/bench_pages.py           both parts
+  perf/bench_pages.py qd1       only 5b
+  perf/bench_pages.py optimize  5c: coil's page store (5b's writes,
+                                defaults) before and after `coil optimize`:
+                                stored and allocated bytes of its segments,
+                                the file's allocated blocks (du), the
+                                optimizer's seconds
 
 Knobs: BENCH_PAGES (N, default 20000 x BENCH_SCALE), BENCH_PAGES_RATIO (0.5),
 BENCH_PAGES_READS (reads per page in 5b, default 3).
@@ -30,6 +35,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import bench_common as bc
 
@@ -40,6 +46,8 @@ RATIO = float(os.environ.get('BENCH_PAGES_RATIO', '0.5'))
 DB = os.path.join(bc.VAR, 'rocksdb')
 STORE = os.path.join(bc.VAR, 'pages.coil')
 TOOL = os.path.join(bc.BUILD, 'perf', 'fio', 'coil_bench')
+CLI = os.path.join(bc.BUILD, 'tools', 'coil')
+MIB = 1048576.0
 LINE = re.compile(r'^(\w+)\s*:\s*([\d.]+) micros/op (\d+) ops/sec')
 PCT = re.compile(r'P50: ([\d.]+) .*P99: ([\d.]+)')
 
@@ -259,6 +267,55 @@ def main_qd1():
     bc.save('pages_qd1_vs_rocksdb', doc)
 
 
+def coil_space(store):
+    p = subprocess.run([CLI, 'stats', '--json', store], capture_output=True,
+                       text=True)
+    if p.returncode:
+        raise RuntimeError('coil stats: ' + p.stderr[-2000:])
+    space = bc.json.loads(p.stdout)['space']
+    return {'stored': space['stored'], 'allocated': space['allocated'],
+            'du': bc.du(store)}
+
+
+def run_coil_optimize():
+    """5b's pages written (defaults), then `coil optimize` on the store."""
+    bc.fresh(STORE)
+    p = subprocess.run([TOOL, 'pages', STORE, str(N), '1', str(RATIO),
+                        'zstd:1', '12345'], capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError('coil_bench pages: ' + p.stderr[-2000:])
+    before = coil_space(STORE)
+    t0 = time.time()
+    p = subprocess.run([CLI, 'optimize', STORE], capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError('coil optimize: ' + p.stderr[-2000:])
+    secs = time.time() - t0
+    after = coil_space(STORE)
+    out = {'optimize_s': secs}
+    for k in before:
+        out[k + '_before'] = before[k]
+        out[k + '_after'] = after[k]
+    return out
+
+
+def main_optimize():
+    bc.log('== 5c. coil\'s page store before and after coil optimize: %d x 4 KiB '
+           'pages written at QD 1, defaults (%d repeats)' % (N, bc.REPEATS))
+    runs = {'coil': []}
+    for r in range(bc.REPEATS):
+        s = run_coil_optimize()
+        runs['coil'].append(s)
+        bc.log('   rep %d stored %.2f -> %.2f MiB, allocated %.2f -> %.2f MiB, '
+               'du %.2f -> %.2f MiB, optimize %.1f s'
+               % (r + 1, s['stored_before'] / MIB, s['stored_after'] / MIB,
+                  s['allocated_before'] / MIB, s['allocated_after'] / MIB,
+                  s['du_before'] / MIB, s['du_after'] / MIB, s['optimize_s']))
+    keys = sorted(runs['coil'][0].keys())
+    med = bc.summarize(runs, keys)
+    bc.save('pages_optimize', {'comparison': 'pages_optimize', 'pages': N,
+                               'ratio': RATIO, 'runs': runs, 'median': med})
+
+
 def main():
     if not os.path.exists(TOOL):
         raise SystemExit('bench: %s missing; build first' % TOOL)
@@ -292,7 +349,12 @@ def main():
 
 
 if __name__ == '__main__':
-    if len(sys.argv) > 1 and sys.argv[1] == 'qd1':
+    if len(sys.argv) > 1 and sys.argv[1] == 'optimize':
+        if not os.path.exists(TOOL) or not os.path.exists(CLI):
+            raise SystemExit('bench: %s or %s missing; build first' % (TOOL, CLI))
+        os.makedirs(bc.VAR, exist_ok=True)
+        main_optimize()
+    elif len(sys.argv) > 1 and sys.argv[1] == 'qd1':
         if not os.path.exists(TOOL):
             raise SystemExit('bench: %s missing; build first' % TOOL)
         os.makedirs(bc.VAR, exist_ok=True)

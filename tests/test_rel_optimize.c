@@ -2,8 +2,8 @@
  * object holds, across power cuts and kill -9 (docs/reliability.md, row
  * "optimizer").
  *
- * Both tests start from a store image built from the seed: seven objects
- * (an eighth, c1, is made by the foreground's changes) in 8 KiB blobs
+ * Both tests start from a store image built from the seed: eight objects
+ * (a ninth, c1, is made by the foreground's changes) in 8 KiB blobs
  * (so ~170 KiB, what zstd-19 gets through quickly, are many blobs,
  * extents and records).  Text that zstd-1 (the default) leaves room on,
  * written whole and in unaligned pieces, overwritten in part; a clone
@@ -12,7 +12,11 @@
  * in memory, then packed) and a raw stretch among text; and bytes zstd-1
  * often stores raw that zstd-19 often shrinks, with the first sector of
  * two blobs overwritten (a raw blob's live run of sectors is then
- * rewritten alone).  Junk written and removed between them
+ * rewritten alone); and a page store's object, 1 KiB pages written one
+ * by one at shuffled offsets, half of them packed into an earlier segment
+ * than the rest (the pass merges each window's pages into one blob, its
+ * members in victims and in segments it did not pick).  Junk written and
+ * removed between them
  * spreads them over four sealed segments, so a pass has several victims.
  * The parent keeps every object's bytes.  A crash at any moment of a pass
  * must leave every object — which exist, sizes, every byte — exactly as
@@ -37,8 +41,8 @@
  *                      hook), clones one object (the clone keeps the old
  *                      blobs the pass goes on to rewrite for its source),
  *                      overwrites part of it, writes a few bytes into
- *                      c0's source, truncates a third, removes a fourth
- *                      and syncs — so the rest of the pass carries stale
+ *                      c0's source, overwrites a page of pg, truncates a
+ *                      third, removes a fourth and syncs — so the rest of the pass carries stale
  *                      rewrites, which the compare-and-swap must refuse
  *                      live and in replay; the second series starts after
  *                      open (its open is the first's, op for op).  After each cut: open
@@ -93,12 +97,14 @@
 
 #include "coil.h"
 #include "engine/cleaner.h"
+#include "engine/io/recode.h"
+#include "engine/pack.h"
 #include "tests/rel/rel.h"
 #include "tests/test_util.h"
 #include "uring/uring_fault.h"
 
 #define KiB (1u << 10)
-#define NOBJ 8
+#define NOBJ 9
 #define NEXTRA 4
 #define OBJ_MAX (128u * KiB)
 #define BLOB (8u * KiB)            /* coil_options.max_blob */
@@ -106,10 +112,16 @@
 
 /* the checked objects; the kill test's child adds extras "x0".."x3" */
 static const char *names[NOBJ] = { "t0", "t1/dir", "t2 space", "c0", "raw",
-				   "mix", "marg", "c1" };
+				   "mix", "marg", "c1", "pg" };
 /* the objects the foreground's changes touch (fg_apply); c1 is made by
  * them, a clone of t2 */
-#define FG_MASK ((1u << 0) | (1u << 1) | (1u << 2) | (1u << 5) | (1u << 7))
+#define FG_MASK ((1u << 0) | (1u << 1) | (1u << 2) | (1u << 5) | (1u << 7) | \
+		 (1u << 8))
+/* pg: a page store's object, 1 KiB pages (small: less than half of BLOB)
+ * written one by one at shuffled offsets, in two halves packed into two
+ * segments; the optimizer merges each 8 KiB window's pages into a blob */
+#define PG_PAGE 1024u
+#define PG_PAGES 32u
 static const char *extra[NEXTRA] = { "x0", "x1", "x2", "x3" };
 
 /* ---- data ------------------------------------------------------------------ */
@@ -223,6 +235,28 @@ static void spacer(coil_store *s, uint8_t *buf, uint64_t seed, uint32_t *at)
 	*at += SPACER;
 }
 
+/* pg's pages in a shuffled order. */
+static void pg_order(uint32_t *pg, uint64_t *st)
+{
+	for (uint32_t i = 0; i < PG_PAGES; i++)
+		pg[i] = i;
+	for (uint32_t i = PG_PAGES - 1; i > 0; i--) {
+		uint32_t j = (uint32_t)(rel_rng(st) % (i + 1)), t = pg[i];
+
+		pg[i] = pg[j];
+		pg[j] = t;
+	}
+}
+
+/* Pages @pg[a, z) of pg, one write each. */
+static void pg_put(coil_store *s, struct model *m, uint8_t *buf,
+		   uint64_t seed, const uint32_t *pg, uint32_t a, uint32_t z)
+{
+	for (uint32_t i = a; i < z; i++)
+		put_text(s, m, 8, buf, seed ^ (200 + (uint64_t)pg[i]),
+			 pg[i] * PG_PAGE, PG_PAGE, PG_PAGE);
+}
+
 /* The image: the objects of the header comment, sizes and places from
  * @seed, spread over four segments that end sealed; @m gets what each
  * holds.  The store is closed after. */
@@ -231,7 +265,7 @@ static void image_build(const char *path, struct coil_options *o,
 {
 	uint64_t st = rel_mix(seed ^ 0x1a6e);
 	uint8_t *buf = malloc(SPACER);
-	uint32_t l0, l1, at, jat = 0;
+	uint32_t l0, l1, at, jat = 0, pg[PG_PAGES];
 	coil_store *s;
 	coil_obj *h;
 
@@ -275,7 +309,12 @@ static void image_build(const char *path, struct coil_options *o,
 	}
 	junk_fill(buf, 4 * KiB, seed ^ 10);
 	put(s, m, 5, names[5], buf, 8 * KiB, 4 * KiB, 4 * KiB);
+	/* pg: the first half of its pages, packed before the spacer */
+	pg_order(pg, &st);
+	pg_put(s, m, buf, seed, pg, 0, PG_PAGES / 2);
+	cr_assert_eq(pack_now(s), 0);
 	spacer(s, buf, seed ^ 11, &jat);
+	pg_put(s, m, buf, seed, pg, PG_PAGES / 2, PG_PAGES);
 	/* marg: raw and barely compressed blobs, the first sector of two
 	 * overwritten (a raw one then has a live run of sectors that is
 	 * not the whole blob) and a stretch inside a third */
@@ -646,8 +685,8 @@ static unsigned verify(const char *path, const struct coil_options *o,
  * so a victim is not empty after it), part of t2 overwritten (a segment
  * write),
  * a small write into t0 (kept in memory; t0's blobs are c0's too, and
- * c0's extents must still take their rewrites), t1 truncated, mix
- * removed.  Every rewrite of the pass for what those changed is stale:
+ * c0's extents must still take their rewrites), a page of pg overwritten
+ * (a member of a merge the pass planned), t1 truncated, mix removed.  Every rewrite of the pass for what those changed is stale:
  * the compare-and-swap must refuse it live, and in replay — where the
  * write's record comes before the REWRITE's — after any cut.  With @b,
  * only the state after them is made (from @a's).  @done (may be NULL):
@@ -660,7 +699,8 @@ static int fg_apply(coil_store *s, uint64_t seed, uint8_t *buf,
 		    _Atomic uint64_t *done)
 {
 	static const struct { int obj; uint32_t off, len; uint64_t tseed; }
-		wr[2] = { { 2, 2000, 17000, 20 }, { 0, 5000, 3000, 21 } };
+		wr[3] = { { 2, 2000, 17000, 20 }, { 0, 5000, 3000, 21 },
+			  { 8, 9 * PG_PAGE, PG_PAGE, 22 } };
 	coil_obj *h;
 	int64_t n;
 	int rc;
@@ -674,7 +714,7 @@ static int fg_apply(coil_store *s, uint64_t seed, uint8_t *buf,
 		memcpy(b->data[7], a->data[2], OBJ_MAX);
 		b->size[7] = a->size[2];
 		b->gone[7] = false;
-		for (int k = 0; k < 2; k++) {
+		for (int k = 0; k < 3; k++) {
 			text_fill(buf, wr[k].len, seed ^ wr[k].tseed);
 			memcpy(b->data[wr[k].obj] + wr[k].off, buf, wr[k].len);
 		}
@@ -692,7 +732,7 @@ static int fg_apply(coil_store *s, uint64_t seed, uint8_t *buf,
 		return rc;
 	if (done)
 		atomic_fetch_or(done, 1ull << 7);
-	for (int k = 0; k < 2; k++) {
+	for (int k = 0; k < 3; k++) {
 		text_fill(buf, wr[k].len, seed ^ wr[k].tseed);
 		if ((rc = coil_obj_open(s, names[wr[k].obj], 0, &h)) < 0)
 			return rc;
@@ -723,6 +763,7 @@ struct session {
 	uint64_t ops;              /* ring ops before close */
 	uint64_t open_ops;         /* of them, coil_open's */
 	uint64_t calls, rewritten, scanned, stale;
+	uint64_t merges;           /* merged blobs written */
 };
 
 /* The pass: coil_optimize until it returns 0 (@budget 0: NULL options,
@@ -830,6 +871,7 @@ static void session_run(const char *path, const struct coil_options *o,
 	r = uring_fault_last();
 	out->cut = uring_fault_is_cut(r);
 	out->ops = uring_fault_count(r, URING_FAULT_ANY);
+	out->merges = atomic_load(&cleaner_optimizer(p.s)->merges);
 	out->close_rc = coil_close(p.s);
 }
 
@@ -919,6 +961,7 @@ Test(rel, optimize_powercut, .timeout = 900)
 		/* a session that optimizes nothing would prove nothing */
 		cr_assert_gt(ss.rewritten, 0, "the dry run rewrote no blob "
 			     "(%llu scanned)", (unsigned long long)ss.scanned);
+		cr_assert_gt(ss.merges, 0, "the dry run merged no small blobs");
 		n = ss.ops;
 		points += n;
 		stale += ss.stale;
@@ -932,14 +975,15 @@ Test(rel, optimize_powercut, .timeout = 900)
 			      st_img, st_done, NULL, what);
 		fprintf(stderr, "rel: optimize_powercut image %llu %s: stored "
 			"%llu -> %llu after the pass (%llu calls, %llu scanned, "
-			"%llu rewritten, %llu stale), %llu ring ops (%llu in "
-			"open)\n",
+			"%llu rewritten, %llu stale, %llu merges), %llu ring "
+			"ops (%llu in open)\n",
 			(unsigned long long)w / 2, kind[budget],
 			(unsigned long long)st_img, (unsigned long long)st_done,
 			(unsigned long long)ss.calls,
 			(unsigned long long)ss.scanned,
 			(unsigned long long)ss.rewritten,
-			(unsigned long long)ss.stale, (unsigned long long)n,
+			(unsigned long long)ss.stale,
+			(unsigned long long)ss.merges, (unsigned long long)n,
 			(unsigned long long)ss.open_ops);
 
 		/* a cut at every op of the session, open and close included,

@@ -282,6 +282,23 @@ int cmd_compact(int argc, char **argv)
 /* Work per coil_optimize call: the progress line moves between calls. */
 #define OPTIMIZE_STEP (64ull << 20)
 
+/* The number after "@key": in the "optimizer" section of @s's stats (the
+ * counters of this open, so of this command); 0 when missing. */
+static unsigned long long optimizer_stat(coil_store *s, const char *key)
+{
+	int n = coil_stats_json(s, NULL, 0);
+	unsigned long long v = 0;
+	char *j, *p;
+
+	if (n <= 0 || !(j = malloc((size_t)n + 1)))
+		return 0;
+	if (coil_stats_json(s, j, (size_t)n + 1) == n &&
+	    (p = strstr(j, "\"optimizer\":{")) && (p = strstr(p, key)))
+		v = strtoull(p + strlen(key), NULL, 10);
+	free(j);
+	return v;
+}
+
 int cmd_optimize(int argc, char **argv)
 {
 	const char *level_s = NULL;
@@ -292,7 +309,8 @@ int cmd_optimize(int argc, char **argv)
 	struct coil_optimize_opts o = { .budget_bytes = OPTIMIZE_STEP };
 	struct coil_optimize_report r, sum = { 0 };
 	struct cli_progress prog;
-	char *pos[1], h[32], *end;
+	char *pos[1], h[32], *end, merged[80] = "";
+	unsigned long long merges;
 	coil_store *s;
 	int npos, rc, ret = CLI_OK;
 
@@ -331,10 +349,15 @@ int cmd_optimize(int argc, char **argv)
 		cli_err("optimize '%s': %s", pos[0], cli_reason(rc));
 		ret = CLI_FAIL;
 	}
+	merges = optimizer_stat(s, "\"merges\":");
+	if (merges)
+		snprintf(merged, sizeof(merged), "; %llu small blobs merged "
+			 "into %llu", optimizer_stat(s, "\"merged_blobs\":"),
+			 merges);
 	printf("%s: %llu dictionaries trained (%llu bytes), %llu blobs encoded "
 	       "again, %llu written smaller, saved %s (%llu bytes); %llu no "
 	       "smaller, %llu overtaken by newer writes, %llu failed their "
-	       "check%s\n", pos[0], (unsigned long long)sum.dicts_made,
+	       "check%s%s\n", pos[0], (unsigned long long)sum.dicts_made,
 	       (unsigned long long)sum.dict_bytes,
 	       (unsigned long long)sum.scanned,
 	       (unsigned long long)sum.rewritten,
@@ -342,7 +365,7 @@ int cmd_optimize(int argc, char **argv)
 	       (unsigned long long)sum.saved_bytes,
 	       (unsigned long long)sum.no_gain,
 	       (unsigned long long)sum.stale_skips,
-	       (unsigned long long)sum.errors,
+	       (unsigned long long)sum.errors, merged,
 	       rc == 1 ? " (more remains: no room to relocate into)" : "");
 	if (cli_close_store(pos[0], s) < 0)
 		ret = CLI_FAIL;

@@ -21,20 +21,22 @@
 
 enum { ENC_IDLE, ENC_POSTED, ENC_DONE, ENC_STOP };
 
-/* One blob handed to the encoder thread: optimize_blob's arguments and
- * its result. */
+/* One encoding handed to the encoder thread: encode_checked's arguments
+ * and its result. */
 struct enc_job {
-	const struct fmt_blob *old;
 	const uint8_t *logical;
+	uint32_t len, nref, nblobs;
+	uint64_t old_cost;
 	struct dict *d;
 	struct fmt_blob *nfb;
 	const uint8_t **bytes;
 	int rc;
 };
 
-static int encode_check(struct optimizer *op, const struct fmt_blob *old,
-			const uint8_t *logical, struct dict *d,
-			struct fmt_blob *nfb, const uint8_t **bytes);
+static int encode_checked(struct optimizer *op, const uint8_t *logical,
+			  uint32_t len, uint64_t old_cost, uint32_t nref,
+			  uint32_t nblobs, struct dict *d,
+			  struct fmt_blob *nfb, const uint8_t **bytes);
 
 static void *enc_main(void *arg)
 {
@@ -55,8 +57,9 @@ static void *enc_main(void *arg)
 			break;
 		j = op->job;
 		pthread_mutex_unlock(&op->enc_mu);
-		j->rc = encode_check(op, j->old, j->logical, j->d, j->nfb,
-				     j->bytes);
+		j->rc = encode_checked(op, j->logical, j->len, j->old_cost,
+				       j->nref, j->nblobs, j->d, j->nfb,
+				       j->bytes);
 		pthread_mutex_lock(&op->enc_mu);
 		op->enc_state = ENC_DONE;
 		pthread_cond_broadcast(&op->enc_cv);
@@ -145,45 +148,31 @@ static uint64_t thread_cpu_ns(void)
 /* What a blob costs on disk beyond its place: its stored bytes and the
  * descriptor's checksums (the rest of a descriptor is the same size for
  * every blob). */
-static uint64_t blob_cost(const struct fmt_blob *b)
+static uint64_t optimize_cost(const struct fmt_blob *b)
 {
 	return (uint64_t)b->stored_len + 8u * b->n_csums;
 }
 
-int optimize_blob(struct optimizer *op, const struct fmt_blob *old,
-		  const uint8_t *logical, struct dict *d,
-		  struct fmt_blob *nfb, const uint8_t **bytes)
-{
-	struct enc_job j = { old, logical, d, nfb, bytes, 0 };
-
-	if (!op->enc_started)
-		return encode_check(op, old, logical, d, nfb, bytes);
-	pthread_mutex_lock(&op->enc_mu);
-	op->job = &j;
-	op->enc_state = ENC_POSTED;
-	pthread_cond_broadcast(&op->enc_cv);
-	while (op->enc_state != ENC_DONE)
-		pthread_cond_wait(&op->enc_cv, &op->enc_mu);
-	op->enc_state = ENC_IDLE;
-	op->job = NULL;
-	pthread_mutex_unlock(&op->enc_mu);
-	return j.rc;
-}
-
-static int encode_check(struct optimizer *op, const struct fmt_blob *old,
-			const uint8_t *logical, struct dict *d,
-			struct fmt_blob *nfb, const uint8_t **bytes)
+/* Encode @len bytes of @logical; keep the candidate only when it costs
+ * less than @old_cost with its checksums carried by @nref extents, and
+ * decodes back to exactly @logical.  @nblobs: the blobs it replaces
+ * (the counters count blobs). */
+static int encode_checked(struct optimizer *op, const uint8_t *logical,
+			  uint32_t len, uint64_t old_cost, uint32_t nref,
+			  uint32_t nblobs, struct dict *d,
+			  struct fmt_blob *nfb, const uint8_t **bytes)
 {
 	const ZSTD_CDict *cd = d ? dict_cdict(d, op->level) : NULL;
 	uint64_t t0 = thread_cpu_ns();
 	uint32_t bad;
 	int rc;
 
-	atomic_fetch_add_explicit(&op->scanned, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&op->scanned, nblobs, memory_order_relaxed);
 	rc = fmt_blob_encode(op->cctx, op->level, cd, cd ? d->id : 0, logical,
-			     old->logical_len, op->obuf, FMT_BLOB_MAX, nfb);
-	if (rc < 0 || blob_cost(nfb) >= blob_cost(old)) {
-		atomic_fetch_add_explicit(&op->no_gain, 1,
+			     len, op->obuf, FMT_BLOB_MAX, nfb);
+	if (rc < 0 || (uint64_t)nfb->stored_len +
+			      8ull * nfb->n_csums * nref >= old_cost) {
+		atomic_fetch_add_explicit(&op->no_gain, nblobs,
 					  memory_order_relaxed);
 		rc = rc < 0 ? -EIO : 0;
 		goto out;
@@ -199,8 +188,8 @@ static int encode_check(struct optimizer *op, const struct fmt_blob *old,
 	 * was read. */
 	if (fmt_blob_decode(op->dctx, cd ? d->dd : NULL, nfb, op->obuf,
 			    nfb->stored_len,
-			    op->vbuf, FMT_BLOB_MAX) != (int)old->logical_len ||
-	    memcmp(op->vbuf, logical, old->logical_len) != 0) {
+			    op->vbuf, FMT_BLOB_MAX) != (int)len ||
+	    memcmp(op->vbuf, logical, len) != 0) {
 		atomic_fetch_add_explicit(&op->errors, 1, memory_order_relaxed);
 		rc = -EIO;
 		goto out;
@@ -213,6 +202,52 @@ out:
 	atomic_fetch_add_explicit(&op->cpu_ns, thread_cpu_ns() - t0,
 				  memory_order_relaxed);
 	return rc;
+}
+
+/* encode_checked on the encoder thread (the caller waits), or here
+ * without one. */
+static int encode_handed(struct optimizer *op, struct enc_job *j)
+{
+	if (!op->enc_started)
+		return encode_checked(op, j->logical, j->len, j->old_cost,
+				      j->nref, j->nblobs, j->d, j->nfb,
+				      j->bytes);
+	pthread_mutex_lock(&op->enc_mu);
+	op->job = j;
+	op->enc_state = ENC_POSTED;
+	pthread_cond_broadcast(&op->enc_cv);
+	while (op->enc_state != ENC_DONE)
+		pthread_cond_wait(&op->enc_cv, &op->enc_mu);
+	op->enc_state = ENC_IDLE;
+	op->job = NULL;
+	pthread_mutex_unlock(&op->enc_mu);
+	return j->rc;
+}
+
+int optimize_blob(struct optimizer *op, const struct fmt_blob *old,
+		  const uint8_t *logical, struct dict *d,
+		  struct fmt_blob *nfb, const uint8_t **bytes)
+{
+	struct enc_job j = { .logical = logical, .len = old->logical_len,
+			     .nref = 1, .nblobs = 1,
+			     .old_cost = optimize_cost(old), .d = d,
+			     .nfb = nfb, .bytes = bytes };
+
+	return encode_handed(op, &j);
+}
+
+int optimize_merge(struct optimizer *op, const uint8_t *logical,
+		   uint32_t len, uint32_t n, uint64_t old_cost,
+		   struct dict *d, struct fmt_blob *nfb,
+		   const uint8_t **bytes)
+{
+	struct enc_job j = { .logical = logical, .len = len, .nref = n,
+			     .nblobs = n, .old_cost = old_cost, .d = d,
+			     .nfb = nfb, .bytes = bytes };
+
+	if (len == 0 || len > FMT_BLOB_MAX || n < 2)
+		return -EINVAL;
+	return encode_handed(op, &j);
 }
 
 struct seg_count {
@@ -256,12 +291,14 @@ int optimizer_stats_fmt(const struct optimizer *op, char *buf, size_t len)
 		     "\"stale_skips\":%llu,\"stale_bytes\":%llu,"
 		     "\"no_gain\":%llu,\"errors\":%llu,\"bytes_read\":%llu,"
 		     "\"bytes_written\":%llu,\"installed_bytes\":%llu,"
+		     "\"merges\":%llu,\"merged_blobs\":%llu,"
 		     "\"cpu_ns\":%llu,\"idle_priority\":%s}",
 		     LD(op->passes), LD(op->scanned), LD(op->rewritten),
 		     LD(op->saved_bytes), LD(op->stale_skips),
 		     LD(op->stale_bytes), LD(op->no_gain), LD(op->errors),
 		     LD(op->bytes_read), LD(op->bytes_written),
-		     LD(op->installed_bytes), LD(op->cpu_ns),
+		     LD(op->installed_bytes), LD(op->merges),
+		     LD(op->merged_blobs), LD(op->cpu_ns),
 		     atomic_load(&op->enc_idle) ? "true" : "false");
 	return n < 0 ? -EIO : n;
 }

@@ -10,7 +10,13 @@
  * it) and installed by meta_apply_rewrite's compare-and-swap; every other
  * blob is copied verbatim (a REMAP) with FMT_BLOB_OPTIMIZED set, so no
  * later pass looks at it again.  The victims end empty and the checkpoint
- * after the pass frees them, as after any cleaning. */
+ * after the pass frees them, as after any cleaning.
+ *
+ * Small blobs of one object within one aligned window of the blob size
+ * (a page store's 4 KiB pages) are merged: their bytes, joined, go through
+ * optimize_merge as one blob, journaled as one REWRITE pair per member
+ * extent into the merged blob, so the compare-and-swap decides each
+ * member alone (the cleaner plans and commits them, cleaner.c). */
 #ifndef COIL_ENGINE_RECODE_H
 #define COIL_ENGINE_RECODE_H
 
@@ -57,6 +63,8 @@ struct optimizer {
 	_Atomic uint64_t passes, scanned, rewritten, saved_bytes, stale_skips;
 	_Atomic uint64_t stale_bytes, no_gain, errors, bytes_read;
 	_Atomic uint64_t bytes_written, cpu_ns, installed_bytes;
+	/* merged blobs written, and the small blobs they took in */
+	_Atomic uint64_t merges, merged_blobs;
 };
 
 int optimizer_init(struct optimizer *op);
@@ -80,6 +88,18 @@ void optimizer_end(struct optimizer *op);
 int optimize_blob(struct optimizer *op, const struct fmt_blob *old,
 		  const uint8_t *logical, struct dict *d,
 		  struct fmt_blob *nfb, const uint8_t **bytes);
+
+/* Encode the @len logical bytes of @n small blobs of one object (already
+ * verified, concatenated) as one blob, as optimize_blob does one, with
+ * the same check.  @old_cost: what the @n blobs cost (each its stored
+ * bytes and 8 bytes a checksum); the candidate costs its stored bytes and
+ * its checksums once per extent that will map it (every extent record
+ * carries its blob's descriptor).  @return 1 and the candidate as optimize_blob does when it
+ * is strictly cheaper, 0 when not, -EIO when it failed its check. */
+int optimize_merge(struct optimizer *op, const uint8_t *logical,
+		   uint32_t len, uint32_t n, uint64_t old_cost,
+		   struct dict *d, struct fmt_blob *nfb,
+		   const uint8_t **bytes);
 
 /* Per segment, the logical bytes of live extents whose blob the optimizer
  * has not been over (no FMT_BLOB_OPTIMIZED): @out has s->nseg entries.

@@ -21,7 +21,9 @@
  *       with first reads and rereads timed apart); values are made like
  *       db_bench's (RATIO of each value random printable bytes, the rest
  *       repeats).  SYNC > 0: a coil_sync after every SYNC writes (a
- *       database's commit), timed with the writes
+ *       database's commit), timed with the writes.  COIL_BENCH_OPTIMIZE=1:
+ *       coil_optimize (defaults) after the writes, before the reopen, so
+ *       the reads are of the optimized store
  *
  * Times are wall clock; cpu_s is the whole process (every coil thread);
  * page_faults counts the minor faults of the timed part (on a guest with
@@ -483,6 +485,16 @@ static int cmd_pages(int argc, char **argv)
 	printf("}, \"after_write\": {");
 	stats_print(s);
 	printf("}, ");
+	if (getenv("COIL_BENCH_OPTIMIZE") && atoi(getenv("COIL_BENCH_OPTIMIZE"))) {
+		t0 = now_ns();
+		ret = coil_optimize(s, NULL, NULL);
+		if (ret < 0)
+			die("coil_optimize", ret);
+		printf("\"optimize\": {\"seconds\": %.4f, ",
+		       (now_ns() - t0) / 1e9);
+		stats_print(s);
+		printf("}, ");
+	}
 	coil_obj_close(o);
 	ret = coil_close(s);
 	if (ret < 0)
