@@ -1081,14 +1081,15 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 		if (ok && cl->opt_on && !(fb->flags & FMT_BLOB_OPTIMIZED) &&
 		    !dict_name_internal(it->o->name, it->o->name_len)) {
 			const uint8_t *nb_bytes = NULL;
-			struct dict *d;
+			struct dict *pool[DICT_POOL_MAX];
+			unsigned np;
 			int o;
 
-			/* the cohort's dictionary, by the first object that
+			/* the cohort's dictionaries, by the first object that
 			 * maps the blob (clones share one encoding) */
 			dict_cohort_of(it->o->name, it->o->name_len, cohort);
-			d = dict_for_cohort(s, cohort);
-			o = optimize_blob(&cl->opt, fb, cl->scratch, d,
+			np = dict_pool(s, cohort, pool);
+			o = optimize_blob(&cl->opt, fb, cl->scratch, pool, np,
 					  &cl->nfb, &nb_bytes);
 
 			if (o == 1) {

@@ -3,6 +3,7 @@
  * and dictionary training are engine/optimize.c; recode.h says how they
  * fit). */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,12 +77,47 @@ static uint64_t blob_cost(const struct fmt_blob *b)
 	return (uint64_t)b->stored_len + 8u * b->n_csums;
 }
 
-int optimize_blob(struct optimizer *op, const struct fmt_blob *old,
-		  const uint8_t *logical, struct dict *d,
-		  struct fmt_blob *nfb, const uint8_t **bytes)
+/* Of @n dictionaries @pool and none, the one that encodes @len bytes
+ * @logical smallest at OPTIMIZE_CHOOSE_LEVEL (into op->obuf, which the
+ * real encoding overwrites): NULL for none.  A quick level ranks them
+ * nearly as the pass's level would, at a small part of its cost (measured
+ * in docs/benchmarks.md, "The optimizer"). */
+static struct dict *pool_choose(struct optimizer *op, const uint8_t *logical,
+				uint32_t len, struct dict *const *pool,
+				unsigned n)
 {
-	const ZSTD_CDict *cd = d ? dict_cdict(d, op->level) : NULL;
+	const int level = OPTIMIZE_CHOOSE_LEVEL;
+	struct dict *best = NULL;
+	size_t r, best_len;
+
+	r = ZSTD_compressCCtx(op->cctx, op->obuf, FMT_BLOB_MAX, logical, len,
+			      level);
+	best_len = ZSTD_isError(r) ? SIZE_MAX : r;
+	for (unsigned i = 0; i < n; i++) {
+		const ZSTD_CDict *cd = dict_cdict(pool[i], level);
+
+		if (!cd)
+			continue;
+		r = ZSTD_compress_usingCDict(op->cctx, op->obuf, FMT_BLOB_MAX,
+					     logical, len, cd);
+		if (!ZSTD_isError(r) && r < best_len) {
+			best_len = r;
+			best = pool[i];
+		}
+	}
+	return best;
+}
+
+int optimize_blob(struct optimizer *op, const struct fmt_blob *old,
+		  const uint8_t *logical, struct dict *const *pool,
+		  unsigned npool, struct fmt_blob *nfb,
+		  const uint8_t **bytes)
+{
 	uint64_t t0 = thread_cpu_ns();
+	struct dict *d = npool > 1 ? pool_choose(op, logical, old->logical_len,
+						  pool, npool) :
+				     npool ? pool[0] : NULL;
+	const ZSTD_CDict *cd = d ? dict_cdict(d, op->level) : NULL;
 	uint32_t bad;
 	int rc;
 
