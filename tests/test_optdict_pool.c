@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zdict.h>
 
 #include "coil.h"
 #include "engine/place/dict.h"
@@ -361,4 +362,116 @@ Test(optdict_pool, mixed_names, .timeout = 300)
 	check_all(s);
 	cr_assert_eq(coil_close(s), 0);
 	free_all();
+}
+
+/* Write @len bytes @buf as dictionary @id of @cohort, as the optimizer
+ * does: its object made durable, then published. */
+static void dict_put(coil_store *s, uint32_t id, const char *cohort,
+		     const void *buf, size_t len)
+{
+	char name[64];
+	coil_obj *h;
+
+	snprintf(name, sizeof(name), "%s%u/%s", DICT_NAME_PREFIX, id, cohort);
+	cr_assert_eq(engine_obj_open_internal(s, name, COIL_CREATE | COIL_EXCL,
+					      &h), 0);
+	cr_assert_eq(coil_pwrite(h, buf, len, 0), (int64_t)len);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_sync(s), 0);
+	cr_assert_eq(dict_publish(s, id, buf, (uint32_t)len), 0);
+}
+
+/* A dictionary of @kind trained on 2 MiB of it from @seed. */
+static size_t dict_train(enum kind k, uint64_t seed, uint8_t *out,
+			 size_t cap)
+{
+	enum { N = 32 };
+	uint8_t *src = malloc(N * 64 * KiB);
+	size_t sz[N], len;
+
+	cr_assert(src);
+	for (int i = 0; i < N; i++) {
+		kind_fill(src + (size_t)i * 64 * KiB, 64 * KiB, k,
+			  seed + (uint64_t)i);
+		sz[i] = 64 * KiB;
+	}
+	len = ZDICT_trainFromBuffer(out, cap, src, sz, N);
+	cr_assert(!ZDICT_isError(len), "%s", ZDICT_getErrorName(len));
+	free(src);
+	return len;
+}
+
+Test(optdict_pool, pool_bound, .timeout = 300)
+{
+	struct coil_optimize_opts lvl = { .level = LEVEL,
+					  .flags = COIL_OPTIMIZE_NO_DICTS };
+	struct coil_optimize_report rep;
+	struct dict *pool[DICT_POOL_MAX];
+	uint8_t *dict = malloc(110 * KiB);
+	uint64_t named[DICT_POOL_MAX + 2] = { 0 };
+	char path[256];
+	coil_store *s;
+
+	cr_assert(dict);
+	books_make();
+	et_path(path, sizeof(path), "optdict-pool-bound");
+	s = open_store(path, true);
+	/* four that fit the data poorly (the other kind), then one that
+	 * fits it: a pool without its bound would choose the fifth */
+	for (uint32_t id = 1; id <= DICT_POOL_MAX + 1; id++) {
+		size_t len = dict_train(id <= DICT_POOL_MAX ? KIND_C : KIND_JSON,
+					77 * id, dict, 110 * KiB);
+
+		dict_put(s, id, "many", dict, len);
+	}
+	cr_assert_eq(dict_pool(s, "many", pool), DICT_POOL_MAX);
+	for (unsigned i = 0; i < DICT_POOL_MAX; i++)
+		cr_assert_eq(pool[i]->id, i + 1);
+	for (int i = 0; i < 8; i++) {
+		struct obj *o = &objs[i];
+		coil_obj *h;
+
+		o->kind = KIND_JSON;
+		snprintf(o->name, sizeof(o->name), "many/%02d", i);
+		o->data = malloc(OBJ_LEN);
+		cr_assert(o->data);
+		kind_fill(o->data, OBJ_LEN, o->kind, 5000 + (uint64_t)i);
+		cr_assert_eq(coil_obj_open(s, o->name, COIL_CREATE, &h), 0);
+		cr_assert_eq(coil_pwrite(h, o->data, OBJ_LEN, 0), OBJ_LEN);
+		cr_assert_eq(coil_obj_close(h), 0);
+	}
+	cr_assert_eq(coil_optimize(s, &lvl, &rep), 0);
+	cr_assert_eq(rep.dicts_made, 0);
+	cr_assert_gt(rep.rewritten, 0);
+	pthread_mutex_lock(&s->mlock);
+	for (int i = 0; i < 8; i++) {
+		struct object *o = objtab_find_name(s, objs[i].name,
+						    strlen(objs[i].name));
+		struct extmap_iter it;
+		const struct ext *e;
+
+		cr_assert(o);
+		extmap_iter_init(&it, &o->map, 0);
+		while ((e = extmap_iter_next(&it)))
+			named[COIL_MIN(e->b->dict_id, DICT_POOL_MAX + 1)]++;
+	}
+	pthread_mutex_unlock(&s->mlock);
+	cr_log_info("blobs by dictionary: none %llu, 1-4 %llu %llu %llu %llu, "
+		    "5 %llu", (unsigned long long)named[0],
+		    (unsigned long long)named[1], (unsigned long long)named[2],
+		    (unsigned long long)named[3], (unsigned long long)named[4],
+		    (unsigned long long)named[5]);
+	cr_assert_eq(named[DICT_POOL_MAX + 1], 0,
+		     "a blob names a dictionary beyond its cohort's pool");
+	cr_assert_eq(coil_close(s), 0);
+	s = open_store(path, false);
+	cr_assert_eq(dict_pool(s, "many", pool), DICT_POOL_MAX);
+	for (int i = 0; i < 8; i++)
+		et_check_obj(s, objs[i].name, objs[i].data, OBJ_LEN);
+	cr_assert_eq(coil_close(s), 0);
+	for (int i = 0; i < 8; i++) {
+		free(objs[i].data);
+		objs[i].data = NULL;
+	}
+	free(dict);
 }
