@@ -200,7 +200,7 @@ struct train_set {
 
 /* What groups an object's pieces by name inside its cohort: its second
  * path component when it has one, else its extension ("" for none). */
-static size_t name_key(const char *name, char *out, size_t cap)
+static void name_key(const char *name, char *out, size_t cap)
 {
 	const char *p = strchr(name, '/');
 	const char *q, *k;
@@ -219,7 +219,6 @@ static size_t name_key(const char *name, char *out, size_t cap)
 	n = COIL_MIN(n, cap - 1);
 	memcpy(out, k, n);
 	out[n] = 0;
-	return n;
 }
 
 struct keyed {
@@ -337,7 +336,8 @@ static int cands_make(const struct train_set *t, ZSTD_CCtx *cc,
 		n += r;
 	}
 	/* split by content: how much the first candidate helps each piece,
-	 * at the quick level; the half it helps least gets its own */
+	 * at the quick level; the half it helps least gets its own, and so
+	 * does the other half */
 	cd = ZSTD_createCDict(k[0].dict, k[0].len, OPTIMIZE_CHOOSE_LEVEL);
 	if (!cd) {
 		n = -ENOMEM;
@@ -366,6 +366,7 @@ static int cands_make(const struct train_set *t, ZSTD_CCtx *cc,
 		n += r;
 	}
 out:
+	COIL_ASSERT(n <= (int)DICT_CANDS_MAX);
 	ZSTD_freeCDict(cd);
 	free(scratch);
 	free(ssz);
@@ -447,6 +448,7 @@ static unsigned pool_select(struct cand *k, unsigned nk, unsigned nev,
 			kept--;
 		}
 	}
+	COIL_ASSERT(kept <= DICT_POOL_MAX);
 	return kept;
 }
 
