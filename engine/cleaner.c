@@ -1339,6 +1339,8 @@ static int merge_group(struct cleaner *cl, uint32_t g, uint32_t seg,
 	uint32_t n = (uint32_t)(gp->m1 - gp->m0), pos = 0, ncs = 0;
 	uint32_t slot_len, rec;
 	char cohort[DICT_COHORT_MAX + 1];
+	struct dict *pool[DICT_POOL_MAX];
+	unsigned np;
 	const uint8_t *bytes = NULL;
 	uint64_t cost = 0;
 	int rc = 0;
@@ -1367,8 +1369,9 @@ static int merge_group(struct cleaner *cl, uint32_t g, uint32_t seg,
 	if (rc != 0)
 		return 0;
 	dict_cohort_of(m0->o->name, m0->o->name_len, cohort);
-	if (optimize_merge(&cl->opt, cl->mlog, pos, n, cost,
-			   dict_for_cohort(s, cohort), &cl->nfb, &bytes) != 1)
+	np = dict_pool(s, cohort, pool);
+	if (optimize_merge(&cl->opt, cl->mlog, pos, n, cost, pool, np,
+			   &cl->nfb, &bytes) != 1)
 		return 0;
 	slot_len = COIL_ALIGN_UP(cl->nfb.stored_len, FMT_BLOCK);
 	rec = n * (item_rec_bytes(cl->nfb.n_csums) + FMT_EXTENT_FIXED) +
@@ -1494,14 +1497,15 @@ static int clean_victim(struct cleaner *cl, size_t a, size_t z)
 		} else if (ok && cl->opt_on &&
 			   !(fb->flags & FMT_BLOB_OPTIMIZED)) {
 			const uint8_t *nb_bytes = NULL;
-			struct dict *d;
+			struct dict *pool[DICT_POOL_MAX];
+			unsigned np;
 			int o;
 
-			/* the cohort's dictionary, by the first object that
+			/* the cohort's dictionaries, by the first object that
 			 * maps the blob (clones share one encoding) */
 			dict_cohort_of(it->o->name, it->o->name_len, cohort);
-			d = dict_for_cohort(s, cohort);
-			o = optimize_blob(&cl->opt, fb, cl->scratch, d,
+			np = dict_pool(s, cohort, pool);
+			o = optimize_blob(&cl->opt, fb, cl->scratch, pool, np,
 					  &cl->nfb, &nb_bytes);
 
 			if (o == 1) {

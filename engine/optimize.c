@@ -18,7 +18,7 @@
 #include "engine/store.h"
 #include "format/format.h"
 
-/* ---- dictionaries: one per cohort, trained on a sample ------------------ */
+/* ---- dictionaries: up to DICT_POOL_MAX per cohort, trained on a sample -- */
 
 static int dict_store(coil_store *s, const char *cohort, const void *buf,
 		      uint32_t len);
@@ -30,6 +30,9 @@ static int dict_store(coil_store *s, const char *cohort, const void *buf,
 #define DICT_PIECE (64u << 10)
 #define DICT_SAMPLE_STRIDE 10u
 #define DICT_SAMPLE_MAX (8u << 20)
+/* and at most this many pieces (a cohort of tiny objects would otherwise
+ * make its sample of millions of them) */
+#define DICT_SAMPLE_PIECES_MAX 16384u
 #define DICT_EVAL_MAX (1u << 20)
 #define DICT_TRAIN_BYTES (110u << 10)
 /* Cohorts looked at per call, and the smallest one worth a dictionary
@@ -93,6 +96,7 @@ static int cohorts_collect(struct coil_store *s, struct cohort *c,
 			   uint32_t *n)
 {
 	char name[DICT_COHORT_MAX + 1];
+	struct dict *pool[DICT_POOL_MAX];
 
 	for (uint32_t b = 0; b < s->tab_cap; b++) {
 		for (struct object *o = s->by_id[b]; o; o = o->id_next) {
@@ -102,7 +106,7 @@ static int cohorts_collect(struct coil_store *s, struct cohort *c,
 			    o->size == 0)
 				continue;
 			dict_cohort_of(o->name, o->name_len, name);
-			if (dict_for_cohort(s, name))
+			if (dict_pool(s, name, pool))
 				continue;
 			k = cohort_get(c, n, name);
 			if (!k)
@@ -113,7 +117,8 @@ static int cohorts_collect(struct coil_store *s, struct cohort *c,
 					(uint64_t)DICT_PIECE, o->size - off);
 
 				if (k->pieces_seen++ % DICT_SAMPLE_STRIDE ||
-				    k->sample_bytes >= DICT_SAMPLE_MAX)
+				    k->sample_bytes >= DICT_SAMPLE_MAX ||
+				    k->np >= DICT_SAMPLE_PIECES_MAX)
 					continue;
 				if (piece_add(k, o, off, len) < 0)
 					return -ENOMEM;
@@ -125,9 +130,10 @@ static int cohorts_collect(struct coil_store *s, struct cohort *c,
 
 /* Read the sample's pieces (objects may have changed since: a piece that
  * reads short is what it is; one that fails is left out).  @return
- * pieces read into @buf, their sizes in @sizes. */
+ * pieces read into @buf, their sizes in @sizes and the index of each in
+ * @c->p in @from. */
 static unsigned sample_read(coil_store *s, const struct cohort *c,
-			    uint8_t *buf, size_t *sizes)
+			    uint8_t *buf, size_t *sizes, uint32_t *from)
 {
 	unsigned n = 0;
 	size_t at = 0;
@@ -142,108 +148,433 @@ static unsigned sample_read(coil_store *s, const struct cohort *c,
 		coil_obj_close(h);
 		if (got <= 0)
 			continue;
+		from[n] = i;
 		sizes[n++] = (size_t)got;
 		at += (size_t)got;
 	}
 	return n;
 }
 
-/* Bytes of @n pieces (sizes @sz, back to back at @p) encoded at @level,
- * with @cd or without. */
-static uint64_t encoded_bytes(ZSTD_CCtx *cc, const ZSTD_CDict *cd, int level,
-			      const uint8_t *p, const size_t *sz, unsigned n,
-			      uint8_t *tmp)
+/* Bytes of one piece encoded at @level, with @cd or without. */
+static uint64_t piece_encoded(ZSTD_CCtx *cc, const ZSTD_CDict *cd, int level,
+			      const uint8_t *p, size_t len, uint8_t *tmp)
 {
-	uint64_t total = 0;
+	size_t r = cd ? ZSTD_compress_usingCDict(cc, tmp, DICT_PIECE * 2, p,
+						 len, cd) :
+			ZSTD_compressCCtx(cc, tmp, DICT_PIECE * 2, p, len,
+					  level);
 
-	for (unsigned i = 0; i < n; p += sz[i], i++) {
-		size_t r = cd ? ZSTD_compress_usingCDict(cc, tmp, DICT_PIECE * 2,
-							 p, sz[i], cd) :
-				ZSTD_compressCCtx(cc, tmp, DICT_PIECE * 2, p,
-						  sz[i], level);
-
-		total += ZSTD_isError(r) ? sz[i] : COIL_MIN(r, sz[i]);
-	}
-	return total;
+	return ZSTD_isError(r) ? len : COIL_MIN(r, len);
 }
 
-/* Train one cohort's dictionary, judge it, and if it pays for itself
- * store it.  @return 1 stored, 0 not worth it, -errno. */
+/* A cohort's pool is chosen from up to DICT_CANDS_MAX candidates: one
+ * trained on the whole training half of the sample, up to two on the
+ * largest groups of it by name (the second path component, or for an
+ * object directly in the cohort's folder its extension), and two on a
+ * split by content: the pieces the first one helps least, and the others.
+ * Names find kinds of data that their folders or extensions separate;
+ * the split finds those mixed under the same names. */
+#define DICT_CANDS_MAX 5u
+#define DICT_GROUPS_MAX 2u
+/* A dictionary is trained on at least this many pieces (fewer teach it
+ * nothing it can be judged on). */
+#define DICT_TRAIN_PIECES_MIN 8u
+
+struct cand {
+	uint8_t *dict;
+	size_t len;
+	uint64_t *saved;         /* per evaluation piece, bytes saved */
+	bool kept;
+};
+
+/* The training half of a cohort's sample: pieces back to back in @buf,
+ * their sizes, and for each its group by name. */
+struct train_set {
+	const uint8_t *buf;
+	const size_t *sz;
+	const size_t *at;        /* where each piece starts in buf */
+	uint32_t *group;
+	unsigned n;
+	size_t bytes;
+};
+
+/* What groups an object's pieces by name inside its cohort: its second
+ * path component when it has one, else its extension ("" for none). */
+static void name_key(const char *name, char *out, size_t cap)
+{
+	const char *p = strchr(name, '/');
+	const char *q, *k;
+	size_t n;
+
+	p = p ? p + 1 : name;
+	q = strchr(p, '/');
+	if (q) {
+		k = p;
+		n = (size_t)(q - p);
+	} else {
+		k = strrchr(p, '.');
+		k = k ? k : p + strlen(p);
+		n = strlen(k);
+	}
+	n = COIL_MIN(n, cap - 1);
+	memcpy(out, k, n);
+	out[n] = 0;
+}
+
+struct keyed {
+	char key[DICT_COHORT_MAX + 1];
+	double ratio;
+	unsigned i;
+};
+
+static int keyed_by_key(const void *a, const void *b)
+{
+	const struct keyed *x = a, *y = b;
+	int c = strcmp(x->key, y->key);
+
+	return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+static int keyed_by_ratio(const void *a, const void *b)
+{
+	const struct keyed *x = a, *y = b;
+
+	if (x->ratio != y->ratio)
+		return x->ratio < y->ratio ? -1 : 1;
+	return (x->i > y->i) - (x->i < y->i);
+}
+
+/* Group every training piece by its name's key: @group[i] is the index
+ * of the first piece with the same key.  @names: each piece's object;
+ * @kb: t->n entries of scratch. */
+static void groups_find(struct train_set *t, const char *const *names,
+			struct keyed *kb)
+{
+	for (unsigned i = 0; i < t->n; i++) {
+		name_key(names[i], kb[i].key, sizeof(kb[i].key));
+		kb[i].i = i;
+	}
+	qsort(kb, t->n, sizeof(*kb), keyed_by_key);
+	for (unsigned i = 0; i < t->n; i++)
+		t->group[kb[i].i] = i && strcmp(kb[i].key, kb[i - 1].key) == 0 ?
+					    t->group[kb[i - 1].i] :
+					    kb[i].i;
+}
+
+/* Train a candidate on the training pieces @pick selects (NULL: all)
+ * into @k.  @return 1 trained, 0 too little or training failed, -ENOMEM. */
+static int cand_train(const struct train_set *t, const bool *pick,
+		      uint8_t *scratch, size_t *ssz, struct cand *k)
+{
+	unsigned m = 0;
+	size_t b = 0, len;
+
+	for (unsigned i = 0; i < t->n; i++) {
+		if (pick && !pick[i])
+			continue;
+		memcpy(scratch + b, t->buf + t->at[i], t->sz[i]);
+		ssz[m++] = t->sz[i];
+		b += t->sz[i];
+	}
+	if (m < DICT_TRAIN_PIECES_MIN)
+		return 0;
+	k->dict = malloc(DICT_TRAIN_BYTES);
+	if (!k->dict)
+		return -ENOMEM;
+	len = ZDICT_trainFromBuffer(k->dict, DICT_TRAIN_BYTES, scratch, ssz, m);
+	if (ZDICT_isError(len)) {
+		free(k->dict);
+		k->dict = NULL;
+		return 0;
+	}
+	k->len = len;
+	return 1;
+}
+
+/* The candidates of a training set, in @k (at most DICT_CANDS_MAX).
+ * @return how many, or -ENOMEM. */
+static int cands_make(const struct train_set *t, ZSTD_CCtx *cc,
+		      uint8_t *tmp, struct keyed *kb, struct cand *k)
+{
+	uint8_t *scratch = malloc(t->bytes ? t->bytes : 1);
+	size_t *ssz = calloc(t->n + 1, sizeof(*ssz));
+	bool *pick = calloc(t->n + 1, sizeof(*pick));
+	uint32_t *gbytes = calloc(t->n + 1, sizeof(*gbytes));
+	ZSTD_CDict *cd = NULL;
+	int n = 0, r;
+
+	if (!scratch || !ssz || !pick || !gbytes) {
+		n = -ENOMEM;
+		goto out;
+	}
+	r = cand_train(t, NULL, scratch, ssz, &k[n]);
+	if (r <= 0) {
+		n = r;
+		goto out;
+	}
+	n++;
+	/* the largest groups by name, if the names split the set at all */
+	for (unsigned i = 0; i < t->n; i++)
+		gbytes[t->group[i]] += (uint32_t)t->sz[i];
+	for (unsigned g = 0; g < DICT_GROUPS_MAX; g++) {
+		unsigned best = t->n;
+
+		for (unsigned i = 0; i < t->n; i++)
+			if (gbytes[i] && gbytes[i] < t->bytes &&
+			    (best == t->n || gbytes[i] > gbytes[best]))
+				best = i;
+		if (best == t->n)
+			break;
+		gbytes[best] = 0;
+		for (unsigned i = 0; i < t->n; i++)
+			pick[i] = t->group[i] == best;
+		r = cand_train(t, pick, scratch, ssz, &k[n]);
+		if (r < 0) {
+			n = r;
+			goto out;
+		}
+		n += r;
+	}
+	/* split by content: how much the first candidate helps each piece,
+	 * at the quick level; the half it helps least gets its own, and so
+	 * does the other half */
+	cd = ZSTD_createCDict(k[0].dict, k[0].len, OPTIMIZE_CHOOSE_LEVEL);
+	if (!cd) {
+		n = -ENOMEM;
+		goto out;
+	}
+	for (unsigned i = 0; i < t->n; i++) {
+		uint64_t with = piece_encoded(cc, cd, 0, t->buf + t->at[i],
+					      t->sz[i], tmp);
+		uint64_t plain = piece_encoded(cc, NULL, OPTIMIZE_CHOOSE_LEVEL,
+					       t->buf + t->at[i], t->sz[i],
+					       tmp);
+
+		kb[i].ratio = plain ? (double)with / (double)plain : 1.0;
+		kb[i].i = i;
+	}
+	/* a median split, ties by position */
+	qsort(kb, t->n, sizeof(*kb), keyed_by_ratio);
+	for (unsigned half = 0; half < 2; half++) {
+		for (unsigned j = 0; j < t->n; j++)
+			pick[kb[j].i] = (j >= t->n / 2) == (half == 0);
+		r = cand_train(t, pick, scratch, ssz, &k[n]);
+		if (r < 0) {
+			n = r;
+			goto out;
+		}
+		n += r;
+	}
+out:
+	COIL_ASSERT(n <= (int)DICT_CANDS_MAX);
+	ZSTD_freeCDict(cd);
+	free(scratch);
+	free(ssz);
+	free(pick);
+	free(gbytes);
+	return n;
+}
+
+/* Projected over @cohort_bytes from @evb bytes: what @k saves on @nev
+ * pieces beyond @covered, less twice its bytes (a dictionary is kept only
+ * if this is positive: the projection is from a sample). */
+static int64_t cand_net(const struct cand *k, const uint64_t *covered,
+			unsigned nev, uint64_t evb, uint64_t cohort_bytes)
+{
+	uint64_t gain = 0;
+
+	for (unsigned p = 0; p < nev; p++)
+		if (k->saved[p] > covered[p])
+			gain += k->saved[p] - covered[p];
+	return (int64_t)(gain * cohort_bytes / evb) - 2 * (int64_t)k->len;
+}
+
+/* What the kept candidates other than @skip save on each piece (each
+ * piece uses the best of them), in @covered. */
+static void pool_cover(const struct cand *k, unsigned nk, unsigned skip,
+		       unsigned nev, uint64_t *covered)
+{
+	memset(covered, 0, nev * sizeof(*covered));
+	for (unsigned i = 0; i < nk; i++)
+		if (k[i].kept && i != skip)
+			for (unsigned p = 0; p < nev; p++)
+				covered[p] = COIL_MAX(covered[p],
+						      k[i].saved[p]);
+}
+
+/* Choose a cohort's pool from @nk scored candidates: greedily, each
+ * time the one whose saving over what the pool chosen so far already
+ * saves (each piece counts only its improvement: it will use the best of
+ * the pool) is largest, as long as that pays for the candidate
+ * (cand_net), at most DICT_POOL_MAX.  Then each kept one is checked again
+ * against all the others: the first choice, trained on everything, is
+ * often made redundant by the narrower ones chosen after it.  Marks the
+ * kept ones; @covered: @nev entries of scratch.  @return how many. */
+static unsigned pool_select(struct cand *k, unsigned nk, unsigned nev,
+			    uint64_t evb, uint64_t cohort_bytes,
+			    uint64_t *covered)
+{
+	unsigned kept = 0;
+
+	memset(covered, 0, nev * sizeof(*covered));
+	while (kept < DICT_POOL_MAX) {
+		unsigned best = nk;
+		int64_t best_net = 0;
+
+		for (unsigned i = 0; i < nk; i++) {
+			int64_t net;
+
+			if (k[i].kept)
+				continue;
+			net = cand_net(&k[i], covered, nev, evb, cohort_bytes);
+			if (net > best_net) {
+				best_net = net;
+				best = i;
+			}
+		}
+		if (best == nk)
+			break;
+		k[best].kept = true;
+		kept++;
+		for (unsigned p = 0; p < nev; p++)
+			covered[p] = COIL_MAX(covered[p], k[best].saved[p]);
+	}
+	for (unsigned i = 0; i < nk && kept > 1; i++) {
+		if (!k[i].kept)
+			continue;
+		pool_cover(k, nk, i, nev, covered);
+		if (cand_net(&k[i], covered, nev, evb, cohort_bytes) <= 0) {
+			k[i].kept = false;
+			kept--;
+		}
+	}
+	COIL_ASSERT(kept <= DICT_POOL_MAX);
+	return kept;
+}
+
+/* Train a cohort's candidate dictionaries, score each on pieces none was
+ * trained on, and store the pool that pays for itself.  @return 1 some
+ * stored, 0 none worth it (or too little to learn from), -errno. */
 static int cohort_train(coil_store *s, const struct cohort *c, int level,
 			struct dict_stats *st)
 {
+	unsigned made = 0;
 	uint8_t *buf = malloc(c->sample_bytes ? c->sample_bytes : 1);
 	uint8_t *tr = malloc(c->sample_bytes ? c->sample_bytes : 1);
 	uint8_t *ev = malloc(DICT_EVAL_MAX + DICT_PIECE);
-	uint8_t *dict = malloc(DICT_TRAIN_BYTES), *tmp = malloc(DICT_PIECE * 2);
+	uint8_t *tmp = malloc(DICT_PIECE * 2);
 	size_t *sz = calloc(c->np + 1, sizeof(*sz));
 	size_t *trs = calloc(c->np + 1, sizeof(*trs));
+	size_t *tra = calloc(c->np + 1, sizeof(*tra));
 	size_t *evs = calloc(c->np + 1, sizeof(*evs));
+	uint32_t *from = calloc(c->np + 1, sizeof(*from));
+	uint32_t *group = calloc(c->np + 1, sizeof(*group));
+	const char **names = calloc(c->np + 1, sizeof(*names));
+	uint64_t *plain = calloc(c->np + 1, sizeof(*plain));
+	uint64_t *covered = calloc(c->np + 1, sizeof(*covered));
+	struct keyed *kb = calloc(c->np + 1, sizeof(*kb));
 	ZSTD_CCtx *cc = ZSTD_createCCtx();
-	ZSTD_CDict *cd = NULL;
-	unsigned n, ntr = 0, nev = 0;
-	size_t trb = 0, evb = 0, dlen;
-	uint64_t plain, with, gain;
-	int rc = 0;
+	struct cand k[DICT_CANDS_MAX] = { 0 };
+	struct train_set t = { 0 };
+	unsigned n, nev = 0;
+	size_t evb = 0;
+	int nk = 0, rc = 0;
 
-	if (!buf || !tr || !ev || !dict || !tmp || !sz || !trs || !evs ||
-	    !cc) {
+	if (!buf || !tr || !ev || !tmp || !sz || !trs || !tra || !evs ||
+	    !from || !group || !names || !plain || !covered || !kb || !cc) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	n = sample_read(s, c, buf, sz);
+	n = sample_read(s, c, buf, sz, from);
 	/* even pieces train, odd ones judge */
 	for (unsigned i = 0, at = 0; i < n; at += (unsigned)sz[i], i++) {
 		if (i % 2 == 0) {
-			memcpy(tr + trb, buf + at, sz[i]);
-			trs[ntr++] = sz[i];
-			trb += sz[i];
+			memcpy(tr + t.bytes, buf + at, sz[i]);
+			names[t.n] = c->p[from[i]].name;
+			tra[t.n] = t.bytes;
+			trs[t.n++] = sz[i];
+			t.bytes += sz[i];
 		} else if (evb + sz[i] <= DICT_EVAL_MAX) {
 			memcpy(ev + evb, buf + at, sz[i]);
 			evs[nev++] = sz[i];
 			evb += sz[i];
 		}
 	}
-	if (ntr < 8 || nev == 0)
+	if (t.n < DICT_TRAIN_PIECES_MIN || nev == 0)
 		goto out; /* too little to learn from */
-	dlen = ZDICT_trainFromBuffer(dict, DICT_TRAIN_BYTES, tr, trs, ntr);
-	if (ZDICT_isError(dlen)) {
-		/* nothing to learn (random bytes): not worth one either */
-		st->rejected++;
+	t.buf = tr;
+	t.sz = trs;
+	t.at = tra;
+	t.group = group;
+	groups_find(&t, names, kb);
+	nk = cands_make(&t, cc, tmp, kb, k);
+	if (nk <= 0) {
+		/* nothing to learn from (random bytes): the one candidate
+		 * tried counts as not kept */
+		if (nk == 0)
+			st->rejected++;
+		rc = nk;
 		goto out;
 	}
-	cd = ZSTD_createCDict(dict, dlen, level);
-	if (!cd) {
-		rc = -ENOMEM;
-		goto out;
+	/* each candidate's saving per evaluation piece, at the pass's level */
+	for (unsigned p = 0, at = 0; p < nev; at += (unsigned)evs[p], p++)
+		plain[p] = piece_encoded(cc, NULL, level, ev + at, evs[p], tmp);
+	for (int i = 0; i < nk; i++) {
+		ZSTD_CDict *cd = ZSTD_createCDict(k[i].dict, k[i].len, level);
+
+		k[i].saved = calloc(nev, sizeof(*k[i].saved));
+		if (!cd || !k[i].saved) {
+			ZSTD_freeCDict(cd);
+			rc = -ENOMEM;
+			goto out;
+		}
+		for (unsigned p = 0, at = 0; p < nev;
+		     at += (unsigned)evs[p], p++) {
+			uint64_t with = piece_encoded(cc, cd, level, ev + at,
+						      evs[p], tmp);
+
+			k[i].saved[p] = plain[p] > with ? plain[p] - with : 0;
+		}
+		ZSTD_freeCDict(cd);
 	}
-	plain = encoded_bytes(cc, NULL, level, ev, evs, nev, tmp);
-	with = encoded_bytes(cc, cd, level, ev, evs, nev, tmp);
-	gain = plain > with ? (plain - with) * c->bytes / evb : 0;
-	st->trained++;
-	/* the cohort's projected saving must exceed the dictionary's bytes
-	 * (twice: the projection is from a sample) */
-	if (gain <= 2 * (uint64_t)dlen) {
-		st->rejected++;
-		goto out;
+	st->trained += (uint64_t)nk;
+	pool_select(k, (unsigned)nk, nev, evb, c->bytes, covered);
+	for (int i = 0; i < nk; i++) {
+		if (!k[i].kept) {
+			st->rejected++;
+			continue;
+		}
+		if (rc < 0)
+			continue;
+		rc = dict_store(s, c->name, k[i].dict, (uint32_t)k[i].len);
+		if (rc == 0) {
+			st->made++;
+			st->bytes += k[i].len;
+			made++;
+		}
 	}
-	rc = dict_store(s, c->name, dict, (uint32_t)dlen);
-	if (rc == 0) {
-		st->made++;
-		st->bytes += dlen;
+	if (rc == 0 && made)
 		rc = 1;
-	}
 out:
-	ZSTD_freeCDict(cd);
+	for (int i = 0; i < (int)DICT_CANDS_MAX; i++) {
+		free(k[i].dict);
+		free(k[i].saved);
+	}
 	ZSTD_freeCCtx(cc);
 	free(buf);
 	free(tr);
 	free(ev);
-	free(dict);
 	free(tmp);
 	free(sz);
 	free(trs);
+	free(tra);
 	free(evs);
+	free(from);
+	free(group);
+	free(names);
+	free(plain);
+	free(covered);
+	free(kb);
 	return rc;
 }
 

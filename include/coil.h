@@ -521,12 +521,15 @@ COIL_API int coil_compact(coil_store *s, uint64_t *returned);
  * the cleaner's.  Runs on the store's cleaner thread; foreground I/O goes
  * on meanwhile, and a pass stops early when writers run short of free
  * space.
- * Dictionaries: before its passes, a call trains a zstd dictionary for
+ * Dictionaries: before its passes, a call trains zstd dictionaries for
  * each cohort of objects — objects whose names share their first
  * component ("dir/" of "dir/sub/file"; names without '/' are one cohort)
  * — that holds at least 4 MiB and has none, from a tenth of its bytes (at
- * most 8 MiB), and keeps it only if, judged on other pieces of the
- * sample, it saves more than twice its own size over the cohort.  A kept
+ * most 8 MiB): a few candidates (on the whole sample, on parts of it),
+ * of which it keeps up to 4, each only if, judged on other pieces of the
+ * sample, it saves more than twice its own size over the cohort beyond
+ * what the others kept save; each blob then uses the one of its cohort's
+ * that encodes it smallest, or none.  A kept
  * dictionary (about 110 KiB) is an object of the store coil owns (its
  * name starts with COIL_NAME_RESERVED: not listed, not removable, counted
  * in space.stored), made durable before any blob uses it, read at every
@@ -550,9 +553,12 @@ struct coil_optimize_report {
 	uint64_t no_gain;      /* blobs nothing smaller was found for */
 	uint64_t errors;       /* candidates that failed their check */
 	uint64_t bytes_written;/* stored bytes of the rewrites */
-	uint64_t dicts_made;   /* dictionaries trained and kept */
+	uint64_t dicts_made;   /* dictionaries trained and kept (up to 4
+				* per cohort) */
 	uint64_t dict_bytes;   /* their bytes */
-	uint64_t dicts_rejected; /* trained, not worth their bytes */
+	uint64_t dicts_rejected; /* candidates trained, not kept (not worth
+				  * their bytes beyond the kept ones, or
+				  * nothing the trainer could learn) */
 };
 /* Optimize @s within @opts's budget (NULL: defaults, no budget).
  * @rep (may be NULL): what was done.  Not from a callback (-EDEADLK).

@@ -48,7 +48,8 @@ Each repeat (BENCH_REPEATS, default 3):
      delta of resource.getrusage(RUSAGE_CHILDREN) around it; its one-line
      report is parsed (blobs encoded again, written smaller, saved bytes:
      the "optimizer" section of `coil stats --json` counts only the
-     process that prints it, so it is all zeros there); then its stats
+     process that prints it, so it is all zeros there; also the
+     dictionaries it trained and kept, and their bytes); then its stats
      and du again;
   4. decode speed, as logical MB (10^6 bytes) per CPU second of a process
      (getrusage as above), each side twice, the sides in one order and
@@ -119,6 +120,7 @@ GIB = float(1 << 30)
 OPT_LINE = re.compile(r'(\d+) blobs encoded again, (\d+) written smaller, saved .*?'
                       r'\((\d+) bytes\); (\d+) no smaller, (\d+) overtaken by newer '
                       r'writes, (\d+) failed their check')
+DICT_LINE = re.compile(r'(\d+) dictionaries trained \((\d+) bytes\)')
 IMPORT_LINE = re.compile(r'imported (\d+) files, (\d+) bytes')
 CHECK_LINE = re.compile(r'checked (\d+) objects, .*\((\d+) bytes\): no damage')
 ZSTD_B_LINE = re.compile(r':\s*(\d+)\s*->\s*(\d+)\s*\(x?([\d.]+)\),\s*([\d.]+)\s*MB/s,'
@@ -347,7 +349,10 @@ def one_repeat(r, logical):
     if 'more remains' in x['out']:
         raise RuntimeError('coil optimize stopped early: %r' % x['out'].strip())
     before = rep['before_optimized']
-    rep['optimize'] = {'wall_s': x['wall_s'], 'cpu_s': x['cpu_s'], 'user_s': x['user_s'],
+    dl = DICT_LINE.search(x['out'])
+    rep['optimize'] = {'dicts': int(dl.group(1)) if dl else 0,
+                       'dict_bytes': int(dl.group(2)) if dl else 0,
+                       'wall_s': x['wall_s'], 'cpu_s': x['cpu_s'], 'user_s': x['user_s'],
                        'sys_s': x['sys_s'], 'nivcsw': x['nivcsw'],
                        'blobs': int(m.group(1)), 'rewritten': int(m.group(2)),
                        'saved_bytes': int(m.group(3)), 'no_gain': int(m.group(4)),
@@ -389,7 +394,8 @@ def flatten(rep, logical, tar_bytes):
          'optimize_nivcsw': o['nivcsw'],
          'optimize_cpu_s_per_gib_logical': o['cpu_s_per_gib_logical'],
          'optimize_cpu_s_per_gib_stored': o['cpu_s_per_gib_stored'],
-         'saved_bytes': o['saved_bytes'], 'load_start': rep['load_start'],
+         'saved_bytes': o['saved_bytes'], 'dicts': o['dicts'],
+         'dict_bytes': o['dict_bytes'], 'load_start': rep['load_start'],
          'load_end': rep['load_end']}
     for side, d in rep['decode'].items():
         # a tar set decodes the tar (headers too): count what it produced
@@ -525,10 +531,12 @@ def main():
     print('\n'.join(table(med, logical, pz)))
     print()
     print('%.1f MiB in %d regular files (%.1f MiB stored after import); the tar is %.1f MiB '
-          'with its headers.  coil optimize: %d blobs encoded again, %d written smaller.  '
+          'with its headers.  coil optimize: %d dictionaries (%d bytes), %d blobs encoded '
+          'again, %d written smaller.  '
           'Medians of %d repeats (load average %.1f-%.1f); peers\' sizes from one run.  '
           'Targets: %s.'
           % (logical / MIB, len(files), med['stored_before'] / MIB, pz['tar_bytes'] / MIB,
+             reps[-1]['optimize']['dicts'], reps[-1]['optimize']['dict_bytes'],
              reps[-1]['optimize']['blobs'], reps[-1]['optimize']['rewritten'], bc.REPEATS,
              min(x['load_start'] for x in reps), max(x['load_end'] for x in reps),
              '; '.join('%s: %s' % kv for kv in targets.items())))

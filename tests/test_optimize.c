@@ -702,7 +702,7 @@ Test(optimize, rejected_cohort, .timeout = 120)
 	put_noise(s, "noise/a", 0, 12 * MiB, 0x1234567);
 	cr_assert_geq(coil_optimize(s, &o, &rep), 0);
 	cr_assert_eq(rep.dicts_made, 0);
-	cr_assert_eq(rep.dicts_rejected, 1);
+	cr_assert_geq(rep.dicts_rejected, 1); /* a candidate each, not kept */
 	cr_assert_geq(coil_optimize(s, &o, &rep), 0);
 	cr_assert_eq(rep.dicts_rejected, 0, "trained again on the same cohort");
 	/* grown by less than double: still not */
@@ -712,7 +712,7 @@ Test(optimize, rejected_cohort, .timeout = 120)
 	/* doubled: judged again */
 	put_noise(s, "noise/c", 0, 12 * MiB, 0xabcdef1);
 	cr_assert_geq(coil_optimize(s, &o, &rep), 0);
-	cr_assert_eq(rep.dicts_rejected, 1);
+	cr_assert_geq(rep.dicts_rejected, 1); /* a candidate each, not kept */
 	cr_assert_eq(coil_close(s), 0);
 }
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,22 +22,20 @@
 
 enum { ENC_IDLE, ENC_POSTED, ENC_DONE, ENC_STOP };
 
-/* One encoding handed to the encoder thread: encode_checked's arguments
- * and its result. */
+/* One encoding handed to the encoder thread: encode_checked's work and
+ * its result. */
 struct enc_job {
 	const uint8_t *logical;
 	uint32_t len, nref, nblobs;
 	uint64_t old_cost;
-	struct dict *d;
+	struct dict *const *pool;
+	unsigned npool;
 	struct fmt_blob *nfb;
 	const uint8_t **bytes;
 	int rc;
 };
 
-static int encode_checked(struct optimizer *op, const uint8_t *logical,
-			  uint32_t len, uint64_t old_cost, uint32_t nref,
-			  uint32_t nblobs, struct dict *d,
-			  struct fmt_blob *nfb, const uint8_t **bytes);
+static int encode_checked(struct optimizer *op, struct enc_job *j);
 
 static void *enc_main(void *arg)
 {
@@ -57,9 +56,7 @@ static void *enc_main(void *arg)
 			break;
 		j = op->job;
 		pthread_mutex_unlock(&op->enc_mu);
-		j->rc = encode_checked(op, j->logical, j->len, j->old_cost,
-				       j->nref, j->nblobs, j->d, j->nfb,
-				       j->bytes);
+		j->rc = encode_checked(op, j);
 		pthread_mutex_lock(&op->enc_mu);
 		op->enc_state = ENC_DONE;
 		pthread_cond_broadcast(&op->enc_cv);
@@ -153,26 +150,62 @@ static uint64_t optimize_cost(const struct fmt_blob *b)
 	return (uint64_t)b->stored_len + 8u * b->n_csums;
 }
 
-/* Encode @len bytes of @logical; keep the candidate only when it costs
- * less than @old_cost with its checksums carried by @nref extents, and
- * decodes back to exactly @logical.  @nblobs: the blobs it replaces
- * (the counters count blobs). */
-static int encode_checked(struct optimizer *op, const uint8_t *logical,
-			  uint32_t len, uint64_t old_cost, uint32_t nref,
-			  uint32_t nblobs, struct dict *d,
-			  struct fmt_blob *nfb, const uint8_t **bytes)
+/* Of @n dictionaries @pool and none, the one that encodes @len bytes
+ * @logical smallest at OPTIMIZE_CHOOSE_LEVEL (into op->obuf, which the
+ * real encoding overwrites): NULL for none.  A quick level ranks them
+ * nearly as the pass's level would, at a small part of its cost (measured
+ * in docs/benchmarks.md, "The optimizer"). */
+static struct dict *pool_choose(struct optimizer *op, const uint8_t *logical,
+				uint32_t len, struct dict *const *pool,
+				unsigned n)
 {
-	const ZSTD_CDict *cd = d ? dict_cdict(d, op->level) : NULL;
+	const int level = OPTIMIZE_CHOOSE_LEVEL;
+	struct dict *best = NULL;
+	size_t r, best_len;
+
+	r = ZSTD_compressCCtx(op->cctx, op->obuf, FMT_BLOB_MAX, logical, len,
+			      level);
+	best_len = ZSTD_isError(r) ? SIZE_MAX : r;
+	for (unsigned i = 0; i < n; i++) {
+		const ZSTD_CDict *cd = dict_cdict(pool[i], level);
+
+		if (!cd)
+			continue;
+		r = ZSTD_compress_usingCDict(op->cctx, op->obuf, FMT_BLOB_MAX,
+					     logical, len, cd);
+		if (!ZSTD_isError(r) && r < best_len) {
+			best_len = r;
+			best = pool[i];
+		}
+	}
+	return best;
+}
+
+/* Encode @j->len bytes of @j->logical with the best of its pool's
+ * dictionaries (pool_choose, with more than one); keep the candidate only
+ * when it costs less than @j->old_cost with its checksums carried by
+ * @j->nref extents, and decodes back to exactly the logical bytes.
+ * @j->nblobs: the blobs it replaces (the counters count blobs). */
+static int encode_checked(struct optimizer *op, struct enc_job *j)
+{
+	const uint8_t *logical = j->logical;
+	struct fmt_blob *nfb = j->nfb;
+	uint32_t len = j->len;
 	uint64_t t0 = thread_cpu_ns();
+	struct dict *d = j->npool > 1 ? pool_choose(op, logical, len, j->pool,
+						    j->npool) :
+				j->npool ? j->pool[0] : NULL;
+	const ZSTD_CDict *cd = d ? dict_cdict(d, op->level) : NULL;
 	uint32_t bad;
 	int rc;
 
-	atomic_fetch_add_explicit(&op->scanned, nblobs, memory_order_relaxed);
+	atomic_fetch_add_explicit(&op->scanned, j->nblobs,
+				  memory_order_relaxed);
 	rc = fmt_blob_encode(op->cctx, op->level, cd, cd ? d->id : 0, logical,
 			     len, op->obuf, FMT_BLOB_MAX, nfb);
 	if (rc < 0 || (uint64_t)nfb->stored_len +
-			      8ull * nfb->n_csums * nref >= old_cost) {
-		atomic_fetch_add_explicit(&op->no_gain, nblobs,
+			      8ull * nfb->n_csums * j->nref >= j->old_cost) {
+		atomic_fetch_add_explicit(&op->no_gain, j->nblobs,
 					  memory_order_relaxed);
 		rc = rc < 0 ? -EIO : 0;
 		goto out;
@@ -196,7 +229,7 @@ static int encode_checked(struct optimizer *op, const uint8_t *logical,
 	}
 	nfb->flags = FMT_BLOB_OPTIMIZED;
 	nfb->dev_off = 0;
-	*bytes = op->obuf;
+	*j->bytes = op->obuf;
 	rc = 1;
 out:
 	atomic_fetch_add_explicit(&op->cpu_ns, thread_cpu_ns() - t0,
@@ -209,9 +242,7 @@ out:
 static int encode_handed(struct optimizer *op, struct enc_job *j)
 {
 	if (!op->enc_started)
-		return encode_checked(op, j->logical, j->len, j->old_cost,
-				      j->nref, j->nblobs, j->d, j->nfb,
-				      j->bytes);
+		return encode_checked(op, j);
 	pthread_mutex_lock(&op->enc_mu);
 	op->job = j;
 	op->enc_state = ENC_POSTED;
@@ -225,25 +256,26 @@ static int encode_handed(struct optimizer *op, struct enc_job *j)
 }
 
 int optimize_blob(struct optimizer *op, const struct fmt_blob *old,
-		  const uint8_t *logical, struct dict *d,
-		  struct fmt_blob *nfb, const uint8_t **bytes)
+		  const uint8_t *logical, struct dict *const *pool,
+		  unsigned npool, struct fmt_blob *nfb,
+		  const uint8_t **bytes)
 {
 	struct enc_job j = { .logical = logical, .len = old->logical_len,
 			     .nref = 1, .nblobs = 1,
-			     .old_cost = optimize_cost(old), .d = d,
-			     .nfb = nfb, .bytes = bytes };
+			     .old_cost = optimize_cost(old), .pool = pool,
+			     .npool = npool, .nfb = nfb, .bytes = bytes };
 
 	return encode_handed(op, &j);
 }
 
 int optimize_merge(struct optimizer *op, const uint8_t *logical,
 		   uint32_t len, uint32_t n, uint64_t old_cost,
-		   struct dict *d, struct fmt_blob *nfb,
-		   const uint8_t **bytes)
+		   struct dict *const *pool, unsigned npool,
+		   struct fmt_blob *nfb, const uint8_t **bytes)
 {
 	struct enc_job j = { .logical = logical, .len = len, .nref = n,
-			     .nblobs = n, .old_cost = old_cost, .d = d,
-			     .nfb = nfb, .bytes = bytes };
+			     .nblobs = n, .old_cost = old_cost, .pool = pool,
+			     .npool = npool, .nfb = nfb, .bytes = bytes };
 
 	if (len == 0 || len > FMT_BLOB_MAX || n < 2)
 		return -EINVAL;

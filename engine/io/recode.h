@@ -76,30 +76,39 @@ int optimizer_begin(struct optimizer *op, int level);
 /* After a pass: the encoder's memory (tens of MiB at high levels) goes. */
 void optimizer_end(struct optimizer *op);
 
+/* The quick level at which a blob chooses among its cohort's
+ * dictionaries before the one encoding at the pass's level. */
+#define OPTIMIZE_CHOOSE_LEVEL 3
+
 /* Re-encode one blob whose descriptor is @old and whose @old->logical_len
- * logical bytes are @logical (already verified), with dictionary @d
- * (NULL: none; one whose encoder cannot be made is not used).  @return 1
- * and the
- * candidate in *@nfb (flags FMT_BLOB_OPTIMIZED, dev_off 0) and its stored
- * bytes at *@bytes when it decodes back to exactly @logical and its
- * persisted bytes (stored bytes and descriptor checksums) are strictly
- * fewer; 0 when nothing smaller was found; -EIO when the candidate failed
- * its check (counted in errors; the blob is then kept as it is). */
+ * logical bytes are @logical (already verified), with the best of the
+ * @npool dictionaries @pool (its cohort's, dict_pool; 0: none): with
+ * more than one, each and none are tried at OPTIMIZE_CHOOSE_LEVEL and
+ * the smallest is the one used (a dictionary whose encoder cannot be made
+ * is not used).  @return 1 and the candidate in *@nfb (flags
+ * FMT_BLOB_OPTIMIZED, dev_off 0) and its stored bytes at *@bytes when it
+ * decodes back to exactly @logical and its persisted bytes (stored bytes
+ * and descriptor checksums) are strictly fewer; 0 when nothing smaller
+ * was found; -EIO when the candidate failed its check (counted in errors;
+ * the blob is then kept as it is). */
 int optimize_blob(struct optimizer *op, const struct fmt_blob *old,
-		  const uint8_t *logical, struct dict *d,
-		  struct fmt_blob *nfb, const uint8_t **bytes);
+		  const uint8_t *logical, struct dict *const *pool,
+		  unsigned npool, struct fmt_blob *nfb,
+		  const uint8_t **bytes);
 
 /* Encode the @len logical bytes of @n small blobs of one object (already
  * verified, concatenated) as one blob, as optimize_blob does one, with
  * the same check.  @old_cost: what the @n blobs cost (each its stored
  * bytes and 8 bytes a checksum); the candidate costs its stored bytes and
  * its checksums once per extent that will map it (every extent record
- * carries its blob's descriptor).  @return 1 and the candidate as optimize_blob does when it
- * is strictly cheaper, 0 when not, -EIO when it failed its check. */
+ * carries its blob's descriptor); the dictionary is chosen from @pool as
+ * optimize_blob chooses it.  @return 1 and the candidate as optimize_blob
+ * does when it is strictly cheaper, 0 when not, -EIO when it failed its
+ * check. */
 int optimize_merge(struct optimizer *op, const uint8_t *logical,
 		   uint32_t len, uint32_t n, uint64_t old_cost,
-		   struct dict *d, struct fmt_blob *nfb,
-		   const uint8_t **bytes);
+		   struct dict *const *pool, unsigned npool,
+		   struct fmt_blob *nfb, const uint8_t **bytes);
 
 /* Per segment, the logical bytes of live extents whose blob the optimizer
  * has not been over (no FMT_BLOB_OPTIMIZED): @out has s->nseg entries.

@@ -21,7 +21,8 @@ void dict_destroy(struct coil_store *s)
 		if (!d)
 			continue;
 		ZSTD_freeDDict(d->dd);
-		ZSTD_freeCDict(d->cd);
+		ZSTD_freeCDict(d->cd[0]);
+		ZSTD_freeCDict(d->cd[1]);
 		free(d->bytes);
 		free(d);
 		atomic_store(&s->dicts.tab[i], NULL);
@@ -233,16 +234,21 @@ size_t dict_cohort_of(const char *name, size_t len, char *out)
 	return n;
 }
 
-struct dict *dict_for_cohort(struct coil_store *s, const char *cohort)
+unsigned dict_pool(struct coil_store *s, const char *cohort,
+		   struct dict **out)
 {
-	for (uint32_t i = 1; i < s->dicts.next_id; i++) {
+	uint32_t end = atomic_load(&s->dicts.next_id);
+	unsigned n = 0;
+
+	for (uint32_t i = 1; i < end && i < DICT_MAX && n < DICT_POOL_MAX;
+	     i++) {
 		struct dict *d = atomic_load(&s->dicts.tab[i]);
 
 		if (d && __atomic_load_n(&d->dd, __ATOMIC_ACQUIRE) &&
 		    strcmp(d->cohort, cohort) == 0)
-			return d;
+			out[n++] = d;
 	}
-	return NULL;
+	return n;
 }
 
 static struct dict_reject *reject_find(struct coil_store *s,
@@ -281,10 +287,15 @@ void dict_reject_note(struct coil_store *s, const char *cohort,
 
 const ZSTD_CDict *dict_cdict(struct dict *d, int level)
 {
-	if (d->cd && d->cd_level == level)
-		return d->cd;
-	ZSTD_freeCDict(d->cd);
-	d->cd = d->bytes ? ZSTD_createCDict(d->bytes, d->len, level) : NULL;
-	d->cd_level = level;
-	return d->cd;
+	unsigned k;
+
+	for (k = 0; k < 2; k++)
+		if (d->cd[k] && d->cd_level[k] == level)
+			return d->cd[k];
+	k = d->cd_next;
+	d->cd_next ^= 1;
+	ZSTD_freeCDict(d->cd[k]);
+	d->cd[k] = d->bytes ? ZSTD_createCDict(d->bytes, d->len, level) : NULL;
+	d->cd_level[k] = level;
+	return d->cd[k];
 }

@@ -31,6 +31,9 @@ struct object;
 #define DICT_BYTES_MAX (256u << 10)
 /* A cohort's name in the dictionary object's name. */
 #define DICT_COHORT_MAX 200u
+/* Dictionaries per cohort, at most: each blob of a cohort tries every
+ * one of them (dict_pool), so the bound is also the cost of choosing. */
+#define DICT_POOL_MAX 4u
 /* "\x01d/" */
 #define DICT_NAME_PREFIX "\x01" "d/"
 
@@ -42,8 +45,11 @@ struct dict {
 	char cohort[DICT_COHORT_MAX + 1];
 	ZSTD_DDict *dd;          /* NULL: not loaded (yet, or it failed) */
 	bool failed;             /* a load was tried and failed */
-	ZSTD_CDict *cd;          /* the optimizer's encoder (its thread) */
-	int cd_level;
+	/* the optimizer's encoders (its thread): one for the pass's level,
+	 * one for the quick level that chooses among a cohort's pool */
+	ZSTD_CDict *cd[2];
+	int cd_level[2];
+	unsigned cd_next;        /* the slot a third level replaces */
 	uint8_t *bytes;          /* kept for the encoder (len of them) */
 };
 
@@ -96,8 +102,10 @@ int dict_publish(struct coil_store *s, uint32_t id, const void *buf,
 /* The first path component of an object name (what a cohort is), cut at
  * DICT_COHORT_MAX bytes; "" without a '/'.  @return its length. */
 size_t dict_cohort_of(const char *name, size_t len, char *out);
-/* The loaded dictionary of @cohort, or NULL. */
-struct dict *dict_for_cohort(struct coil_store *s, const char *cohort);
+/* The loaded dictionaries of @cohort, at most DICT_POOL_MAX, by id, in
+ * @out.  @return how many. */
+unsigned dict_pool(struct coil_store *s, const char *cohort,
+		   struct dict **out);
 /* Was @cohort judged not worth a dictionary when it held more than half
  * of @bytes?  (Trained again once it has doubled.)  mlock held. */
 bool dict_rejected(struct coil_store *s, const char *cohort, uint64_t bytes);
@@ -105,7 +113,8 @@ bool dict_rejected(struct coil_store *s, const char *cohort, uint64_t bytes);
  * oldest entry goes when the list is full).  mlock held. */
 void dict_reject_note(struct coil_store *s, const char *cohort,
 		      uint64_t bytes);
-/* @d's level-@level encoder (made on first use).  NULL on ENOMEM. */
+/* @d's level-@level encoder (made on first use, kept for two levels).
+ * NULL on ENOMEM. */
 const ZSTD_CDict *dict_cdict(struct dict *d, int level);
 
 #endif
