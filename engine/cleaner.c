@@ -784,6 +784,7 @@ static uint32_t pick_opt_victims(struct cleaner *cl, uint32_t max_v,
 {
 	struct coil_store *s = cl->s;
 	uint64_t cap = s->sb.segment_size - FMT_BLOCK, taken = 0, room;
+	uint64_t now = coil_now_ns();
 	uint32_t nc = 0, nv = 0, spare = cl->reserve + 1;
 
 	/* Room above the reserve only: the reserve is for cleaning, which
@@ -791,13 +792,16 @@ static uint32_t pick_opt_victims(struct cleaner *cl, uint32_t max_v,
 	room = s->free_segs > spare ?
 		       (uint64_t)(s->free_segs - spare) * per_seg(s) : 0;
 	budget = COIL_MIN(COIL_MIN(budget, room), CLEAN_PASS_BYTES_MAX);
-	/* Every sealed segment: in the background the whole store has
-	 * been left alone for a while (the pass stops at the next write),
-	 * and the segment being filled is never taken. */
+	/* Every sealed segment that has taken no new data for a while
+	 * (optimize_cold: what is still being rewritten is not worth
+	 * encoding again; it is not counted as left either, so a caller
+	 * looping until nothing is left does not spin on it).  The segment
+	 * being filled is never taken. */
 	for (uint32_t i = 0; i < s->nseg; i++) {
 		struct seg *g = &s->segs[i];
 
-		if (g->state != SEG_SEALED || g->inflight || g->unopt == 0)
+		if (g->state != SEG_SEALED || g->inflight || g->unopt == 0 ||
+		    !seg_cold(s, i, now))
 			continue;
 		cand[nc].score = (double)g->unopt;
 		cand[nc].seg = i;
@@ -905,12 +909,14 @@ static int arr_grow(void **p, size_t *cap, size_t need, size_t size)
  * not yet optimized, small, and mapped by @e alone: one reference, so no
  * other extent, clone, reader or checkpoint holds it (the merge's pairs
  * then leave it wholly unreferenced).  @e lies within one window. */
-static bool merge_member(const struct cleaner *cl, const struct ext *e)
+static bool merge_member(const struct cleaner *cl, const struct ext *e,
+			 uint64_t now)
 {
 	const struct blobd *b = e->b;
 	uint64_t win = cl->s->max_blob;
 
 	return !blobd_is_mem(b) && b->codec != FMT_CODEC_RAW &&
+	       seg_cold(cl->s, seg_of(cl->s, b->dev_off), now) &&
 	       !(b->flags & FMT_BLOB_OPTIMIZED) &&
 	       b->logical_len < cl->s->max_blob / 2 &&
 	       atomic_load(&b->refs) == 1 && e->len > 0 &&
@@ -995,7 +1001,7 @@ static void groups_release(struct cleaner *cl)
 static int collect_items(struct cleaner *cl)
 {
 	struct coil_store *s = cl->s;
-	uint64_t win = s->max_blob;
+	uint64_t win = s->max_blob, now = coil_now_ns();
 	int rc = 0;
 
 	cl->nitems = 0;
@@ -1015,7 +1021,7 @@ static int collect_items(struct cleaner *cl)
 			extmap_iter_init(&it, &o->map, 0);
 			while ((e = extmap_iter_next(&it))) {
 				/* before this walk's own reference */
-				bool member = merge && merge_member(cl, e);
+				bool member = merge && merge_member(cl, e, now);
 				size_t idx = SIZE_MAX;
 				uint32_t i;
 				struct citem ci;

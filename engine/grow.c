@@ -171,6 +171,7 @@ int grow_step_locked(struct coil_store *s, uint32_t want)
 
 		g->live = 0;
 		g->unopt = 0;
+		g->placed_ns = 0;
 		g->inflight = 0;
 		g->state = SEG_FREE;
 		g->in_ckpt = 0;

@@ -671,6 +671,16 @@ static void opt_counters(coil_store *s, struct coil_optimize_report *r)
 	r->bytes_written = ld(&op->bytes_written);
 }
 
+/* Does the segment being filled hold data, none of it new for
+ * optimize_cold?  (One still taking writes is left to fill: sealing it
+ * for the optimizer would leave it part empty, for data likely to be
+ * rewritten.)  mlock held. */
+static bool active_cold(struct coil_store *s)
+{
+	return s->active != UINT32_MAX && s->active_head > FMT_BLOCK &&
+	       seg_cold(s, s->active, coil_now_ns());
+}
+
 COIL_API int coil_optimize(coil_store *s, const struct coil_optimize_opts *opts,
 			   struct coil_optimize_report *rep)
 {
@@ -713,8 +723,7 @@ COIL_API int coil_optimize(coil_store *s, const struct coil_optimize_opts *opts,
 			sealed = true;
 			left -= taken;
 			pthread_mutex_lock(&s->mlock);
-			more = s->active != UINT32_MAX &&
-			       s->active_head > FMT_BLOCK && seg_seal_active(s);
+			more = active_cold(s) && seg_seal_active(s);
 			pthread_mutex_unlock(&s->mlock);
 			if (more)
 				continue;
@@ -724,8 +733,7 @@ COIL_API int coil_optimize(coil_store *s, const struct coil_optimize_opts *opts,
 			/* the budget ran out: the segment being filled is
 			 * still to do, by a later call */
 			pthread_mutex_lock(&s->mlock);
-			if (s->active != UINT32_MAX &&
-			    s->active_head > FMT_BLOCK)
+			if (active_cold(s))
 				rc = 1;
 			pthread_mutex_unlock(&s->mlock);
 		}

@@ -26,6 +26,10 @@ COIL_API void coil_options_init(struct coil_options *o)
 	o->scrub_rate = 32ull << 20;
 	o->scrub_interval = 7ull * 24 * 3600;
 	o->optimize_idle = 60;
+	/* Data a database is still rewriting is overwritten before the
+	 * encoding pays off; half a minute without new data in a segment
+	 * is past a checkpoint interval of most databases. */
+	o->optimize_cold = 30;
 }
 
 /* "none" -> 0, "zstd" -> 1, "zstd:N" -> N (1..19; zstd's fast negative

@@ -99,7 +99,8 @@ static int validate_options(const struct coil_options *o, int *level)
 		return -EINVAL;
 	/* a century: past it, seconds in nanoseconds would overflow */
 	if (o->scrub_interval > 100ull * 365 * 24 * 3600 ||
-	    o->optimize_idle > 100ull * 365 * 24 * 3600)
+	    o->optimize_idle > 100ull * 365 * 24 * 3600 ||
+	    o->optimize_cold > 100ull * 365 * 24 * 3600)
 		return -EINVAL;
 	if (o->max_blob < 4096 || o->max_blob > FMT_BLOB_MAX ||
 	    (o->max_blob & (o->max_blob - 1)))
@@ -708,6 +709,7 @@ static int store_start(struct coil_store *s, const struct coil_options *o)
 	if (rc < 0)
 		return rc;
 	s->opt_idle_ns = o->optimize_idle * 1000000000ull;
+	s->opt_cold_ns = o->optimize_cold * 1000000000ull;
 	rc = cleaner_start(s);
 	if (rc == 0)
 		rc = pack_start(s);

@@ -324,6 +324,8 @@ struct coil_store {
 	/* ---- space management (engine/cleaner.c) ---- */
 	struct cleaner *cl;     /* NULL: read-only, or not started */
 	uint64_t opt_idle_ns;   /* background optimizer after this idle (0: off) */
+	uint64_t opt_cold_ns;   /* the optimizer takes segments without new
+				 * data for this long (0: all) */
 	struct packer *pk;      /* engine/pack.c; NULL: not started */
 	struct scrub *scrub;    /* engine/scrub.c; NULL: not started */
 	struct seg_discard disc; /* TRIM of freed segments (the cleaner's) */
@@ -440,6 +442,16 @@ static inline void seg_live_add(struct coil_store *s, uint32_t idx,
 	s->segs[idx].live += len;
 	if (!(b->flags & FMT_BLOB_OPTIMIZED))
 		s->segs[idx].unopt += len;
+}
+
+/* Has segment @idx had no new data for s->opt_cold_ns at @now (data
+ * placed before the open counts as cold)?  mlock held. */
+static inline bool seg_cold(const struct coil_store *s, uint32_t idx,
+			    uint64_t now)
+{
+	uint64_t t = s->segs[idx].placed_ns;
+
+	return t == 0 || now - t >= s->opt_cold_ns;
 }
 
 /* An operation counted in ops_inflight finished (after its callback). */

@@ -135,6 +135,13 @@ struct coil_options {
 	                            least as long ago, and stops at the next
 	                            write (default 60; 0 = only when
 	                            coil_optimize asks) */
+	uint64_t optimize_cold;  /* the optimizer (background or coil_optimize)
+	                            leaves data alone until nothing new has
+	                            landed in its segment for this many
+	                            seconds: data still being rewritten is not
+	                            worth encoding again (default 30; data
+	                            written before the open counts as cold;
+	                            0 = all data) */
 	/* Fields may be added after this point in later versions;
 	 * coil_options_init() always sets every one of them. */
 };

@@ -135,6 +135,7 @@ static int seg_open_next(struct coil_store *s, unsigned *rep)
 		g->gen++; /* the old tenant's cache keys die with it */
 		g->live = 0;
 		g->unopt = 0;
+		g->placed_ns = 0;
 		s->active = i;
 		s->active_head = FMT_BLOCK;
 		s->alloc_cursor = (i + 1) % s->nseg;
@@ -220,6 +221,7 @@ int seg_room_check(struct coil_store *s, struct wreq *w, uint64_t keep,
 
 int seg_place_write(struct coil_store *s, struct wreq *w, unsigned *rep)
 {
+	uint64_t now = coil_now_ns();
 	size_t p = 0, start = 0;
 	uint64_t run_dev = 0;
 	bool open = false, fresh = false;
@@ -269,6 +271,7 @@ int seg_place_write(struct coil_store *s, struct wreq *w, unsigned *rep)
 			memmove(w->batch + q, w->batch + w->slot[k],
 				fb->stored_len);
 		fb->dev_off = run_dev + (q - start);
+		s->segs[s->active].placed_ns = now;
 		p = q + fb->stored_len;
 	}
 	if (open && p > start)

@@ -26,6 +26,9 @@ struct seg {
 	 * blob's flags never change, so adding and dropping extents keeps
 	 * it exact */
 	uint64_t unopt;
+	/* when data was last placed here (coil_now_ns), 0 before this open:
+	 * the optimizer leaves segments still taking data alone */
+	uint64_t placed_ns;
 	uint32_t inflight;    /* writes allocated here, not yet applied/failed */
 	uint32_t gen;         /* bumped on reuse (cache keys) */
 	_Atomic uint32_t readers; /* reads in flight holding blobs here */

@@ -14,12 +14,12 @@
  *   coil_optimize=0|1      run the optimizer next to the job (default 0): a
  *                          thread started once the store is open calls
  *                          coil_optimize() with a 16 MiB budget again and
- *                          again until it returns 0 (nothing left) or an
- *                          error, or the job ends; the job's cleanup stops
- *                          it (after the call in progress) and joins it
- *                          before the store is closed.  The first call
- *                          may train dictionaries, the later ones do not
- *                          (as `coil optimize` does).  One thread per job
+ *                          again until it returns 0 (nothing cold left:
+ *                          data written in the last optimize_cold seconds,
+ *                          default 30, is left alone) or an error, or the
+ *                          job ends; the job's cleanup stops it (after the
+ *                          call in progress) and joins it before the store
+ *                          is closed.  One thread per job
  *                          that sets it.  Used by perf/bench_optimize_fg.py
  *                          to measure the optimizer's foreground cost.
  *
@@ -754,11 +754,9 @@ static void *optimize_main(void *arg)
 	while (ret == 1 && !opt_stopping(ct)) {
 		struct coil_optimize_report r;
 
+		/* (a cohort not worth a dictionary is remembered by the
+		 * store, so calling again does not train on it again) */
 		ret = coil_optimize(ct->ref->store, &o, &r);
-		/* The first call trained what pays; a cohort whose dictionary
-		 * was not worth it would otherwise be sampled and trained
-		 * again on every call. */
-		o.flags |= COIL_OPTIMIZE_NO_DICTS;
 		if (ret == 1 && r.scanned == 0 && r.rewritten == 0) {
 			struct timespec t = {
 				.tv_nsec = COIL_FIO_OPT_BACKOFF_MS * 1000000L,

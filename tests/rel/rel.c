@@ -166,6 +166,7 @@ void rel_opts(struct coil_options *o, uint64_t size)
 	o->size = size;
 	o->workers = 2;
 	o->cache_bytes = 4u << 20;
+	o->optimize_cold = 0; /* the tests optimize what they just wrote */
 	/* COIL_REL_PREFETCH=0 turns readahead off: narrows a failure down */
 	if (getenv("COIL_REL_PREFETCH"))
 		o->prefetch = (unsigned)atoi(getenv("COIL_REL_PREFETCH"));
