@@ -10,6 +10,7 @@
 
 #include "engine/cleaner.h"
 #include "engine/io/recode.h"
+#include "engine/log/ckpt.h"
 #include "engine/optimize.h"
 #include "engine/pack.h"
 #include "engine/place/dict.h"
@@ -722,6 +723,13 @@ COIL_API int coil_optimize(coil_store *s, const struct coil_optimize_opts *opts,
 			 * again). */
 			sealed = true;
 			left -= taken;
+			/* the passes' own writes into it settle first (a
+			 * segment with writes in flight is not sealed), and
+			 * the victims they emptied are freed */
+			if (ckpt_wait(s) < 0) {
+				rc = -EIO;
+				break;
+			}
 			pthread_mutex_lock(&s->mlock);
 			more = active_cold(s) && seg_seal_active(s);
 			pthread_mutex_unlock(&s->mlock);
@@ -745,6 +753,13 @@ COIL_API int coil_optimize(coil_store *s, const struct coil_optimize_opts *opts,
 		if (left == 0 || (o.budget_ms &&
 				  coil_now_ns() - t0 >= o.budget_ms * 1000000ull))
 			break;
+	}
+	/* Done: the segments the passes emptied wait for a checkpoint (a
+	 * pass takes one only when space is short) */
+	if (rc == 0) {
+		opt_counters(s, &r1);
+		if (r1.passes != r0.passes && ckpt_wait(s) < 0)
+			rc = -EIO;
 	}
 	if (rep) {
 		opt_counters(s, &r1);

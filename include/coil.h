@@ -569,7 +569,10 @@ struct coil_optimize_report {
 };
 /* Optimize @s within @opts's budget (NULL: defaults, no budget).
  * @rep (may be NULL): what was done.  Not from a callback (-EDEADLK).
- * @return 1 when data not yet optimized remains (call again), 0 when
+ * Only cold data is taken: a segment nothing new has landed in for
+ * coil_options.optimize_cold seconds (data written before the open
+ * counts as cold).
+ * @return 1 when cold data not yet optimized remains (call again), 0 when
  *   none, -EINVAL, -EBADF, -EROFS, -EDEADLK, -EIO, -ENOMEM. */
 COIL_API int coil_optimize(coil_store *s, const struct coil_optimize_opts *opts,
 			   struct coil_optimize_report *rep);

@@ -324,13 +324,14 @@ int optimizer_stats_fmt(const struct optimizer *op, char *buf, size_t len)
 		     "\"no_gain\":%llu,\"errors\":%llu,\"bytes_read\":%llu,"
 		     "\"bytes_written\":%llu,\"installed_bytes\":%llu,"
 		     "\"merges\":%llu,\"merged_blobs\":%llu,"
-		     "\"cpu_ns\":%llu,\"idle_priority\":%s}",
+		     "\"cpu_ns\":%llu,\"paced_ns\":%llu,"
+		     "\"idle_priority\":%s}",
 		     LD(op->passes), LD(op->scanned), LD(op->rewritten),
 		     LD(op->saved_bytes), LD(op->stale_skips),
 		     LD(op->stale_bytes), LD(op->no_gain), LD(op->errors),
 		     LD(op->bytes_read), LD(op->bytes_written),
 		     LD(op->installed_bytes), LD(op->merges),
-		     LD(op->merged_blobs), LD(op->cpu_ns),
+		     LD(op->merged_blobs), LD(op->cpu_ns), LD(op->paced_ns),
 		     atomic_load(&op->enc_idle) ? "true" : "false");
 	return n < 0 ? -EIO : n;
 }

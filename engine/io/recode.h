@@ -63,6 +63,7 @@ struct optimizer {
 	_Atomic uint64_t passes, scanned, rewritten, saved_bytes, stale_skips;
 	_Atomic uint64_t stale_bytes, no_gain, errors, bytes_read;
 	_Atomic uint64_t bytes_written, cpu_ns, installed_bytes;
+	_Atomic uint64_t paced_ns;  /* waited for the foreground (cleaner.c) */
 	/* merged blobs written, and the small blobs they took in */
 	_Atomic uint64_t merges, merged_blobs;
 };
