@@ -104,11 +104,13 @@
 #define OPT_BG_BUDGET (16ull << 20)
 /* While the foreground reads or writes, the optimizer reads at most this
  * many bytes a second (what it reads it also writes, smaller, and
- * encodes): its I/O shares the device with the foreground's, so its pace
- * is what it costs the foreground.  With no foreground I/O it goes at
- * the speed of its encoder.  Under fio's 4 KiB random reads at QD 32 an
- * unpaced optimizer read 17 MB/s and took 11-19 % of the reads. */
-#define OPT_FG_RATE (8ull << 20)
+ * encodes): its device I/O and its CPU (at idle priority, but on two
+ * vCPUs that still cost the foreground) scale with its pace, and so
+ * does what it costs the foreground.  With no foreground I/O it goes at
+ * the speed of its encoder.  Under fio's 4 KiB random mix at QD 32
+ * (docs/benchmarks.md): unpaced it read 17 MB/s, IOPS 0.85-0.89x of a
+ * run without it; at 8 MiB/s 0.81-0.86x; at 2 MiB/s 0.91-0.99x. */
+#define OPT_FG_RATE (2ull << 20)
 #define OPT_PACE_NAP_NS (20ull * 1000 * 1000)
 /* The optimizer's merges: extents of one object that each map a blob of
  * less than half the store's blob size, within one window of that size

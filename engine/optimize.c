@@ -682,6 +682,25 @@ static bool active_cold(struct coil_store *s)
 	       seg_cold(s, s->active, coil_now_ns());
 }
 
+/* Has the foreground written nothing for optimize_cold, as far as the
+ * calls of coil_optimize have seen?  (The first call of an open counts
+ * the writes since the open.) */
+static bool writes_cold(struct coil_store *s)
+{
+	uint64_t w = atomic_load(&s->st.writes), now = coil_now_ns();
+	bool cold;
+
+	pthread_mutex_lock(&s->mlock);
+	if (w != s->opt_writes_seen) {
+		s->opt_writes_seen = w;
+		s->opt_writes_since = now;
+	}
+	cold = !s->opt_cold_ns || now - s->opt_writes_since >= s->opt_cold_ns ||
+	       s->opt_writes_since == 0;
+	pthread_mutex_unlock(&s->mlock);
+	return cold;
+}
+
 COIL_API int coil_optimize(coil_store *s, const struct coil_optimize_opts *opts,
 			   struct coil_optimize_report *rep)
 {
@@ -705,10 +724,15 @@ COIL_API int coil_optimize(coil_store *s, const struct coil_optimize_opts *opts,
 		return rc;
 	left = o.budget_bytes ? o.budget_bytes : UINT64_MAX;
 	opt_counters(s, &r0);
-	/* Small writes still in memory go to a segment first. */
-	rc = pack_now(s);
-	if (rc == -ENOSPC)
-		rc = 0;
+	/* Small writes still in memory go to a segment first, once they
+	 * are cold: no write for optimize_cold (as these calls see the
+	 * write count); packing the newest ones ahead of the packer's own
+	 * pace would only make the foreground's writes wait. */
+	if (writes_cold(s)) {
+		rc = pack_now(s);
+		if (rc == -ENOSPC)
+			rc = 0;
+	}
 	/* Dictionaries first, so the passes below can use them. */
 	if (rc == 0 && !(o.flags & COIL_OPTIMIZE_NO_DICTS))
 		rc = optimize_train(s, o.level, &ds);

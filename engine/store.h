@@ -326,6 +326,9 @@ struct coil_store {
 	uint64_t opt_idle_ns;   /* background optimizer after this idle (0: off) */
 	uint64_t opt_cold_ns;   /* the optimizer takes segments without new
 				 * data for this long (0: all) */
+	/* coil_optimize's view of the foreground's writes: the count it
+	 * last saw and since when it has not moved (mlock) */
+	uint64_t opt_writes_seen, opt_writes_since;
 	struct packer *pk;      /* engine/pack.c; NULL: not started */
 	struct scrub *scrub;    /* engine/scrub.c; NULL: not started */
 	struct seg_discard disc; /* TRIM of freed segments (the cleaner's) */
