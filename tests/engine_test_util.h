@@ -3,6 +3,7 @@
 #define COIL_TEST_ENGINE_UTIL_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -87,6 +88,20 @@ static inline void et_opts(struct coil_options *o, const char *path)
 	if (statfs("engine-stores", &sf) == 0 && sf.f_type == TMPFS_MAGIC)
 		o->flags |= COIL_NO_DIRECT;
 	(void)path;
+}
+
+/* Open the store at @path (with @create, a new one) with et_opts' options
+ * and a maximum of @size bytes.  @return coil_open's. */
+static inline int et_open_sized(const char *path, uint64_t size, bool create,
+				coil_store **s)
+{
+	struct coil_options o;
+
+	et_opts(&o, path);
+	o.size = size;
+	if (!create)
+		o.flags &= ~COIL_CREATE;
+	return coil_open(path, &o, s);
 }
 
 /* A fresh 128 MiB store at a path made from @tag, with @compression (NULL:

@@ -173,14 +173,9 @@ static void free_all(void)
 
 static coil_store *open_store(const char *path, bool create)
 {
-	struct coil_options o;
 	coil_store *s;
 
-	et_opts(&o, path);
-	o.size = 256ull << 20;
-	if (!create)
-		o.flags &= ~COIL_CREATE;
-	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(et_open_sized(path, 256ull << 20, create, &s), 0);
 	return s;
 }
 

@@ -46,6 +46,7 @@
 #include "engine/place/object.h"
 #include "engine/store.h"
 #include "tests/engine_test_util.h"
+#include "tests/opt_seam.h"
 #include "tests/test_util.h"
 
 #define KiB (1u << 10)
@@ -93,14 +94,9 @@ static uint64_t stored_of(coil_store *s)
 
 static coil_store *open_store(const char *path, bool create)
 {
-	struct coil_options o;
 	coil_store *s;
 
-	et_opts(&o, path);
-	o.size = 128ull << 20;
-	if (!create)
-		o.flags &= ~COIL_CREATE;
-	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(et_open_sized(path, 128ull << 20, create, &s), 0);
 	return s;
 }
 
@@ -272,46 +268,14 @@ Test(optimize, bad_candidate, .timeout = 120)
 
 /* ---- the compare-and-swap, held open ---------------------------------- */
 
-struct seam {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int state;               /* 0 waiting, 1 held, 2 released */
-	coil_store *s;
-	int rc;
-	struct coil_optimize_report rep;
-};
-
-static void seam_hook(void *arg)
-{
-	struct seam *sm = arg;
-
-	pthread_mutex_lock(&sm->mu);
-	if (sm->state == 0) {
-		sm->state = 1;
-		pthread_cond_broadcast(&sm->cv);
-		while (sm->state == 1)
-			pthread_cond_wait(&sm->cv, &sm->mu);
-	}
-	pthread_mutex_unlock(&sm->mu);
-}
-
-static void *seam_optimize(void *arg)
-{
-	struct seam *sm = arg;
-
-	sm->rc = coil_optimize(sm->s, NULL, &sm->rep);
-	return NULL;
-}
-
 Test(optimize, cas_seam, .timeout = 120)
 {
 	char path[256];
 	uint8_t *data[NOBJ], *p = malloc(OBJ_LEN);
 	uint64_t size[NOBJ];
 	bool gone[NOBJ] = { false };
-	struct seam sm = { .mu = PTHREAD_MUTEX_INITIALIZER,
-			   .cv = PTHREAD_COND_INITIALIZER };
-	pthread_t th;
+	struct coil_optimize_opts opts = { 0 };
+	struct seam sm;
 	coil_store *s;
 	coil_obj *h;
 
@@ -320,13 +284,7 @@ Test(optimize, cas_seam, .timeout = 120)
 	put_all(s, data);
 	for (int i = 0; i < NOBJ; i++)
 		size[i] = OBJ_LEN;
-	sm.s = s;
-	cleaner_optimize_hook(s, seam_hook, &sm);
-	cr_assert_eq(pthread_create(&th, NULL, seam_optimize, &sm), 0);
-	pthread_mutex_lock(&sm.mu);
-	while (sm.state == 0)
-		pthread_cond_wait(&sm.cv, &sm.mu);
-	pthread_mutex_unlock(&sm.mu);
+	cr_assert_eq(seam_hold(&sm, s, &opts), 0);
 
 	/* The first batch is encoded and held.  Change every object the
 	 * foreground way: an overwrite of its first half, a truncate of
@@ -349,12 +307,7 @@ Test(optimize, cas_seam, .timeout = 120)
 		}
 		cr_assert_eq(coil_obj_close(h), 0);
 	}
-	pthread_mutex_lock(&sm.mu);
-	sm.state = 2;
-	pthread_cond_broadcast(&sm.cv);
-	pthread_mutex_unlock(&sm.mu);
-	cr_assert_eq(pthread_join(th, NULL), 0);
-	cleaner_optimize_hook(s, NULL, NULL);
+	cr_assert_eq(seam_release(&sm), 0);
 	cr_assert_geq(sm.rc, 0);
 	cr_log_info("seam: scanned %llu rewritten %llu stale %llu",
 		    (unsigned long long)sm.rep.scanned,

@@ -38,6 +38,7 @@
 #include "engine/place/segment.h"
 #include "engine/store.h"
 #include "tests/engine_test_util.h"
+#include "tests/opt_seam.h"
 #include "tests/test_util.h"
 
 #define KiB (1u << 10)
@@ -47,14 +48,9 @@
 
 static coil_store *open_store(const char *path, bool create)
 {
-	struct coil_options o;
 	coil_store *s;
 
-	et_opts(&o, path);
-	o.size = 128ull << 20;
-	if (!create)
-		o.flags &= ~COIL_CREATE;
-	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(et_open_sized(path, 128ull << 20, create, &s), 0);
 	return s;
 }
 
@@ -393,48 +389,15 @@ Test(optmerge, clones, .timeout = 120)
 	free(order);
 }
 
-struct seam {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int state;               /* 0 waiting, 1 held, 2 released */
-	coil_store *s;
-	int rc;
-	struct coil_optimize_report rep;
-};
-
-static void seam_hook(void *arg)
-{
-	struct seam *sm = arg;
-
-	pthread_mutex_lock(&sm->mu);
-	if (sm->state == 0) {
-		sm->state = 1;
-		pthread_cond_broadcast(&sm->cv);
-		while (sm->state == 1)
-			pthread_cond_wait(&sm->cv, &sm->mu);
-	}
-	pthread_mutex_unlock(&sm->mu);
-}
-
-static void *seam_optimize(void *arg)
-{
-	struct seam *sm = arg;
-	struct coil_optimize_opts opts = { .flags = COIL_OPTIMIZE_NO_DICTS };
-
-	sm->rc = coil_optimize(sm->s, &opts, &sm->rep);
-	return NULL;
-}
-
 Test(optmerge, cas_seam, .timeout = 120)
 {
 	uint8_t *model = malloc((size_t)NPAGES * PAGE);
 	uint8_t *other = malloc((size_t)NPAGES * PAGE);
 	uint32_t *order = page_order(3);
-	struct seam sm = { .mu = PTHREAD_MUTEX_INITIALIZER,
-			   .cv = PTHREAD_COND_INITIALIZER };
+	struct coil_optimize_opts opts = { .flags = COIL_OPTIMIZE_NO_DICTS };
+	struct seam sm;
 	uint64_t size = (uint64_t)NPAGES * PAGE, cut;
 	char path[256];
-	pthread_t th;
 	coil_store *s;
 	coil_obj *h;
 
@@ -442,13 +405,7 @@ Test(optmerge, cas_seam, .timeout = 120)
 	s = open_store(path, true);
 	write_pages(s, "db/pages", order, 0, NPAGES, model);
 	write_pages(s, "db/other", order, 0, NPAGES, other);
-	sm.s = s;
-	cleaner_optimize_hook(s, seam_hook, &sm);
-	cr_assert_eq(pthread_create(&th, NULL, seam_optimize, &sm), 0);
-	pthread_mutex_lock(&sm.mu);
-	while (sm.state == 0)
-		pthread_cond_wait(&sm.cv, &sm.mu);
-	pthread_mutex_unlock(&sm.mu);
+	cr_assert_eq(seam_hold(&sm, s, &opts), 0);
 
 	/* The first batch is encoded and held (the pass planned every
 	 * window before it): a page of every window overwritten, the last
@@ -468,12 +425,7 @@ Test(optmerge, cas_seam, .timeout = 120)
 	size = cut;
 	cr_assert_eq(coil_obj_close(h), 0);
 	cr_assert_eq(coil_obj_remove(s, "db/other"), 0);
-	pthread_mutex_lock(&sm.mu);
-	sm.state = 2;
-	pthread_cond_broadcast(&sm.cv);
-	pthread_mutex_unlock(&sm.mu);
-	cr_assert_eq(pthread_join(th, NULL), 0);
-	cleaner_optimize_hook(s, NULL, NULL);
+	cr_assert_eq(seam_release(&sm), 0);
 	cr_assert_geq(sm.rc, 0);
 	cr_log_info("seam: merges %llu, stale %llu",
 		    (unsigned long long)stat_of(s, "\"optimizer\"", "merges"),
