@@ -1646,6 +1646,7 @@ static int clean_pass(struct cleaner *cl, uint32_t max_v, uint64_t budget,
 		      uint32_t *left)
 {
 	uint64_t pace_t0 = coil_now_ns(), pace_rd0 = 0, pace_fg = 0;
+	uint64_t pace_fg0 = 0;
 	struct coil_store *s = cl->s;
 	struct cand *cand = malloc((size_t)s->seg_cap * sizeof(*cand));
 	uint32_t nv, free0, free1, npending = 0;
@@ -1677,7 +1678,7 @@ static int clean_pass(struct cleaner *cl, uint32_t max_v, uint64_t budget,
 		return 0;
 	if (cl->opt_on) {
 		pace_rd0 = atomic_load(&cl->opt.bytes_read);
-		pace_fg = fg_ops(s);
+		pace_fg = pace_fg0 = fg_ops(s);
 	}
 	/* The items hold their objects and blobs until released. */
 	if (cl->nitems > 1) /* qsort(NULL, 0) is undefined (UBSan) */
@@ -1718,12 +1719,14 @@ static int clean_pass(struct cleaner *cl, uint32_t max_v, uint64_t budget,
 	 * and free with the victims once no member holds them */
 	groups_release(cl);
 	/* The emptied victims are PENDING: a checkpoint frees them.  An
-	 * optimizer pass leaves them to the next one unless space is short
-	 * (a checkpoint a pass, with the fdatasyncs in it, cost the
-	 * foreground's writes; coil_optimize takes one when it is done). */
+	 * optimizer pass next to foreground I/O leaves them to the next one
+	 * unless space is short (a checkpoint a pass, with the fdatasyncs in
+	 * it, cost the foreground's writes; coil_optimize takes one when it
+	 * is done); alone, it frees them now, so the next pass writes into
+	 * them rather than into new space. */
 	if ((rc == 0 || rc == -ENOSPC) &&
 	    (!cl->opt_on || rc == -ENOSPC || nv == 0 ||
-	     free_now(s) <= cl->clean_lo)) {
+	     fg_ops(s) == pace_fg0 || free_now(s) <= cl->clean_lo)) {
 		if (ckpt_wait(s) < 0)
 			return -ESHUTDOWN;
 	}

@@ -120,8 +120,15 @@ static int seg_open_next(struct coil_store *s, unsigned *rep)
 		seg_maybe_pending(s, s->active);
 		s->active = UINT32_MAX;
 	}
+	/* A file takes its lowest free segment: one freed keeps its blocks
+	 * (they are not punched) and is used again before a segment that
+	 * has none, so the file grows only when every segment it has is
+	 * taken (after a pass of the cleaner or the optimizer, say).  A
+	 * device goes round from its cursor. */
+	uint32_t from = s->is_blk ? s->alloc_cursor : 0;
+
 	for (uint32_t n = 0; n < s->nseg; n++) {
-		uint32_t i = (s->alloc_cursor + n) % s->nseg;
+		uint32_t i = (from + n) % s->nseg;
 		struct seg *g = &s->segs[i];
 
 		if (g->state == SEG_PENDING)
