@@ -222,7 +222,6 @@ Test(rel, optimize_dict_powercut, .timeout = 1800)
 	uint8_t *buf = malloc(OBJ_LEN);
 	struct coil_options o;
 	struct rel_image img;
-	struct uring_fault_spec spec;
 	struct sess ss;
 	char path[256], what[160];
 
@@ -231,9 +230,7 @@ Test(rel, optimize_dict_powercut, .timeout = 1800)
 	rel_opts(&o, 64ull << 20);
 	build(path, &o, seed);
 	cr_assert_eq(rel_image_load(&img, path), 0);
-	memset(&spec, 0, sizeof(spec));
-	spec.record = true;
-	uring_fault_set_next(&spec);
+	rel_fault_arm(0, 0, 0);
 	session(path, &o, &ss);
 	uring_fault_set_next(NULL);
 	cr_assert_eq(ss.err, 0, "err %s open %s", coil_strerror(ss.err), coil_strerror(ss.open_rc));
@@ -246,13 +243,7 @@ Test(rel, optimize_dict_powercut, .timeout = 1800)
 		int mode = (int)(1 + (c / stride) % 3);
 
 		cr_assert_geq(rel_image_restore(&img, path), 0);
-		memset(&spec, 0, sizeof(spec));
-		spec.record = true;
-		spec.cut_kind = URING_FAULT_ANY;
-		spec.cut_nth = c;
-		spec.cut_mode = mode;
-		spec.cut_seed = rel_rng(&st);
-		uring_fault_set_next(&spec);
+		rel_fault_arm(c, mode, rel_rng(&st));
 		session(path, &o, &ss);
 		uring_fault_set_next(NULL);
 		if (!ss.cut && !ss.err && !ss.close_rc && !ss.open_rc) {
@@ -264,20 +255,9 @@ Test(rel, optimize_dict_powercut, .timeout = 1800)
 		if (rel_rng(&st) % 3 == 0) {
 			/* and a cut inside the recovery (a dictionary is read
 			 * at open, or in replay when a blob first needs it) */
-			struct uring_fault_spec rs;
-			coil_store *s2;
-			uint64_t r = rel_rng(&st);
+			uint64_t rec_cuts = 0;
 
-			memset(&rs, 0, sizeof(rs));
-			rs.record = true;
-			rs.cut_kind = URING_FAULT_ANY;
-			rs.cut_nth = 1 + r % 16;
-			rs.cut_mode = (int)(1 + (r >> 16) % 3);
-			rs.cut_seed = r >> 24;
-			uring_fault_set_next(&rs);
-			if (coil_open(path, &o, &s2) == 0)
-				coil_close(s2);
-			uring_fault_set_next(NULL);
+			rel_cut_recovery(path, &o, &st, 16, &rec_cuts);
 		}
 		snprintf(what, sizeof(what), "dict cut at op %llu of %llu mode "
 			 "%d", (unsigned long long)c, (unsigned long long)n,

@@ -875,32 +875,6 @@ static void session_run(const char *path, const struct coil_options *o,
 	out->close_rc = coil_close(p.s);
 }
 
-/* Reopen with a cut at a random op of recovery; the verify after must
- * still open it (test_rel_batch.c). */
-static void cut_recovery(const char *path, const struct coil_options *o,
-			 uint64_t *st, uint64_t *cuts)
-{
-	struct uring_fault_spec spec;
-	coil_store *s;
-	uint64_t r = rel_rng(st);
-
-	memset(&spec, 0, sizeof(spec));
-	spec.record = true;
-	spec.cut_kind = URING_FAULT_ANY;
-	spec.cut_nth = 1 + r % 12;
-	spec.cut_mode = (int)(1 + (r >> 16) % 3);
-	spec.cut_seed = r >> 24;
-	uring_fault_set_next(&spec);
-	if (coil_open(path, o, &s) == 0) {
-		if (uring_fault_is_cut(uring_fault_last()))
-			(*cuts)++;
-		coil_close(s);
-	} else {
-		(*cuts)++;
-	}
-	uring_fault_set_next(NULL);
-}
-
 
 Test(rel, optimize_powercut, .timeout = 900)
 {
@@ -928,7 +902,6 @@ Test(rel, optimize_powercut, .timeout = 900)
 		uint64_t budget = w % 2;
 		bool fg = budget;
 		uint64_t st_img, st_done, n, first;
-		struct uring_fault_spec spec;
 		struct rel_image before;
 		struct session ss;
 		struct model m, mb;
@@ -947,9 +920,7 @@ Test(rel, optimize_powercut, .timeout = 900)
 		cr_assert_geq(rel_image_restore(&before, path), 0);
 
 		/* dry run: the session's ring ops, and the state it ends in */
-		memset(&spec, 0, sizeof(spec));
-		spec.record = true;
-		uring_fault_set_next(&spec);
+		rel_fault_arm(0, 0, 0);
 		session_run(path, &o, budget, fg, wseed, buf, &ss);
 		uring_fault_set_next(NULL);
 		cr_assert_eq(ss.open_rc, 0, "open: %s", coil_strerror(ss.open_rc));
@@ -997,13 +968,7 @@ Test(rel, optimize_powercut, .timeout = 900)
 			int mode = (int)(1 + (c / stride) % 3);
 
 			cr_assert_geq(rel_image_restore(&before, path), 0);
-			memset(&spec, 0, sizeof(spec));
-			spec.record = true;
-			spec.cut_kind = URING_FAULT_ANY;
-			spec.cut_nth = c;
-			spec.cut_mode = mode;
-			spec.cut_seed = rel_rng(&st);
-			uring_fault_set_next(&spec);
+			rel_fault_arm(c, mode, rel_rng(&st));
 			session_run(path, &o, budget, fg, wseed, buf, &ss);
 			uring_fault_set_next(NULL);
 			if (!ss.cut && ss.close_rc == 0 && ss.first_err == 0 &&
@@ -1015,7 +980,7 @@ Test(rel, optimize_powercut, .timeout = 900)
 			cuts++;
 			per_mode[mode]++;
 			if (rel_rng(&st) % 4 == 0)
-				cut_recovery(path, &o, &st, &rec_cuts);
+				rel_cut_recovery(path, &o, &st, 12, &rec_cuts);
 			snprintf(what, sizeof(what), "optimize_powercut image "
 				 "%llu %s cut at op %llu of %llu mode %s",
 				 (unsigned long long)w / 2, kind[budget],

@@ -27,32 +27,6 @@
 #define WRITES 16
 #define SYNC_EVERY 2
 
-/* Reopen with a cut at a random op of recovery; the store must still open
- * cleanly afterwards (checked by the caller's verify). */
-static void cut_recovery(const char *path, const struct coil_options *o,
-			 uint64_t *st, uint64_t *cuts)
-{
-	struct uring_fault_spec spec;
-	coil_store *s;
-	uint64_t r = rel_rng(st);
-
-	memset(&spec, 0, sizeof(spec));
-	spec.record = true;
-	spec.cut_kind = URING_FAULT_ANY;
-	spec.cut_nth = 1 + r % 12;
-	spec.cut_mode = (int)(1 + (r >> 16) % 3);
-	spec.cut_seed = r >> 24;
-	uring_fault_set_next(&spec);
-	if (coil_open(path, o, &s) == 0) {
-		if (uring_fault_is_cut(uring_fault_last()))
-			(*cuts)++;
-		coil_close(s);
-	} else {
-		(*cuts)++; /* the cut made open fail: recovery was cut */
-	}
-	uring_fault_set_next(NULL);
-}
-
 Test(rel, powercut, .timeout = 900)
 {
 	static const int modes[] = { URING_CUT_DROP_ALL, URING_CUT_RANDOM,
@@ -122,7 +96,7 @@ Test(rel, powercut, .timeout = 900)
 				cuts++;
 				per_mode[modes[m]]++;
 				if (rel_rng(&st) % 4 == 0)
-					cut_recovery(path, &o, &st, &rec_cuts);
+					rel_cut_recovery(path, &o, &st, 12, &rec_cuts);
 				snprintf(what, sizeof(what),
 					 "workload %llu cut at fsync %llu mode %s",
 					 (unsigned long long)w,

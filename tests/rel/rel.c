@@ -557,3 +557,35 @@ void rel_session_run(const char *path, const struct coil_options *o,
 	out->fsyncs = uring_fault_count(r, URING_OP_FSYNC);
 	out->close_rc = coil_close(s);
 }
+
+void rel_fault_arm(uint64_t nth, int mode, uint64_t seed)
+{
+	struct uring_fault_spec spec;
+
+	memset(&spec, 0, sizeof(spec));
+	spec.record = true;
+	if (nth) {
+		spec.cut_kind = URING_FAULT_ANY;
+		spec.cut_nth = nth;
+		spec.cut_mode = mode;
+		spec.cut_seed = seed;
+	}
+	uring_fault_set_next(&spec);
+}
+
+void rel_cut_recovery(const char *path, const struct coil_options *o,
+		      uint64_t *st, uint32_t span, uint64_t *cuts)
+{
+	uint64_t r = rel_rng(st);
+	coil_store *s;
+
+	rel_fault_arm(1 + r % span, (int)(1 + (r >> 16) % 3), r >> 24);
+	if (coil_open(path, o, &s) == 0) {
+		if (uring_fault_is_cut(uring_fault_last()))
+			(*cuts)++;
+		coil_close(s);
+	} else {
+		(*cuts)++; /* the cut made open fail: recovery was cut */
+	}
+	uring_fault_set_next(NULL);
+}

@@ -169,4 +169,14 @@ int rel_image_load(struct rel_image *img, const char *path);
 int64_t rel_image_restore(const struct rel_image *img, const char *path);
 void rel_image_free(struct rel_image *img);
 
+/* The next ring records its ops (uring_fault.h) and, with @nth > 0, cuts
+ * power at its @nth op of any kind: @mode 1 drop all, 2 random, 3 torn,
+ * @seed for the random choices. */
+void rel_fault_arm(uint64_t nth, int mode, uint64_t seed);
+/* Reopen @path with a cut at a random op (1..@span) of its recovery (the
+ * caller's verify must then still open it); *@cuts counts the opens the
+ * cut reached or failed. */
+void rel_cut_recovery(const char *path, const struct coil_options *o,
+		      uint64_t *st, uint32_t span, uint64_t *cuts);
+
 #endif
