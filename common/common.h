@@ -4,7 +4,9 @@
 #ifndef COIL_COMMON_H
 #define COIL_COMMON_H
 
+#include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <stddef.h>
 #include <string.h>
 #include <time.h>
@@ -106,5 +108,24 @@ static inline int coil_add_overflows(uint64_t a, uint64_t b, uint64_t *sum)
 
 /* Number of online cores (at least 1). */
 unsigned coil_ncpus(void);
+
+/* *@p (an array of @size-byte elements, *@cap of them) holds at least
+ * @need, doubling from 64.  @return 0 or -ENOMEM (*@p and *@cap unchanged). */
+static inline int coil_grow(void **p, size_t *cap, size_t need, size_t size)
+{
+	size_t n = *cap ? *cap : 64;
+	void *q;
+
+	if (need <= *cap)
+		return 0;
+	while (n < need)
+		n *= 2;
+	q = realloc(*p, n * size);
+	if (!q)
+		return -ENOMEM;
+	*p = q;
+	*cap = n;
+	return 0;
+}
 
 #endif

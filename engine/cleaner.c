@@ -883,34 +883,10 @@ static uint32_t pick_compact_victims(struct cleaner *cl, uint32_t max_v,
 
 static int items_push(struct cleaner *cl, const struct citem *it)
 {
-	if (cl->nitems == cl->cap_items) {
-		size_t ncap = cl->cap_items ? cl->cap_items * 2 : 1024;
-		struct citem *n = realloc(cl->items, ncap * sizeof(*n));
-		if (!n)
-			return -ENOMEM;
-		cl->items = n;
-		cl->cap_items = ncap;
-	}
-	cl->items[cl->nitems++] = *it;
-	return 0;
-}
-
-/* *@p holds at least @need elements of @size bytes (doubling).  @return
- * 0 or -ENOMEM (*@p unchanged). */
-static int arr_grow(void **p, size_t *cap, size_t need, size_t size)
-{
-	size_t ncap = *cap ? *cap : 256;
-	void *n;
-
-	if (need <= *cap)
-		return 0;
-	while (ncap < need)
-		ncap *= 2;
-	n = realloc(*p, ncap * size);
-	if (!n)
+	if (coil_grow((void **)&cl->items, &cl->cap_items, cl->nitems + 1,
+		      sizeof(*cl->items)))
 		return -ENOMEM;
-	*p = n;
-	*cap = ncap;
+	cl->items[cl->nitems++] = *it;
 	return 0;
 }
 
@@ -947,7 +923,7 @@ static int group_close(struct cleaner *cl, size_t m0, bool in_victim)
 		cl->nmems = m0;
 		return 0;
 	}
-	rc = arr_grow((void **)&cl->grps, &cl->cap_grps, cl->ngrps + 1,
+	rc = coil_grow((void **)&cl->grps, &cl->cap_grps, cl->ngrps + 1,
 		      sizeof(*cl->grps));
 	if (rc < 0) {
 		cl->nmems = m0;
@@ -1065,7 +1041,7 @@ static int collect_items(struct cleaner *cl)
 				}
 				if (cl->nmems - m0 == MERGE_MEMBERS_MAX)
 					continue;
-				rc = arr_grow((void **)&cl->mems,
+				rc = coil_grow((void **)&cl->mems,
 					      &cl->cap_mems, cl->nmems + 1,
 					      sizeof(*cl->mems));
 				if (rc < 0)
@@ -1160,7 +1136,7 @@ static int batch_flush(struct cleaner *cl, struct cbatch *bt, size_t r1)
 	if (cl->nx) {
 		/* one relocation: the merged extents are items of the batch
 		 * like the runs' (one record per object, one apply) */
-		rc = arr_grow((void **)&cl->bitems, &cl->cap_b, n + cl->nx,
+		rc = coil_grow((void **)&cl->bitems, &cl->cap_b, n + cl->nx,
 			      sizeof(*cl->bitems));
 		if (rc < 0)
 			return rc;
@@ -1396,7 +1372,7 @@ static int merge_group(struct cleaner *cl, uint32_t g, uint32_t seg,
 		return 0;
 	rc = batch_room(cl, bt, r, slot_len, n, rec);
 	if (rc == 0)
-		rc = arr_grow((void **)&cl->xitems, &cl->cap_x, cl->nx + n,
+		rc = coil_grow((void **)&cl->xitems, &cl->cap_x, cl->nx + n,
 			      sizeof(*cl->xitems));
 	if (rc < 0)
 		return rc;

@@ -52,7 +52,8 @@ struct cohort {
 	char name[DICT_COHORT_MAX + 1];
 	uint64_t bytes, pieces_seen, sample_bytes;
 	struct piece *p;
-	uint32_t np, cap;
+	uint32_t np;
+	size_t cap;
 };
 
 static struct cohort *cohort_get(struct cohort *c, uint32_t *n,
@@ -71,15 +72,9 @@ static struct cohort *cohort_get(struct cohort *c, uint32_t *n,
 static int piece_add(struct cohort *c, const struct object *o, uint64_t off,
 		     uint32_t len)
 {
-	if (c->np == c->cap) {
-		uint32_t cap = c->cap ? c->cap * 2 : 64;
-		struct piece *p = realloc(c->p, cap * sizeof(*p));
-
-		if (!p)
-			return -ENOMEM;
-		c->p = p;
-		c->cap = cap;
-	}
+	if (coil_grow((void **)&c->p, &c->cap, (size_t)c->np + 1,
+		      sizeof(*c->p)))
+		return -ENOMEM;
 	c->p[c->np].name = strndup(o->name, o->name_len);
 	if (!c->p[c->np].name)
 		return -ENOMEM;

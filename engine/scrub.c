@@ -402,24 +402,6 @@ static int cmp_sitem(const void *pa, const void *pb)
 	return a->off < b->off ? -1 : a->off > b->off;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t sz)
-{
-	size_t n;
-	void *q;
-
-	if (need <= *cap)
-		return 0;
-	n = *cap ? *cap * 2 : 1024;
-	while (n < need)
-		n *= 2;
-	q = realloc(*p, n * sz);
-	if (!q)
-		return -ENOMEM;
-	*p = q;
-	*cap = n;
-	return 0;
-}
-
 /* Every extent of every object, referenced.  mlock taken. */
 static int collect(struct scrub *sc)
 {
@@ -445,7 +427,7 @@ static int collect(struct scrub *sc)
 					continue;
 				seg = seg_of(s, e->b->dev_off);
 
-				rc = grow((void **)&sc->items, &sc->cap_items,
+				rc = coil_grow((void **)&sc->items, &sc->cap_items,
 					  sc->nitems + 1, sizeof(*sc->items));
 				if (rc < 0)
 					break;
@@ -488,7 +470,7 @@ static int mark_bad(struct scrub *sc, size_t i, size_t j, uint32_t lo,
 
 		if (a >= z)
 			continue;
-		if (grow((void **)&sc->bad, &sc->cap_bad, sc->nbad + 1,
+		if (coil_grow((void **)&sc->bad, &sc->cap_bad, sc->nbad + 1,
 			 sizeof(*sc->bad)))
 			return -ENOMEM;
 		sc->bad[sc->nbad++] = (struct sbad){
@@ -562,7 +544,7 @@ static void report_bad(struct scrub *sc, struct spass *p)
 			if (e->b != q->b || a >= z ||
 			    e->skip + (a - e->off) != q->blo + (a - q->off))
 				continue;
-			rc = grow((void **)&sc->out, &sc->cap_out, n + 1,
+			rc = coil_grow((void **)&sc->out, &sc->cap_out, n + 1,
 				  sizeof(*sc->out));
 			if (rc < 0)
 				break;
@@ -864,7 +846,7 @@ static void acct_add(struct acct_msgs *m, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (grow((void **)&m->msg, &m->cap, m->n + 1, sizeof(*m->msg)))
+	if (coil_grow((void **)&m->msg, &m->cap, m->n + 1, sizeof(*m->msg)))
 		return;
 	va_start(ap, fmt);
 	vsnprintf(m->msg[m->n++], sizeof(*m->msg), fmt, ap);
@@ -921,7 +903,7 @@ static int check_accounting(struct scrub *sc, struct spass *p)
 				n++;
 				bytes += e->len;
 				stored += ext_stored(e);
-				rc = grow((void **)&blobs, &cap_blobs,
+				rc = coil_grow((void **)&blobs, &cap_blobs,
 					  nblobs + 1, sizeof(*blobs));
 				if (rc < 0)
 					break;
@@ -1135,7 +1117,7 @@ static void jb_printf(struct jbuf *b, const char *fmt, ...)
 	va_start(ap, fmt);
 	n = vsnprintf(NULL, 0, fmt, ap);
 	va_end(ap);
-	if (n < 0 || grow((void **)&b->p, &b->cap, b->len + (size_t)n + 1, 1)) {
+	if (n < 0 || coil_grow((void **)&b->p, &b->cap, b->len + (size_t)n + 1, 1)) {
 		b->err = -ENOMEM;
 		return;
 	}
