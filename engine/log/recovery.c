@@ -431,6 +431,8 @@ int ckpt_load(struct coil_store *s)
 		s->segs[i].live = 0; /* recomputed from the extents */
 		s->segs[i].unopt = 0;
 	}
+	/* the count is paid for by the payload (checked on decode) */
+	objtab_reserve(s, h.n_objects);
 	for (uint64_t i = 0; i < h.n_objects; i++) {
 		rc = load_whole_obj(s, &c, fe, NULL);
 		if (rc < 0)

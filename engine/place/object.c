@@ -13,9 +13,9 @@
 #include "engine/place/object.h"
 #include "engine/store.h"
 
-static uint64_t name_hash(const char *name, size_t len)
+static uint32_t name_hash(const char *name, size_t len)
 {
-	return fmt_csum(name, len);
+	return (uint32_t)fmt_csum(name, len);
 }
 
 static uint64_t id_hash(uint64_t id)
@@ -178,9 +178,8 @@ void objtab_destroy(struct coil_store *s)
 	s->ndirty = s->capdirty = 0;
 }
 
-static void tab_grow(struct coil_store *s)
+static void tab_resize(struct coil_store *s, uint32_t ncap)
 {
-	uint32_t ncap = s->tab_cap * 2;
 	struct object **bn = calloc(ncap, sizeof(*bn));
 	struct object **bi = calloc(ncap, sizeof(*bi));
 
@@ -202,7 +201,7 @@ static void tab_grow(struct coil_store *s)
 		o = s->by_name[i];
 		while (o) {
 			struct object *n = o->name_next;
-			uint64_t h = name_hash(o->name, o->name_len) & (ncap - 1);
+			uint64_t h = o->name_h & (ncap - 1);
 			o->name_next = bn[h];
 			bn[h] = o;
 			o = n;
@@ -215,13 +214,27 @@ static void tab_grow(struct coil_store *s)
 	s->tab_cap = ncap;
 }
 
+void objtab_reserve(struct coil_store *s, uint64_t n)
+{
+	uint64_t cap = s->tab_cap;
+
+	/* the same load factor as objtab_add keeps (at most one per
+	 * bucket), within the u32 the capacity is */
+	while (cap < n && cap < (1ull << 31))
+		cap *= 2;
+	if (cap > s->tab_cap)
+		tab_resize(s, (uint32_t)cap);
+}
+
 struct object *objtab_find_name(struct coil_store *s, const char *name,
 				size_t len)
 {
-	struct object *o = s->by_name[name_hash(name, len) & (s->tab_cap - 1)];
+	uint32_t h = name_hash(name, len);
+	struct object *o = s->by_name[h & (s->tab_cap - 1)];
 
 	for (; o; o = o->name_next)
-		if (o->name_len == len && !memcmp(o->name, name, len))
+		if (o->name_h == h && o->name_len == len &&
+		    !memcmp(o->name, name, len))
 			return o;
 	return NULL;
 }
@@ -259,8 +272,9 @@ int objtab_add(struct coil_store *s, uint64_t id, const char *name,
 	o->refs = 1;
 	extmap_init(&o->map, &s->ext_acct);
 	if (s->nobj + 1 > (uint64_t)s->tab_cap)
-		tab_grow(s);
-	h = name_hash(name, len) & (s->tab_cap - 1);
+		tab_resize(s, s->tab_cap * 2);
+	o->name_h = name_hash(name, len);
+	h = o->name_h & (s->tab_cap - 1);
 	o->name_next = s->by_name[h];
 	s->by_name[h] = o;
 	h = id_hash(id) & (s->tab_cap - 1);
@@ -282,7 +296,7 @@ static void name_unlink(struct coil_store *s, struct object *o)
 {
 	struct object **pp;
 
-	pp = &s->by_name[name_hash(o->name, o->name_len) & (s->tab_cap - 1)];
+	pp = &s->by_name[o->name_h & (s->tab_cap - 1)];
 	while (*pp != o)
 		pp = &(*pp)->name_next;
 	*pp = o->name_next;
@@ -318,7 +332,8 @@ int objtab_rename(struct coil_store *s, struct object *o, const char *name,
 	o->name = n;
 	o->name_len = (uint16_t)len;
 	s->name_bytes += len;
-	h = name_hash(name, len) & (s->tab_cap - 1);
+	o->name_h = name_hash(name, len);
+	h = o->name_h & (s->tab_cap - 1);
 	o->name_next = s->by_name[h];
 	s->by_name[h] = o;
 	/* a delta records a renamed object whole (name and extents) */

@@ -34,6 +34,9 @@ struct object {
 	uint64_t turn_next;     /* the next submission's place */
 	uint64_t turn_done;     /* places that have taken their ticket */
 	uint32_t turn_waiters;  /* truncates waiting for their place */
+	/* the name's hash (name_hash, low bits): a chain walk compares it
+	 * before it touches the name, and a table growth does not rehash */
+	uint32_t name_h;
 	struct jent *turn_parked; /* encoded writes waiting for theirs */
 	struct object *name_next;
 	struct object *id_next;
@@ -46,6 +49,9 @@ struct object {
 };
 
 int objtab_init(struct coil_store *s);
+/* Size the tables for @n objects at once (a checkpoint's load knows its
+ * count): no chain of doublings, each rehashing every object. */
+void objtab_reserve(struct coil_store *s, uint64_t n);
 /* Call @fn(@arg, o, e) for every extent of every object, in no order.
  * mlock held (or single-threaded); @fn must not change the table. */
 void objtab_each_extent(struct coil_store *s,
