@@ -326,14 +326,16 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen,
 		  "\"chunks\":%llu,\"chunk_bytes\":%llu,\"records\":%llu,"
 		  "\"full_waits\":%llu,\"replayed_chunks\":%llu,"
 		  "\"replayed_records\":%llu,\"replayed_bytes\":%llu,"
-		  "\"replay_ns\":%llu,"
+		  "\"replay_ns\":%llu,\"replay_reads\":%llu,"
+		  "\"replay_read_bytes\":%llu,"
 		  "\"chunks_overlapped\":%llu,"
 		  "\"chunks_by_writer\":%llu,\"turn_waits\":%llu},",
 		  (unsigned long long)jlen, (unsigned long long)jused,
 		  LD(s->st.chunks), LD(s->st.chunk_bytes), LD(s->st.records),
 		  LD(s->st.journal_waits), LD(s->st.replayed_chunks),
 		  LD(s->st.replayed_records), LD(s->st.replayed_bytes),
-		  LD(s->st.replay_ns),
+		  LD(s->st.replay_ns), LD(s->st.replay_reads),
+		  LD(s->st.replay_read_bytes),
 		  LD(s->st.chunks_overlapped),
 		  LD(s->st.chunks_now), LD(s->st.turn_waits));
 	sb_printf(&b, "\"checkpoint\":{\"count\":%llu,\"bytes_written\":%llu,"

@@ -123,6 +123,9 @@ struct engine_stats {
 	_Atomic uint64_t replayed_chunks, replayed_records;
 	_Atomic uint64_t replayed_bytes; /* journal bytes those chunks span */
 	_Atomic uint64_t replay_ns;      /* the replay's time (open) */
+	/* device reads replay made to verify the unflushed tail's blobs,
+	 * and the bytes they read (a window spans blobs back to back) */
+	_Atomic uint64_t replay_reads, replay_read_bytes;
 	_Atomic uint64_t inline_encodes, inline_decodes;
 	_Atomic uint64_t read_splits;  /* joined reads that failed, read again
 					* blob by blob (read.c) */

@@ -463,6 +463,12 @@ out:
 
 /* ---- replay ------------------------------------------------------------- */
 
+/* The most replay reads at once to verify the unflushed tail's blobs, and
+ * the gap after a window that still counts as reading on (the next
+ * segment's first blob lies past the segment's header) */
+#define REPLAY_VERIFY_MAX (1u << 20)
+#define REPLAY_VERIFY_GAP (128u << 10)
+
 struct replay {
 	struct coil_store *s;
 	ZSTD_DCtx *dctx;
@@ -472,6 +478,7 @@ struct replay {
 	/* the device range rp->io holds (io_len 0: none): packed blobs lie
 	 * many to a block, and each relocation record verifies its own */
 	uint64_t io_off, io_len;
+	uint64_t file_end; /* a file store's size at open (0: a device) */
 	struct fmt_extent fe;
 	struct fmt_extent want; /* a REWRITE pair's expected extent */
 	struct jwindow win;     /* the journal read ahead */
@@ -513,6 +520,31 @@ static bool replay_chunk_flushed(const struct replay *rp)
 	return rp->synced_max && rp->seq <= rp->synced_max;
 }
 
+/* How much to read for a blob in [@a, @z) of segment @idx that the window
+ * does not hold.  The unflushed tail's blobs mostly lie back to back: the
+ * packer and the writers append to a segment in the order their records
+ * follow.  A read that starts where the last window ended (or a little
+ * after it) doubles the window, up to REPLAY_VERIFY_MAX; any other falls back to the
+ * blob alone, so scattered blobs cost no more than one read each.  Never
+ * past the segment's end (a blob does not cross it) nor the file's. */
+static uint64_t replay_window(struct replay *rp, uint32_t idx, uint64_t a,
+			      uint64_t z)
+{
+	struct coil_store *s = rp->s;
+	uint64_t seg_end = s->sb.data_off +
+			   (uint64_t)(idx + 1) * s->sb.segment_size;
+	uint64_t want = z - a;
+
+	if (rp->io_len && a >= rp->io_off &&
+	    a <= rp->io_off + rp->io_len + REPLAY_VERIFY_GAP)
+		want = COIL_MAX(want, COIL_MIN(2 * rp->io_len,
+					       (uint64_t)REPLAY_VERIFY_MAX));
+	want = COIL_MIN(want, seg_end - a);
+	if (rp->file_end && a + want > rp->file_end)
+		want = COIL_MAX(z, rp->file_end) - a;
+	return COIL_ALIGN_UP(want, FMT_BLOCK);
+}
+
 /* Read a blob and check every checksum its descriptor carries.
  * @return 0 verified, 1 it does not (replay stops there), or a negative
  * errno when the device failed: that is not evidence about the journal, so
@@ -543,13 +575,16 @@ static int replay_verify_blob(struct replay *rp, const struct fmt_blob *b,
 	if (!read)
 		goto placed;
 	if (a < rp->io_off || z > rp->io_off + rp->io_len) {
+		uint64_t len = replay_window(rp, idx, a, z);
+
 		rp->io_len = 0;
-		rc = store_io_sync(s, URING_OP_READ, rp->io, (uint32_t)(z - a),
-				   a);
+		rc = store_io_sync(s, URING_OP_READ, rp->io, (uint32_t)len, a);
 		if (rc < 0)
 			return rc;
 		rp->io_off = a;
-		rp->io_len = z - a;
+		rp->io_len = len;
+		stat_add(&s->st.replay_reads, 1);
+		stat_add(&s->st.replay_read_bytes, len);
 	}
 	/* a dictionary is read when a blob first needs it (its object's
 	 * records came first); one that does not load fails the blob */
@@ -959,6 +994,7 @@ int replay_journal(struct coil_store *s)
 	uint64_t lin = pos, seq = s->sb.replay_seq;
 	uint8_t *chunk = NULL;
 	struct replay *rp;
+	struct stat st;
 	int rc = 0;
 
 	rp = calloc(1, sizeof(*rp));
@@ -966,7 +1002,7 @@ int replay_journal(struct coil_store *s)
 		return -ENOMEM;
 	rp->s = s;
 	rp->dctx = ZSTD_createDCtx();
-	rp->io_cap = FMT_BLOB_MAX + 2 * FMT_BLOCK;
+	rp->io_cap = REPLAY_VERIFY_MAX + FMT_BLOB_MAX + 2 * FMT_BLOCK;
 	if (posix_memalign((void **)&rp->io, 4096, rp->io_cap))
 		rp->io = NULL;
 	rp->dec = malloc(FMT_BLOB_MAX);
@@ -978,6 +1014,8 @@ int replay_journal(struct coil_store *s)
 		rc = -ENOMEM;
 		goto out;
 	}
+	if (fstat(s->fd, &st) == 0 && S_ISREG(st.st_mode))
+		rp->file_end = (uint64_t)st.st_size;
 	rp->synced_max = chain_synced_max(rp, chunk, pos, seq);
 	/* Bounded: each pass consumes one chunk of the journal with the next
 	 * sequence, and the journal holds finitely many. */
