@@ -191,3 +191,59 @@ Test(engine_extmap, small_maps_grow_split_and_empty, .timeout = 60)
 	cr_assert_eq(inserted, dropped);
 	free(model);
 }
+
+/* Extents added in order (a checkpoint's load, a sequential writer) fill
+ * their leaves whole, and the map stays right when random writes and
+ * punches land in those full leaves afterwards. */
+Test(engine_extmap, appends_fill_leaves_then_shadow, .timeout = 60)
+{
+	struct cell *model = calloc(SPAN, sizeof(*model));
+	struct extmap m;
+	uint64_t x = 11, inserted = 0, id = 1;
+	const uint32_t step = 100, n = 1000; /* 100-byte extents, gaps */
+
+	extmap_init(&m, NULL);
+	dropped = 0;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t off = k * step + (k % 3 == 0 ? 10 : 0);
+		uint32_t len = step - 10;
+		struct ext e = { off, len, 0, new_blob(len, id++) };
+
+		cr_assert_eq(extmap_insert(&m, &e, drop, NULL), 0);
+		for (uint32_t i = 0; i < len; i++) {
+			model[off + i].b = e.b;
+			model[off + i].boff = i;
+		}
+		inserted += len;
+	}
+	check(&m, model);
+	cr_assert_eq(m.nleaf, (n + EXTMAP_LEAF_MAX - 1) / EXTMAP_LEAF_MAX,
+		     "%u leaves for %u extents in order", m.nleaf, n);
+	for (int op = 0; op < 4000; op++) {
+		uint32_t off, len;
+
+		tu_xorshift(&x);
+		len = 1 + (uint32_t)(x % 300);
+		off = (uint32_t)((x >> 24) % (n * step + 200 - len));
+		if (x % 7 == 0) {
+			cr_assert_eq(extmap_punch(&m, off, len, drop, NULL), 0);
+			memset(&model[off], 0, len * sizeof(*model));
+		} else {
+			struct ext e = { off, len, 0, new_blob(len, id++) };
+
+			cr_assert_eq(extmap_insert(&m, &e, drop, NULL), 0);
+			for (uint32_t i = 0; i < len; i++) {
+				model[off + i].b = e.b;
+				model[off + i].boff = i;
+			}
+			inserted += len;
+		}
+		if (op % 53 == 0)
+			check(&m, model);
+	}
+	check(&m, model);
+	cr_assert_eq(inserted, dropped + m.bytes);
+	extmap_destroy(&m, drop, NULL);
+	cr_assert_eq(inserted, dropped);
+	free(model);
+}

@@ -231,7 +231,19 @@ static void put_at(struct extmap *m, uint32_t li, uint32_t i,
 		i = 0;
 	}
 	l = m->leaf[li];
-	if (l->n == l->cap) {
+	if (l->n == l->cap && li + 1 == m->nleaf && i == l->n) {
+		/* An append to the last leaf starts the next one: a map
+		 * loaded or written in order fills its leaves whole instead
+		 * of leaving each split half empty. */
+		struct extmap_leaf *r = take_spare(m);
+
+		COIL_ASSERT(l->cap == EXTMAP_LEAF_MAX &&
+			    r->cap == EXTMAP_LEAF_MAX);
+		leaf_insert_at_top(m, li + 1, r);
+		l = r;
+		li++;
+		i = 0;
+	} else if (l->n == l->cap) {
 		struct extmap_leaf *r = take_spare(m);
 		uint32_t half = EXTMAP_LEAF_MAX / 2;
 
@@ -429,6 +441,17 @@ int extmap_insert(struct extmap *m, const struct ext *e, extmap_drop_fn drop,
 	rc = extmap_reserve(m);
 	if (rc < 0)
 		return rc;
+	if (m->nleaf) {
+		/* At or past the map's end (a checkpoint's load, an append):
+		 * nothing to punch and no search. */
+		struct extmap_leaf *l = m->leaf[m->nleaf - 1];
+
+		COIL_ASSERT(l->n > 0); /* an emptied leaf leaves the top */
+		if (l->e[l->n - 1].off + l->e[l->n - 1].len <= e->off) {
+			put_at(m, m->nleaf - 1, l->n, e);
+			return 0;
+		}
+	}
 	punch_reserved(m, e->off, e->len, drop, arg);
 	if (m->nleaf == 0) {
 		put_at(m, 0, 0, e);
