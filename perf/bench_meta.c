@@ -39,8 +39,12 @@
 #include "perf/bench_util.h"
 
 #define OBJ_BYTES 100u
-#define BLOB_BYTES 4096u
+/* The blob load's write size: 4 KiB ("blobs"), 64 KiB ("blobs64", the
+ * size a store of large objects is made of); each write at its own 64 KiB
+ * stride, so each is one blob and one extent. */
+#define BLOB_MAX (64u << 10)
 #define BLOB_STRIDE (64ull << 10)
+static uint32_t blob_bytes = 4096u;
 #define SEED 0x5eedc011u
 
 /* ---- /proc ---------------------------------------------------------------- */
@@ -171,15 +175,15 @@ static void load_objects(coil_store *s, uint64_t first, uint64_t n)
 	}
 }
 
-/* Blob @k of the blob load: BLOB_BYTES at k * BLOB_STRIDE. */
+/* Blob @k of the blob load: blob_bytes at k * BLOB_STRIDE. */
 static void put_blob(coil_obj *o, uint64_t k, uint64_t *rng)
 {
-	static uint8_t buf[BLOB_BYTES];
+	static uint8_t buf[BLOB_MAX];
 	int64_t w;
 
-	fill(buf, sizeof(buf), k, rng);
-	w = coil_pwrite(o, buf, sizeof(buf), k * BLOB_STRIDE);
-	if (w != (int64_t)sizeof(buf))
+	fill(buf, blob_bytes, k, rng);
+	w = coil_pwrite(o, buf, blob_bytes, k * BLOB_STRIDE);
+	if (w != (int64_t)blob_bytes)
 		die_rc("coil_pwrite", w < 0 ? w : -EIO);
 }
 
@@ -271,7 +275,8 @@ static void overwrite_blobs(coil_store *s, uint64_t m, uint64_t n)
 }
 
 /* `bench_meta kill STORE FIRST N` (objects: N more from index FIRST) or
- * `bench_meta killblobs STORE M N` (N overwrites of the M blobs): then a
+ * `bench_meta killblobs STORE M N` (N overwrites of the M blobs;
+ * killblobs64: of 64 KiB): then a
  * coil_sync and _exit without closing: the next open replays the journal
  * written since the last checkpoint. */
 static int cmd_kill(const char *path, uint64_t first, uint64_t n,
@@ -307,7 +312,9 @@ static void kill_child(const char *path, uint64_t first, uint64_t n,
 	if (pid < 0)
 		die("fork: %s", strerror(errno));
 	if (pid == 0) {
-		execl("/proc/self/exe", prog, objects ? "kill" : "killblobs",
+		execl("/proc/self/exe", prog,
+		      objects ? "kill" :
+		      blob_bytes == BLOB_MAX ? "killblobs64" : "killblobs",
 		      path, a, b, (char *)NULL);
 		_exit(127);
 	}
@@ -377,7 +384,8 @@ static void reopen_child(const char *path, double *open_s, double *rss,
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: %s objects STORE N | blobs STORE M\n", prog);
+	fprintf(stderr, "usage: %s objects STORE N | blobs STORE M | "
+		"blobs64 STORE M\n", prog);
 	exit(2);
 }
 
@@ -405,6 +413,10 @@ int main(int argc, char **argv)
 			usage();
 		return cmd_reopen(argv[2]);
 	}
+	if (strcmp(mode, "killblobs64") == 0) {
+		blob_bytes = BLOB_MAX;
+		mode = "killblobs";
+	}
 	if (strcmp(mode, "kill") == 0 || strcmp(mode, "killblobs") == 0) {
 		if (argc != 5)
 			usage();
@@ -418,6 +430,10 @@ int main(int argc, char **argv)
 		objects = true;
 	else if (strcmp(mode, "blobs") == 0)
 		objects = false;
+	else if (strcmp(mode, "blobs64") == 0) {
+		objects = false;
+		blob_bytes = BLOB_MAX;
+	}
 	else
 		usage();
 	path = argv[2];
@@ -510,8 +526,8 @@ int main(int argc, char **argv)
 	       "\"kill_ops\":%" PRIu64 ",\"replay_open_s\":%.6f,"
 	       "\"replayed_bytes\":%.0f,\"replay_s\":%.6f,"
 	       "\"replay_s_per_gib\":%.3f}\n",
-	       objects ? "objects" : "blobs", n,
-	       objects ? OBJ_BYTES : BLOB_BYTES, dn / load_s, load_s, t3 - t2,
+	       objects ? "objects" : mode, n,
+	       objects ? OBJ_BYTES : blob_bytes, dn / load_s, load_s, t3 - t2,
 	       ckpts, ckpt_bytes, (double)ckpt_bytes / dn,
 	       ckpts ? (double)s1.ckpt_last_ns * 1e-9 : 0.0,
 	       dev, (double)dev / dn, proc_dev,

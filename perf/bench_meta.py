@@ -7,6 +7,9 @@ per size, deleted after its run.
   objects N   N objects of 100 bytes each (create + coil_pwrite, QD1), sync
   blobs M     one object, M writes of 4 KiB at i * 64 KiB in a shuffled
               order (each its own extent), sync
+  blobs64 M   the same with writes of 64 KiB (back to back, each its own
+              blob and extent): metadata bytes per data byte of a store of
+              large objects
 
 Per size: load ops/s, checkpoint bytes written during the load per op,
 device bytes written per op (the store's io.device_bytes_written), RSS
@@ -21,6 +24,7 @@ Knobs:
   BENCH_META_SIZES   object counts (default 1e4,1e5,1e6; "10^3", "1e3" and
                      "1000" all work; empty or "none" skips the series)
   BENCH_META_BLOBS   blob counts (default 1e5,1e6)
+  BENCH_META_BLOBS64 64 KiB blob counts (default 1e4,1e5: 6.4 GB of data)
   BENCH_META_REPEATS runs per size (default 1; the table shows medians)
   BENCH_META_DIR     where the scratch stores go (default var/meta)
   BENCH_META_BIN     the driver (default $BUILD/perf/bench_meta)
@@ -62,6 +66,7 @@ def sizes(var, default):
 
 OBJECTS = sizes('BENCH_META_SIZES', '1e4,1e5,1e6')
 BLOBS = sizes('BENCH_META_BLOBS', '1e5,1e6')
+BLOBS64 = sizes('BENCH_META_BLOBS64', '1e4,1e5')
 REPEATS = max(1, int(os.environ.get('BENCH_META_REPEATS', '1')))
 DIR = os.path.abspath(os.path.join(bc.ROOT, os.environ.get('BENCH_META_DIR', 'var/meta')))
 BIN = os.path.abspath(os.path.join(bc.ROOT, os.environ.get(
@@ -78,6 +83,7 @@ COLUMNS = [('ops/s', 'ops_s', '%.0f'),
            ('replayed KiB', 'replayed_kib', '%.0f'),
            ('replay s/GiB', 'replay_s_per_gib', '%.1f'),
            ('meta bytes', 'meta_bytes', '%d'),
+           ('meta % of data', 'meta_pct', '%.3f'),
            ('run s', 'wall_s', '%.1f')]
 # After each run: a tenth more objects (or a tenth of the blobs written
 # again), synced, then _exit without a close, and the open after it
@@ -101,6 +107,9 @@ def run_one(mode, n):
     doc = json.loads(p.stdout.strip().splitlines()[-1])
     doc['wall_s'] = wall
     doc['replayed_kib'] = doc.get('replayed_bytes', 0) / 1024.0
+    # the checkpoint's metadata over the objects' logical bytes
+    doc['meta_pct'] = (100.0 * doc['meta_bytes'] / doc['logical_bytes']
+                       if doc.get('logical_bytes') else None)
     return doc
 
 
@@ -112,7 +121,7 @@ def exponent(a, b, na, nb):
 
 def table(mode, rows):
     """rows: [(n, median dict)] in size order -> markdown lines."""
-    unit = 'objects' if mode == 'objects' else 'blobs'
+    unit = {'objects': 'objects', 'blobs64': 'blobs of 64 KiB'}.get(mode, 'blobs')
     cols = [c for c in COLUMNS if mode == 'objects' or c[1] not in KILL_ONLY]
     head = [unit] + [c[0] for c in cols] + ['exp %s' % g[0] for g in GROWTH]
     lines = ['| ' + ' | '.join(head) + ' |',
@@ -136,9 +145,10 @@ def main():
         sys.exit('bench_meta: %s missing: build it (ninja -C %s perf/bench_meta) or set '
                  'BENCH_META_BIN' % (BIN, os.path.relpath(bc.BUILD, bc.ROOT)))
     os.makedirs(DIR, exist_ok=True)
-    series = [('objects', OBJECTS), ('blobs', BLOBS)]
-    bc.log('== metadata scale: objects %s, blobs %s, %d run(s) each (%s)'
-           % (OBJECTS or '-', BLOBS or '-', REPEATS, os.path.relpath(BIN, bc.ROOT)))
+    series = [('objects', OBJECTS), ('blobs', BLOBS), ('blobs64', BLOBS64)]
+    bc.log('== metadata scale: objects %s, blobs %s, blobs64 %s, %d run(s) each (%s)'
+           % (OBJECTS or '-', BLOBS or '-', BLOBS64 or '-', REPEATS,
+              os.path.relpath(BIN, bc.ROOT)))
     runs, failed, tables = [], [], []
     keys = [c[1] for c in COLUMNS]
     for mode, ns in series:
@@ -168,6 +178,7 @@ def main():
     except OSError:
         pass
     doc = {'comparison': 'meta_scale', 'objects': OBJECTS, 'blobs': BLOBS,
+           'blobs64': BLOBS64,
            'driver': os.path.relpath(BIN, bc.ROOT), 'runs': runs, 'failed': failed,
            'tables': {mode: [dict(m, n=n) for n, m in rows] for mode, rows in tables}}
     bc.REPEATS = REPEATS  # what bc.save records
