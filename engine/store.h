@@ -80,6 +80,7 @@ struct engine_stats {
 	_Atomic uint64_t reads, read_bytes, read_errors;
 	_Atomic uint64_t csum_failures;
 	_Atomic uint64_t blobs_raw, blobs_zstd;
+	_Atomic uint64_t writes_zero_copy; /* written from the caller's buffer */
 	_Atomic uint64_t inline_writes; /* small writes kept in the journal */
 	/* batches applied, failed after submission, and waits for another
 	 * batch's claim on a name (engine/batch.c) */

@@ -17,6 +17,16 @@ static void raw_csums(const uint8_t *p, uint32_t len, uint64_t *csums)
 		csums[i] = fmt_csum(p + off, COIL_MIN(FMT_BLOCK, len - off));
 }
 
+/* Describe @len bytes at @p as a raw blob (*out's header already zeroed). */
+static int blob_raw(const uint8_t *p, uint32_t len, struct fmt_blob *out)
+{
+	out->codec = FMT_CODEC_RAW;
+	out->stored_len = len;
+	out->n_csums = (uint16_t)sectors_of(len);
+	raw_csums(p, len, out->csums);
+	return (int)len;
+}
+
 size_t fmt_blob_bound(uint32_t logical_len)
 {
 	return logical_len;
@@ -31,13 +41,15 @@ int fmt_blob_encode(ZSTD_CCtx *cctx, int level, const ZSTD_CDict *cdict, uint32_
 		return -EINVAL;
 	if (dst_cap < len)
 		return -ENOSPC;
+	memset(out, 0, offsetof(struct fmt_blob, csums));
+	out->logical_len = len;
+	/* Raw in place: the bytes are already where they go. */
+	if (dst == src && !(cctx && level > 0) && !cdict)
+		return blob_raw(dst, len, out);
 	/* zstd cannot compress in place. */
 	if ((const uint8_t *)dst < (const uint8_t *)src + len &&
 	    (const uint8_t *)src < (const uint8_t *)dst + dst_cap)
 		return -EINVAL;
-
-	memset(out, 0, offsetof(struct fmt_blob, csums));
-	out->logical_len = len;
 
 	if (cctx && level > 0) {
 		/* Capping the output at 7/8 of the input makes zstd give up as
@@ -57,11 +69,7 @@ int fmt_blob_encode(ZSTD_CCtx *cctx, int level, const ZSTD_CDict *cdict, uint32_
 	}
 	/* Raw: whatever zstd left in dst is overwritten. */
 	memcpy(dst, src, len);
-	out->codec = FMT_CODEC_RAW;
-	out->stored_len = len;
-	out->n_csums = (uint16_t)sectors_of(len);
-	raw_csums(dst, len, out->csums);
-	return (int)len;
+	return blob_raw(dst, len, out);
 }
 
 /* Verify raw sectors [first, first + n) of @data (which starts at sector

@@ -380,7 +380,8 @@ int fmt_cursor_get_extent(struct fmt_cursor *c, struct fmt_extent *e);
 size_t fmt_blob_bound(uint32_t logical_len);
 
 /* Encode @len (1..FMT_BLOB_MAX) bytes of @src into @dst (dst_cap >= len;
- * dst must not overlap src).
+ * dst must not overlap src, except dst == src when storing raw: the bytes
+ * are described where they are, not copied).
  * level <= 0 or cctx NULL: raw.  With @cdict (its level wins) dict_id is
  * recorded (must be non-zero); without it dict_id must be 0.  zstd output is
  * kept only if stored <= len - len/8, else raw (src copied to dst).  Fills

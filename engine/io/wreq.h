@@ -64,6 +64,9 @@ struct wreq {
 	struct blobd **bd;
 	uint32_t *slot;         /* each blob's slot offset in batch */
 	uint8_t *batch;
+	/* batch is the caller's buffer (raw aligned writes, write.c):
+	 * written from, never written to nor freed */
+	bool batch_borrowed;
 	size_t batch_cap;
 	size_t batch_len;       /* sum of the slots: an upper bound of the runs */
 	int enc_rc;             /* encoding's result, kept while parked */

@@ -102,7 +102,8 @@ static void write_done(struct coil_store *s, struct jent *e, int res)
 		stat_add(&s->st.writes, 1);
 		stat_add(&s->st.write_bytes, w->len);
 	}
-	bufpool_put(&s->bp, w->batch);
+	if (!w->batch_borrowed)
+		bufpool_put(&s->bp, w->batch);
 	w->batch = NULL;
 	wreq_put(s, w);
 	COUNT_SUB(&h->inflight, 1);
@@ -369,7 +370,19 @@ static int write_split(struct coil_store *s, struct wreq *w, const void *buf,
 	}
 	w->batch = NULL;
 	w->batch_len = total;
-	if (n) {
+	/* Stored raw, block-aligned in memory and in the object: every blob
+	 * is whole blocks at its own place in @buf, which is already what
+	 * its slot would hold, and placement moves and pads nothing.  The
+	 * data is written from the caller's buffer (which coil_write's
+	 * contract keeps unchanged until the callback) and not copied. */
+	w->batch_borrowed = n && s->level == 0 &&
+			    (uintptr_t)buf % FMT_BLOCK == 0 &&
+			    off % FMT_BLOCK == 0 && w->len % FMT_BLOCK == 0;
+	if (w->batch_borrowed) {
+		w->batch = (uint8_t *)(uintptr_t)buf;
+		COIL_ASSERT(total == w->len);
+		stat_add(&s->st.writes_zero_copy, 1);
+	} else if (n) {
 		w->batch = bufpool_get(&s->bp, total);
 		if (!w->batch)
 			return -ENOMEM;
