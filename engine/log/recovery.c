@@ -524,9 +524,9 @@ static bool replay_chunk_flushed(const struct replay *rp)
  * does not hold.  The unflushed tail's blobs mostly lie back to back: the
  * packer and the writers append to a segment in the order their records
  * follow.  A read that starts where the last window ended (or a little
- * after it) doubles the window, up to REPLAY_VERIFY_MAX; any other falls back to the
- * blob alone, so scattered blobs cost no more than one read each.  Never
- * past the segment's end (a blob does not cross it) nor the file's. */
+ * after it) doubles the window, up to REPLAY_VERIFY_MAX; any other reads
+ * the blob alone, so scattered blobs cost no more than one read each.
+ * Never past the segment's end (a blob does not cross it) nor the file's. */
 static uint64_t replay_window(struct replay *rp, uint32_t idx, uint64_t a,
 			      uint64_t z)
 {
