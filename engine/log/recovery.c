@@ -489,9 +489,17 @@ struct replay {
 	uint64_t synced_max;
 };
 
+static int chunk_find(struct coil_store *s, uint8_t *chunk, uint64_t pos,
+		      uint64_t seq, struct fmt_jchunk *h, uint64_t *at,
+		      struct jwindow *win);
+
 /* Walk the chain from (@pos, @seq) as replay will, for the largest synced
  * field.  A chunk carries only a seq below its own, so every chunk up to
- * the largest has a later one that vouches it was flushed. */
+ * the largest has a later one that vouches it was flushed.  Headers only:
+ * a header that checks was written by this store's writer, and its synced
+ * field is true of the chunks before it whatever became of any payload
+ * in between (a chunk a flush covered was durable; one that does not
+ * verify now is damage, and replay stops at it all the same). */
 static uint64_t chain_synced_max(struct replay *rp, uint8_t *buf,
 				 uint64_t pos, uint64_t seq)
 {
@@ -503,7 +511,7 @@ static uint64_t chain_synced_max(struct replay *rp, uint8_t *buf,
 		struct fmt_jchunk h;
 		uint64_t at;
 
-		if (replay_read_chunk(s, buf, pos, seq, &h, &at, &rp->win) <= 0)
+		if (chunk_find(s, buf, pos, seq, &h, &at, &rp->win) <= 0)
 			break;
 		max = COIL_MAX(max, h.synced);
 		pos = at + fmt_jchunk_len(&h);
@@ -904,24 +912,25 @@ static int journal_read(struct coil_store *s, struct jwindow *win,
 	return 0;
 }
 
-int replay_read_chunk(struct coil_store *s, uint8_t *chunk,
-			     uint64_t pos, uint64_t seq, struct fmt_jchunk *h,
-			     uint64_t *at, struct jwindow *win)
+/* The header of the chunk with sequence @seq, at @pos or where a writer
+ * may have put it instead (replay_read_chunk): *@h, *@at, and the block it
+ * starts in at the start of @chunk.  @return 1 found, 0 none, -errno. */
+static int chunk_find(struct coil_store *s, uint8_t *chunk, uint64_t pos,
+		      uint64_t seq, struct fmt_jchunk *h, uint64_t *at,
+		      struct jwindow *win)
 {
-	uint64_t jlen = s->sb.journal_len, tries[3], base = 0, skip = 0, end;
-	uint64_t len = 0;
+	uint64_t jlen = s->sb.journal_len, tries[3];
 	int ntries = 0, rc;
-	bool ok = false;
 
 	tries[ntries++] = pos;
 	if (pos % FMT_BLOCK)
 		tries[ntries++] = COIL_ALIGN_UP(pos, FMT_BLOCK);
 	if (pos)
 		tries[ntries++] = 0; /* a chunk that did not fit wrapped */
-	for (int i = 0; i < ntries && !ok; i++) {
-		*at = tries[i];
-		base = COIL_ALIGN_DOWN(*at, FMT_BLOCK);
-		skip = *at - base;
+	for (int i = 0; i < ntries; i++) {
+		uint64_t base = COIL_ALIGN_DOWN(tries[i], FMT_BLOCK);
+		uint64_t skip = tries[i] - base, len;
+
 		if (base + FMT_BLOCK > jlen)
 			continue;
 		/* Whole blocks, whatever the sector a chunk starts at: a
@@ -933,12 +942,26 @@ int replay_read_chunk(struct coil_store *s, uint8_t *chunk,
 		    h->store_id != s->store_id || h->seq != seq)
 			continue;
 		len = fmt_jchunk_len(h);
-		if (*at + len > jlen || len > REPLAY_CHUNK_MAX)
+		if (tries[i] + len > jlen || len > REPLAY_CHUNK_MAX)
 			continue;
-		ok = true;
+		*at = tries[i];
+		return 1;
 	}
-	if (!ok)
-		return 0;
+	return 0;
+}
+
+int replay_read_chunk(struct coil_store *s, uint8_t *chunk,
+			     uint64_t pos, uint64_t seq, struct fmt_jchunk *h,
+			     uint64_t *at, struct jwindow *win)
+{
+	uint64_t base, skip, len, end;
+	int rc = chunk_find(s, chunk, pos, seq, h, at, win);
+
+	if (rc <= 0)
+		return rc;
+	base = COIL_ALIGN_DOWN(*at, FMT_BLOCK);
+	skip = *at - base;
+	len = fmt_jchunk_len(h);
 	end = COIL_ALIGN_UP(*at + len, FMT_BLOCK);
 	if (end - base > FMT_BLOCK) {
 		rc = journal_read(s, win, chunk + FMT_BLOCK,
