@@ -788,6 +788,11 @@ static bool delta_fits(const struct coil_store *s, uint64_t len)
 	       chain <= COIL_MAX(s->sb.ckpt_bytes, CKPT_DELTA_MIN);
 }
 
+/* What a whole checkpoint at close must give back at least: a small
+ * store's chain of a few blocks stays (a 1 MiB floor left a page store's
+ * 2.2 MB base and chain, against 1.1 MB whole, in place). */
+#define CKPT_CLOSE_WHOLE_MIN (256ull << 10)
+
 /* Whether the close's checkpoint is whole rather than a delta.  A growing
  * file store gives its areas' bytes past the base and chain back at close
  * (ckpt_give_back), so a whole checkpoint then leaves each area holding
@@ -796,8 +801,8 @@ static bool delta_fits(const struct coil_store *s, uint64_t len)
  * then, so a base written while small writes were in memory is often
  * several times the metadata; a long chain is the other case): at least
  * a quarter of the bytes it writes (twice: the mirror) come back, and at
- * least the 1 MiB a small base's chain may reach.  A close after a few
- * changes writes its small delta, and a small store keeps its chain. */
+ * least CKPT_CLOSE_WHOLE_MIN.  A close after a few changes writes its
+ * small delta, and a small store keeps its chain. */
 static bool whole_at_close(struct coil_store *s)
 {
 	uint64_t whole;
@@ -808,7 +813,7 @@ static bool whole_at_close(struct coil_store *s)
 	whole = COIL_ALIGN_UP(FMT_BLOCK + ckpt_payload_now(s), FMT_BLOCK);
 	pthread_mutex_unlock(&s->mlock);
 	return base_end(s) + s->sb.delta_bytes >=
-	       whole + COIL_MAX(whole / 4, CKPT_DELTA_MIN);
+	       whole + COIL_MAX(whole / 4, CKPT_CLOSE_WHOLE_MIN);
 }
 
 uint64_t ckpt_give_back(struct coil_store *s)
