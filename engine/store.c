@@ -674,11 +674,21 @@ static int store_start(struct coil_store *s, const struct coil_options *o)
 	if (rc < 0 || s->rdonly)
 		return rc;
 	if (s->grows) {
-		/* The journal's allocated part: what create allocated at
-		 * least, and this size's share if the file system has it
-		 * (allocating allocated blocks is free). */
-		s->j_alloc = COIL_MIN(s->sb.journal_len, GROW_JOURNAL_MIN);
-		(void)grow_journal(s, grow_journal_target(s, s->nseg));
+		/* The journal's allocated part: this size's share if the
+		 * file system has it, else what create allocated, from the
+		 * ring's start: a close gave it back (close_give_back), and no
+		 * chunk may be written to blocks the file system still owes
+		 * (allocating allocated blocks is free).  Without even that
+		 * the store cannot take writes: -ENOSPC, open it read-only. */
+		s->j_alloc = 0;
+		rc = grow_journal(s, grow_journal_target(s, s->nseg));
+		if (rc < 0)
+			rc = grow_journal(s, COIL_MIN(s->sb.journal_len,
+						      GROW_JOURNAL_MIN));
+		if (rc < 0)
+			return rc;
+		/* the segment recovery resumed: its tail may be given back */
+		seg_resume_reserve(s);
 		/* Segments replay found in use past the superblock's count
 		 * (a growth step leaves the count to the next checkpoint):
 		 * this checkpoint writes the count that holds them.  Their
@@ -833,6 +843,32 @@ int coil_sync_internal(struct coil_store *s)
 	return (int)store_waiter_wait(&w, rc);
 }
 
+/* At close, after the close checkpoint is durable (both superblocks name
+ * it, replay starts at the journal's head): give the file system back
+ * what holds nothing a replay, the checkpoint loader or its mirror reads
+ * again: the journal ring, each checkpoint area past its base and chain,
+ * and data blocks allocated but never written.  Growing file stores only
+ * (a fixed store keeps its preallocated layout, a device keeps all).  Each
+ * punch alone is safe, in any order and cut anywhere (a power cut may
+ * keep or drop any of them): every byte it covers is one no durable
+ * superblock leads to (docs/space.md, "At close").  Best effort: a punch
+ * that fails leaves its blocks.  @return the bytes punched (holes too). */
+static uint64_t close_give_back(struct coil_store *s)
+{
+	uint64_t given;
+
+	if (!s->grows || s->filled || s->is_blk || s->rdonly)
+		return 0;
+	given = journal_give_back(s);
+	given += ckpt_give_back(s);
+	given += seg_give_back_unwritten(s);
+	/* The punches are metadata: durable now, so the space is back for
+	 * good rather than after the file system's next commit. */
+	if (given)
+		(void)store_io_sync(s, URING_OP_FSYNC, NULL, 0, 0);
+	return given;
+}
+
 COIL_API int coil_close(coil_store *s)
 {
 	int rc = 0, r2;
@@ -867,6 +903,10 @@ COIL_API int coil_close(coil_store *s)
 		ckpt_thread_stop(s);
 		if (!atomic_load(&s->broken)) {
 			r2 = ckpt_write(s, true);
+			/* what the store no longer needs goes back to the
+			 * file system, once that checkpoint is durable */
+			if (r2 == 0)
+				(void)close_give_back(s);
 			if (rc == 0)
 				rc = r2;
 		} else if (rc == 0) {

@@ -173,15 +173,20 @@ COIL_API void coil_options_init(struct coil_options *o);
  *   failed during recovery), -EPROTONOSUPPORT (COIL_EFEATURE: written by a
  *   later coil with a format feature this one does not know), -ENOSPC (new
  *   store smaller than COIL_MIN_SIZE, or a file system without room for a
- *   new store's first 64 MiB: nothing is left behind), -ENOMEM, or the errno of a failed system call
- *   (-EACCES...). */
+ *   new store's first 64 MiB: nothing is left behind; or, opening a growing
+ *   store file for writing, no room to allocate its journal again, which
+ *   its last clean close gave back: COIL_RDONLY still opens it), -ENOMEM,
+ *   or the errno of a failed system call (-EACCES...). */
 COIL_API int coil_open(const char *path, const struct coil_options *o,
                        coil_store **out);
 
 /* Flush, checkpoint and release the store.  Every object handle must be
  * closed first (-EBUSY otherwise, and nothing is released).  Accepts NULL
  * (returns 0).  Waits for all operations in flight.  Not from a callback
- * (-EDEADLK).
+ * (-EDEADLK).  A growing store file then gives back to its file system
+ * the blocks that hold nothing a later open reads (the journal, stale
+ * checkpoint bytes, blocks allocated and never written); the next
+ * writable open allocates its journal again (docs/space.md, "At close").
  * @return 0, -EBADF (already closed), -EBUSY, or the first error met while
  *   flushing (the store is still released). */
 COIL_API int coil_close(coil_store *s);

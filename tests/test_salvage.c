@@ -10,11 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "coil.h"
 #include "tests/cli_run.h"
 #include "tests/engine_test_util.h"
+#include "engine/log/ckpt.h"
 #include "engine/pack.h"
 
 #define NOBJ 4
@@ -38,10 +40,47 @@ static void put(coil_store *s, int i)
 	cr_assert_eq(pack_now(s), 0);
 }
 
-/* Two sessions, so there is an older checkpoint: tiny, raw and the
- * slashed name uncompressed in the first, zed compressed in the second. */
-static void build_store(uint64_t size)
+/* One session in a child process that ends as a crash does: a
+ * checkpoint where a close would write one, everything synced, and no
+ * close, so the journal stays in the ring (a clean close gives its blocks
+ * back to the file system: docs/space.md, "At close").  The child reports
+ * by its exit status (criterion's asserts belong to the test process). */
+static void session_crashed(const struct coil_options *o, const int *objs,
+			    int n)
 {
+	pid_t pid = fork();
+	int st;
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		coil_store *s;
+		coil_obj *h;
+
+		if (coil_open(path, o, &s) != 0)
+			_exit(2);
+		for (int k = 0; k < n; k++) {
+			int i = objs[k];
+
+			if (coil_obj_open(s, names[i], COIL_CREATE, &h) != 0 ||
+			    coil_pwrite(h, want[i], lens[i], 0) !=
+				    (int64_t)lens[i] ||
+			    coil_obj_close(h) != 0 || pack_now(s) != 0)
+				_exit(3);
+		}
+		if (ckpt_wait(s) != 0 || coil_sync(s) != 0)
+			_exit(4);
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "session: %d", st);
+}
+
+/* Two sessions, so there is an older checkpoint: tiny, raw and the
+ * slashed name uncompressed in the first, zed compressed in the second.
+ * @crashed: each session ends without a close (session_crashed). */
+static void build_store_as(uint64_t size, bool crashed)
+{
+	static const int first[] = { 0, 1, 3 }, second[] = { 2 };
 	struct coil_options o;
 	coil_store *s;
 	uint8_t *img;
@@ -52,16 +91,24 @@ static void build_store(uint64_t size)
 	et_opts(&o, path);
 	o.size = size;
 	o.compression = "none";
-	cr_assert_eq(coil_open(path, &o, &s), 0);
-	put(s, 0);
-	put(s, 1);
-	put(s, 3);
-	cr_assert_eq(coil_close(s), 0);
+	if (crashed) {
+		session_crashed(&o, first, 3);
+	} else {
+		cr_assert_eq(coil_open(path, &o, &s), 0);
+		put(s, 0);
+		put(s, 1);
+		put(s, 3);
+		cr_assert_eq(coil_close(s), 0);
+	}
 	o.flags &= ~COIL_CREATE;
 	o.compression = "zstd";
-	cr_assert_eq(coil_open(path, &o, &s), 0);
-	put(s, 2);
-	cr_assert_eq(coil_close(s), 0);
+	if (crashed) {
+		session_crashed(&o, second, 1);
+	} else {
+		cr_assert_eq(coil_open(path, &o, &s), 0);
+		put(s, 2);
+		cr_assert_eq(coil_close(s), 0);
+	}
 	img = (uint8_t *)cr_slurp(path, &len);
 	raw_block5 = 0;
 	for (size_t off = 0; off + FMT_BLOCK <= len; off += FMT_BLOCK)
@@ -69,6 +116,18 @@ static void build_store(uint64_t size)
 			raw_block5 = off;
 	cr_assert_neq(raw_block5, 0);
 	free(img);
+}
+
+static void build_store(uint64_t size)
+{
+	build_store_as(size, false);
+}
+
+/* The same two sessions, each ended by a crash: the journal is kept. */
+static void rebuild_crashed(void)
+{
+	unlink(path);
+	build_store_as(16ull << 20, true);
 }
 
 static void build(void)
@@ -225,6 +284,10 @@ Test(salvage, checkpoint_damaged)
 	char *rep;
 	coil_store *s;
 
+	/* the journal after the older deltas is what brings the newest
+	 * one's changes back: sessions that crashed keep it (a clean close
+	 * gives the journal back; checkpoint_damaged_after_close) */
+	rebuild_crashed();
 	read_super(path, &sb);
 	cr_assert_neq(sb.ckpt_slot, FMT_CKPT_SLOT_NONE);
 	/* The sessions' checkpoints after the first are deltas after one
@@ -290,6 +353,7 @@ Test(salvage, base_checkpoint_damaged)
 	struct fmt_super sb;
 	coil_store *s;
 
+	rebuild_crashed();
 	read_super(path, &sb);
 	cr_assert_neq(sb.ckpt_slot, FMT_CKPT_SLOT_NONE);
 	flip_byte(path, sb.ckpt_off[0] + 20);
@@ -371,8 +435,34 @@ Test(salvage, both_checkpoints_damaged_journal_alone)
 {
 	struct fmt_super sb;
 
+	rebuild_crashed();
 	read_super(path, &sb);
 	flip_byte(path, sb.ckpt_off[0] + FMT_BLOCK + 20);
 	flip_byte(path, sb.ckpt_off[1] + FMT_BLOCK + 20);
 	salvage_journal_alone("the other area holds none that verifies");
+}
+
+/* After a clean close the journal holds nothing (its blocks went back to
+ * the file system): a checkpoint damaged in both copies has no journal to
+ * fall back on, and salvage says so instead of inventing objects.  The
+ * trade docs/space.md ("At close") describes: the mirror is what guards
+ * the checkpoint. */
+Test(salvage, checkpoint_damaged_after_close)
+{
+	struct fmt_super sb;
+	struct cli_run r;
+	char p[700], *rep;
+
+	read_super(path, &sb);
+	flip_byte(path, sb.ckpt_off[0] + 20);
+	flip_byte(path, sb.ckpt_off[1] + 20);
+	rm_out();
+	r = cli_run(path, "salvage", path, out, NULL);
+	cr_assert_neq(r.status, 0, "%s%s", r.out, r.err);
+	snprintf(p, sizeof(p), "%s/report.txt", out);
+	rep = cr_slurp(p, NULL);
+	cr_assert(strstr(rep, "no journal chunk of this store is left"), "%s",
+		  rep);
+	free(rep);
+	cli_run_free(&r);
 }

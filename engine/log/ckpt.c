@@ -788,6 +788,53 @@ static bool delta_fits(const struct coil_store *s, uint64_t len)
 	       chain <= COIL_MAX(s->sb.ckpt_bytes, CKPT_DELTA_MIN);
 }
 
+/* What a whole checkpoint at close must give back at least: a small
+ * store's chain of a few blocks stays (a 1 MiB floor left a page store's
+ * 2.2 MB base and chain, against 1.1 MB whole, in place). */
+#define CKPT_CLOSE_WHOLE_MIN (256ull << 10)
+
+/* Whether the close's checkpoint is whole rather than a delta.  A growing
+ * file store gives its areas' bytes past the base and chain back at close
+ * (ckpt_give_back), so a whole checkpoint then leaves each area holding
+ * just the new base.  Worth it when the base and chain take at least a
+ * quarter more than that base will (the packer has emptied memory by
+ * then, so a base written while small writes were in memory is often
+ * several times the metadata; a long chain is the other case): at least
+ * a quarter of the bytes it writes (twice: the mirror) come back, and at
+ * least CKPT_CLOSE_WHOLE_MIN.  A close after a few changes writes its
+ * small delta, and a small store keeps its chain. */
+static bool whole_at_close(struct coil_store *s)
+{
+	uint64_t whole;
+
+	if (!s->grows || s->filled || s->sb.ckpt_slot == FMT_CKPT_SLOT_NONE)
+		return false;
+	pthread_mutex_lock(&s->mlock);
+	whole = COIL_ALIGN_UP(FMT_BLOCK + ckpt_payload_now(s), FMT_BLOCK);
+	pthread_mutex_unlock(&s->mlock);
+	return base_end(s) + s->sb.delta_bytes >=
+	       whole + COIL_MAX(whole / 4, CKPT_CLOSE_WHOLE_MIN);
+}
+
+uint64_t ckpt_give_back(struct coil_store *s)
+{
+	uint64_t keep = base_end(s) + s->sb.delta_bytes, given = 0;
+
+	if (s->sb.ckpt_slot == FMT_CKPT_SLOT_NONE || keep >= s->sb.ckpt_len)
+		return 0;
+	COIL_ASSERT(keep % FMT_BLOCK == 0);
+	/* Both areas: the named one and the mirror hold the same base and
+	 * chain at the same offsets (a mirror write that failed leaves its
+	 * area without a copy the loader accepts; its bytes past the chain
+	 * are no more use there).  A later delta or base allocates its
+	 * blocks again before it writes (reserve_range). */
+	for (uint32_t i = 0; i < 2; i++)
+		if (store_punch(s, s->sb.ckpt_off[i] + keep,
+				s->sb.ckpt_len - keep) == 0)
+			given += s->sb.ckpt_len - keep;
+	return given;
+}
+
 /* Phase 3 of a delta: its header, the write after the chain in the
  * current area (a place no superblock names yet), fdatasync, then the
  * superblocks, which name it.  @return the bytes written or -errno. */
@@ -881,7 +928,8 @@ int ckpt_write(struct coil_store *s, bool clean)
 	/* A delta when the store has a base to follow; a whole checkpoint
 	 * when it must (snap_take) or when the delta does not fit after
 	 * the chain (then the snapshot is taken again, whole). */
-	delta = s->sb.ckpt_slot != FMT_CKPT_SLOT_NONE;
+	delta = s->sb.ckpt_slot != FMT_CKPT_SLOT_NONE &&
+		!(clean && whole_at_close(s));
 	for (;;) {
 		/* Phase 1, under mlock: copy the metadata (extents with a
 		 * copy of their blob's descriptor, 64 bytes each) at the

@@ -43,5 +43,9 @@ void ckpt_trigger(struct coil_store *s);
  * finished.  Not from the ring thread.  @return 0 or -ESHUTDOWN. */
 int ckpt_wait(struct coil_store *s);
 int super_write(struct coil_store *s, bool clean);
+/* At close, after the close checkpoint is durable: give back each area's
+ * bytes past the base and its chain (older bases and deltas no superblock
+ * names).  @return the bytes punched. */
+uint64_t ckpt_give_back(struct coil_store *s);
 
 #endif

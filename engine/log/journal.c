@@ -34,6 +34,7 @@
 #include "engine/place/object.h"
 #include "engine/store.h"
 #include "engine/log/flush.h"
+#include "engine/place/dev.h"
 
 int journal_init(struct coil_store *s)
 {
@@ -285,6 +286,28 @@ void journal_usage(struct coil_store *s, uint64_t *used, uint64_t *len)
 	*used = journal_used_locked(s);
 	*len = s->sb.journal_len;
 	pthread_mutex_unlock(&s->jlock);
+}
+
+uint64_t journal_give_back(struct coil_store *s)
+{
+	uint64_t jlen = s->sb.journal_len;
+	bool idle;
+
+	pthread_mutex_lock(&s->jlock);
+	/* Nothing between tail and head, no cycle or entry in flight, and
+	 * the durable replay point is the head: replay from it finds no
+	 * chunk with its seq whatever the ring holds (a hole holds no valid
+	 * chunk), so no byte of the ring is read again. */
+	idle = s->cyc_n == 0 && !s->aq_first &&
+	       s->j_tail_lin == s->j_head_lin &&
+	       s->sb.replay_off == s->j_head_lin % jlen &&
+	       s->sb.replay_seq == s->j_next_seq;
+	if (idle)
+		s->j_alloc = 0;
+	pthread_mutex_unlock(&s->jlock);
+	if (!idle || store_punch(s, s->sb.journal_off, jlen) < 0)
+		return 0;
+	return jlen;
 }
 
 static void journal_drain(struct coil_store *s);

@@ -152,5 +152,12 @@ void journal_data_done(struct coil_store *s, struct jent *e, int status);
 int journal_flush(struct coil_store *s, coil_cb cb, void *arg);
 /* Bytes of journal in use and capacity. */
 void journal_usage(struct coil_store *s, uint64_t *used, uint64_t *len);
+/* At close, after the close checkpoint is durable: give the ring's blocks
+ * back to the file system when every chunk in it is released (the
+ * superblocks' replay point is the head, nothing in flight), and set the
+ * allocated part to none.  A file store's open allocates it again
+ * (store.c) before any chunk is written.  @return the bytes punched (the
+ * ring's length) or 0 when it kept them. */
+uint64_t journal_give_back(struct coil_store *s);
 
 #endif

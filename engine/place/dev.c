@@ -37,3 +37,20 @@ int store_io_big(struct coil_store *s, int op, uint8_t *buf, uint64_t len,
 	}
 	return 0;
 }
+
+int store_punch(struct coil_store *s, uint64_t off, uint64_t len)
+{
+	const uint64_t step = 1ull << 30; /* uring lengths are 32-bit */
+
+	COIL_ASSERT(off % FMT_BLOCK == 0);
+	COIL_ASSERT(len % FMT_BLOCK == 0);
+	if (s->is_blk)
+		return 0;
+	for (uint64_t done = 0; done < len; done += step) {
+		uint32_t n = (uint32_t)COIL_MIN(step, len - done);
+		int rc = store_io_sync(s, URING_OP_DISCARD, NULL, n, off + done);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}

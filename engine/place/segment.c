@@ -11,6 +11,7 @@
  * cache are told what happened through the report seg_place_write returns
  * (SEG_REPORT_*), and their caller decides (io/wreq.c, io/write.c). */
 #include <errno.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -433,6 +434,52 @@ void seg_discard_freed(struct coil_store *s)
 	pthread_mutex_unlock(&s->mlock);
 	for (uint32_t r = 0; r < nr; r++)
 		seg_discard_range(s, d->run[r].first, d->run[r].n);
+}
+
+/* ---- what a closing store gives back --------------------------------------- */
+
+uint64_t seg_give_back_unwritten(struct coil_store *s)
+{
+	uint64_t off = s->sb.data_off, end = seg_base(s, s->nseg), given = 0;
+
+	COIL_ASSERT(off % FMT_BLOCK == 0 && end >= off);
+	/* One hole per stretch between written runs: bounded by the
+	 * segments (a written run starts at each segment header). */
+	for (uint32_t n = 0; off < end && n <= 2 * s->nseg + 2; n++) {
+		off_t hole = lseek(s->fd, (off_t)off, SEEK_HOLE);
+		off_t data;
+		uint64_t a, z;
+
+		if (hole < 0 || (uint64_t)hole >= end)
+			break;
+		data = lseek(s->fd, hole, SEEK_DATA);
+		/* ENXIO: no data after the hole, it runs to the file's end */
+		z = data < 0 ? end : COIL_MIN((uint64_t)data, end);
+		a = COIL_ALIGN_UP((uint64_t)hole, FMT_BLOCK);
+		z = COIL_ALIGN_DOWN(z, FMT_BLOCK);
+		if (z > a && store_punch(s, a, z - a) == 0)
+			given += z - a;
+		if (data < 0)
+			break;
+		off = (uint64_t)data;
+	}
+	return given;
+}
+
+void seg_resume_reserve(struct coil_store *s)
+{
+	uint32_t a = s->active;
+
+	if (a == UINT32_MAX || s->is_blk || s->filled)
+		return;
+	COIL_ASSERT(s->active_head % FMT_BLOCK == 0);
+	COIL_ASSERT(s->active_head <= s->sb.segment_size);
+	if (reserve_range(s, seg_base(s, a) + s->active_head,
+			  s->sb.segment_size - s->active_head) == 0)
+		return;
+	/* It holds data: sealed, the cleaner's like any other. */
+	s->segs[a].state = SEG_SEALED;
+	s->active = UINT32_MAX;
 }
 
 /* ---- relocation ----------------------------------------------------------- */

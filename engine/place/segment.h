@@ -107,4 +107,18 @@ void seg_discard_destroy(struct coil_store *s);
 void seg_discard_freed(struct coil_store *s);
 void seg_discard_range(struct coil_store *s, uint32_t first, uint32_t n);
 
+/* At close (nothing in flight): give back the blocks of the data area
+ * that were allocated and never written (what the file system reports as
+ * a hole: unwritten extents read as zeros and hold no blob): the tail of
+ * the segment being filled, segments allocated ahead of the writer, the
+ * gap a sealed segment left.  Written blocks stay, also in free segments
+ * (an overwrite costs the writer less than a write into new blocks,
+ * docs/space.md).  @return the bytes punched. */
+uint64_t seg_give_back_unwritten(struct coil_store *s);
+/* At a writable open of a growing store: the segment recovery resumed
+ * filling (store.c) takes writes past its used part, which an earlier
+ * close may have given back (seg_give_back_unwritten): allocate it again,
+ * or, if the file system has no room, fill a free segment instead. */
+void seg_resume_reserve(struct coil_store *s);
+
 #endif
