@@ -20,6 +20,7 @@
 #include "coil.h"
 #include "format/format.h"
 #include "tests/engine_test_util.h"
+#include "tests/super_util.h"
 
 #define NOBJ 200
 #define LEN 100
@@ -81,21 +82,6 @@ static void restore(const char *path, const uint8_t *img, size_t len)
 	close(fd);
 }
 
-/* The superblock copy the store opens with. */
-static struct fmt_super newest_super(const char *path)
-{
-	uint8_t raw[2 * FMT_BLOCK];
-	struct fmt_super a, b;
-	int fd = open(path, O_RDONLY), ra, rb;
-
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(pread(fd, raw, sizeof(raw), 0), (ssize_t)sizeof(raw));
-	close(fd);
-	ra = fmt_super_decode(&a, raw, FMT_BLOCK);
-	rb = fmt_super_decode(&b, raw + FMT_BLOCK, FMT_BLOCK);
-	return fmt_super_pick(&a, ra, &b, rb) == 0 ? a : b;
-}
-
 /* @return false when zeroing the block changes nothing (it is zero). */
 static bool damage(const char *path, uint64_t off, bool zero)
 {
@@ -150,7 +136,7 @@ Test(ckpt_mirror, one_damaged_block_of_either_copy_costs_nothing,
 	}
 	cr_assert(strstr(js, "\"mirror\":true"), "%s", js);
 
-	sb = newest_super(path);
+	sb = et_newest_super(path);
 	cr_assert_neq(sb.ckpt_slot, FMT_CKPT_SLOT_NONE);
 	cr_assert_gt(sb.delta_count, 0, "the chain has deltas");
 	named = sb.ckpt_off[sb.ckpt_slot];
@@ -230,7 +216,7 @@ Test(ckpt_mirror, scrub_finds_a_damaged_mirror_and_the_next_checkpoint_heals_it,
 	for (int i = 0; i < NOBJ; i++)
 		put(s, i, 0);
 	cr_assert_eq(coil_close(s), 0);
-	sb = newest_super(path);
+	sb = et_newest_super(path);
 	/* a mirror found damaged at open: the open's checkpoint is whole,
 	 * and writes it again */
 	cr_assert(damage(path, sb.ckpt_off[sb.ckpt_slot ? 0 : 1], false));
@@ -244,7 +230,7 @@ Test(ckpt_mirror, scrub_finds_a_damaged_mirror_and_the_next_checkpoint_heals_it,
 	/* one damaged while the store is open: the scrub names it */
 	cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
 	seq = json_u64(js, "\"checkpoint\"", "seq");
-	sb = newest_super(path);
+	sb = et_newest_super(path);
 	cr_assert_eq(sb.ckpt_seq, seq);
 	cr_assert(damage(path, sb.ckpt_off[sb.ckpt_slot ? 0 : 1] + FMT_BLOCK,
 			 false));

@@ -69,6 +69,42 @@ static void check(const struct extmap *m, const struct cell *model)
 	cr_assert_eq(n, m->n);
 }
 
+/* Insert a new blob of @len bytes at @off (its bytes from @skip) into the
+ * map and the model; @return the bytes mapped. */
+static uint32_t model_insert(struct extmap *m, struct cell *model,
+			     uint64_t off, uint32_t len, uint32_t skip,
+			     uint64_t *id)
+{
+	struct ext e = { off, len, skip, new_blob(len + skip, (*id)++) };
+
+	cr_assert_eq(extmap_insert(m, &e, drop, NULL), 0);
+	for (uint32_t i = 0; i < len; i++) {
+		model[off + i].b = e.b;
+		model[off + i].boff = skip + i;
+	}
+	return len;
+}
+
+/* Punch [@off, @off + @len) of the map, and of the model up to @span. */
+static void model_punch(struct extmap *m, struct cell *model, uint64_t off,
+			uint64_t len, uint64_t span)
+{
+	cr_assert_eq(extmap_punch(m, off, len, drop, NULL), 0);
+	memset(&model[off], 0, COIL_MIN(len, span - off) * sizeof(*model));
+}
+
+/* The map against the model one last time, then every mapped byte
+ * dropped exactly once through destroy. */
+static void model_finish(struct extmap *m, struct cell *model,
+			 uint64_t inserted)
+{
+	check(m, model);
+	cr_assert_eq(inserted, dropped + m->bytes);
+	extmap_destroy(m, drop, NULL);
+	cr_assert_eq(inserted, dropped);
+	free(model);
+}
+
 Test(engine_extmap, random_shadowing_vs_model, .timeout = 60)
 {
 	struct cell *model = calloc(SPAN, sizeof(*model));
@@ -88,14 +124,8 @@ Test(engine_extmap, random_shadowing_vs_model, .timeout = 60)
 			cr_assert_eq(extmap_punch(&m, off, plen, drop, NULL), 0);
 			memset(&model[off], 0, plen * sizeof(*model));
 		} else {
-			uint32_t skip = (uint32_t)((x >> 5) % 64);
-			struct ext e = { off, len, skip, new_blob(len + skip, id++) };
-			cr_assert_eq(extmap_insert(&m, &e, drop, NULL), 0);
-			for (uint32_t i = 0; i < len; i++) {
-				model[off + i].b = e.b;
-				model[off + i].boff = skip + i;
-			}
-			inserted += len;
+			inserted += model_insert(&m, model, off, len,
+						 (uint32_t)((x >> 5) % 64), &id);
 		}
 		if (op % 500 == 0)
 			check(&m, model);
@@ -166,30 +196,15 @@ Test(engine_extmap, small_maps_grow_split_and_empty, .timeout = 60)
 			len = 1 + (uint32_t)(x % ((op / 1000) % 2 ? 64 : 700));
 			off = (uint32_t)((x >> 24) % (span - len + 1));
 		}
-		if (x % 17 == 0) {
-			uint32_t plen = (x >> 8) % 2 ? span : len;
-
-			cr_assert_eq(extmap_punch(&m, off, plen, drop, NULL), 0);
-			memset(&model[off], 0,
-			       COIL_MIN(plen, span - off) * sizeof(*model));
-		} else {
-			struct ext e = { off, len, 0, new_blob(len, id++) };
-
-			cr_assert_eq(extmap_insert(&m, &e, drop, NULL), 0);
-			for (uint32_t i = 0; i < len; i++) {
-				model[off + i].b = e.b;
-				model[off + i].boff = i;
-			}
-			inserted += len;
-		}
+		if (x % 17 == 0)
+			model_punch(&m, model, off, (x >> 8) % 2 ? span : len,
+				    span);
+		else
+			inserted += model_insert(&m, model, off, len, 0, &id);
 		if (op % 97 == 0)
 			check(&m, model);
 	}
-	check(&m, model);
-	cr_assert_eq(inserted, dropped + m.bytes);
-	extmap_destroy(&m, drop, NULL);
-	cr_assert_eq(inserted, dropped);
-	free(model);
+	model_finish(&m, model, inserted);
 }
 
 /* Extents added in order (a checkpoint's load, a sequential writer) fill
@@ -204,18 +219,10 @@ Test(engine_extmap, appends_fill_leaves_then_shadow, .timeout = 60)
 
 	extmap_init(&m, NULL);
 	dropped = 0;
-	for (uint32_t k = 0; k < n; k++) {
-		uint32_t off = k * step + (k % 3 == 0 ? 10 : 0);
-		uint32_t len = step - 10;
-		struct ext e = { off, len, 0, new_blob(len, id++) };
-
-		cr_assert_eq(extmap_insert(&m, &e, drop, NULL), 0);
-		for (uint32_t i = 0; i < len; i++) {
-			model[off + i].b = e.b;
-			model[off + i].boff = i;
-		}
-		inserted += len;
-	}
+	for (uint32_t k = 0; k < n; k++)
+		inserted += model_insert(&m, model,
+					 k * step + (k % 3 == 0 ? 10 : 0),
+					 step - 10, 0, &id);
 	check(&m, model);
 	cr_assert_eq(m.nleaf, (n + EXTMAP_LEAF_MAX - 1) / EXTMAP_LEAF_MAX,
 		     "%u leaves for %u extents in order", m.nleaf, n);
@@ -225,25 +232,12 @@ Test(engine_extmap, appends_fill_leaves_then_shadow, .timeout = 60)
 		tu_xorshift(&x);
 		len = 1 + (uint32_t)(x % 300);
 		off = (uint32_t)((x >> 24) % (n * step + 200 - len));
-		if (x % 7 == 0) {
-			cr_assert_eq(extmap_punch(&m, off, len, drop, NULL), 0);
-			memset(&model[off], 0, len * sizeof(*model));
-		} else {
-			struct ext e = { off, len, 0, new_blob(len, id++) };
-
-			cr_assert_eq(extmap_insert(&m, &e, drop, NULL), 0);
-			for (uint32_t i = 0; i < len; i++) {
-				model[off + i].b = e.b;
-				model[off + i].boff = i;
-			}
-			inserted += len;
-		}
+		if (x % 7 == 0)
+			model_punch(&m, model, off, len, SPAN);
+		else
+			inserted += model_insert(&m, model, off, len, 0, &id);
 		if (op % 53 == 0)
 			check(&m, model);
 	}
-	check(&m, model);
-	cr_assert_eq(inserted, dropped + m.bytes);
-	extmap_destroy(&m, drop, NULL);
-	cr_assert_eq(inserted, dropped);
-	free(model);
+	model_finish(&m, model, inserted);
 }

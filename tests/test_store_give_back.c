@@ -34,6 +34,7 @@
 #include "engine/store.h"
 #include "format/format.h"
 #include "tests/engine_test_util.h"
+#include "tests/super_util.h"
 #include "tests/test_util.h"
 #include "uring/uring_fault.h"
 
@@ -68,20 +69,6 @@ static uint64_t data_in(const char *path, uint64_t a, uint64_t z)
 	}
 	close(fd);
 	return got;
-}
-
-static struct fmt_super newest_super(const char *path)
-{
-	uint8_t raw[2 * FMT_BLOCK];
-	struct fmt_super a, b;
-	int fd = open(path, O_RDONLY), ra, rb;
-
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(pread(fd, raw, sizeof(raw), 0), (ssize_t)sizeof(raw));
-	close(fd);
-	ra = fmt_super_decode(&a, raw, FMT_BLOCK);
-	rb = fmt_super_decode(&b, raw + FMT_BLOCK, FMT_BLOCK);
-	return fmt_super_pick(&a, ra, &b, rb) == 0 ? a : b;
 }
 
 static void opts(struct coil_options *o, const char *path)
@@ -149,7 +136,7 @@ static void check_all(coil_store *s, uint32_t npages, uint32_t gen)
 /* The closed store holds no allocated block that nothing reads. */
 static void check_given_back(const char *path)
 {
-	struct fmt_super sb = newest_super(path);
+	struct fmt_super sb = et_newest_super(path);
 	uint64_t keep, seg_end, data;
 
 	cr_assert(sb.incompat & FMT_INCOMPAT_GROW);
