@@ -400,7 +400,8 @@ static void read_all_done(struct rreq *r)
 		if (rb->sce || rb->mem) /* stored bytes in the cache, memory */
 			read_decode_task(s, t, &rb->fb, rb->b,
 					 rb->sce ? rb->sce->data : rb->mem,
-					 rb->b->dev_off, rb->direct ?
+					 rb->sce ? rb->sce_off : rb->b->dev_off,
+					 rb->direct ?
 					 r->dst + r->pc[rb->piece].dst : rb->dec);
 		else
 			read_decode_task(s, t, &rb->fb, rb->b, rb->iobuf,

@@ -55,9 +55,12 @@ struct rblob {
 	 * demand waiting for the prefetch job fetching this blob */
 	uint32_t gen;
 	const struct cache_entry *ce;
-	/* sce: the cache holds this blob's stored (compressed) bytes: it is
-	 * decoded from them instead of read from the device (bcache.c) */
+	/* sce: a cache entry holding this blob's stored (compressed) bytes,
+	 * its own or the one device block a packed small blob lies in: it
+	 * is decoded from there instead of read from the device (bcache.c);
+	 * sce_off is the device offset of sce->data[0] */
 	const struct cache_entry *sce;
+	uint64_t sce_off;
 	/* mem: an in-memory blob's stored bytes (a small write not yet
 	 * packed, FMT_BLOB_INLINE): served like a cache hit, the blob's
 	 * reference keeping them */
