@@ -54,6 +54,18 @@ static coil_store *open_store(const char *path, bool create)
 	return s;
 }
 
+/* Reopen the store at @path and check "db/pages" against @model and the
+ * segments' live counts against a walk of the maps. */
+static coil_store *reopen_checked(const char *path, const uint8_t *model,
+				  uint64_t size)
+{
+	coil_store *s = open_store(path, false);
+
+	et_check_obj(s, "db/pages", model, size);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	return s;
+}
+
 static uint64_t stat_of(coil_store *s, const char *section, const char *key)
 {
 	static char js[1 << 16];
@@ -205,11 +217,9 @@ Test(optmerge, merges, .timeout = 120)
 	cr_assert_eq(stat_of(s, "\"optimizer\"", "merges"), merges);
 	cr_assert_eq(coil_close(s), 0);
 
-	s = open_store(path, false);
+	s = reopen_checked(path, model, (uint64_t)NPAGES * PAGE);
 	cr_assert_eq(blobs_of(s, "db/pages"), b1);
 	cr_assert_eq(stat_of(s, "\"space\"", "stored"), s1);
-	et_check_obj(s, "db/pages", model, (uint64_t)NPAGES * PAGE);
-	cr_assert_eq(cleaner_check_live(s), 0);
 	cr_assert_eq(coil_optimize(s, &opts, &rep), 0);
 	cr_assert_eq(rep.scanned, 0);
 	cr_assert_eq(stat_of(s, "\"optimizer\"", "merges"), 0);
@@ -296,9 +306,7 @@ Test(optmerge, spread, .timeout = 120)
 	et_check_obj(s, "db/pages", model, (uint64_t)NPAGES * PAGE);
 	cr_assert_eq(coil_close(s), 0);
 
-	s = open_store(path, false);
-	et_check_obj(s, "db/pages", model, (uint64_t)NPAGES * PAGE);
-	cr_assert_eq(cleaner_check_live(s), 0);
+	s = reopen_checked(path, model, (uint64_t)NPAGES * PAGE);
 	cr_assert_eq(coil_close(s), 0);
 	free(model);
 	free(order);
@@ -349,9 +357,7 @@ Test(optmerge, sparse, .timeout = 120)
 	cr_assert_eq(cleaner_check_live(s), 0);
 	cr_assert_eq(coil_close(s), 0);
 
-	s = open_store(path, false);
-	et_check_obj(s, "db/pages", model, (uint64_t)NPAGES * PAGE);
-	cr_assert_eq(cleaner_check_live(s), 0);
+	s = reopen_checked(path, model, (uint64_t)NPAGES * PAGE);
 	cr_assert_eq(coil_optimize(s, &opts, &rep), 0);
 	cr_assert_eq(rep.scanned, 0);
 	cr_assert_eq(coil_close(s), 0);
@@ -438,10 +444,8 @@ Test(optmerge, cas_seam, .timeout = 120)
 	cr_assert_eq(coil_close(s), 0);
 
 	/* replay decides each member as the live path did */
-	s = open_store(path, false);
-	et_check_obj(s, "db/pages", model, size);
+	s = reopen_checked(path, model, size);
 	cr_assert_eq(coil_obj_open(s, "db/other", 0, &h), -ENOENT);
-	cr_assert_eq(cleaner_check_live(s), 0);
 	cr_assert_eq(coil_close(s), 0);
 	free(model);
 	free(other);

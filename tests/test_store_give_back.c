@@ -161,6 +161,21 @@ static void check_given_back(const char *path)
 		      (unsigned long long)du(path), (unsigned long long)data);
 }
 
+/* A new store at @path (tag @tag) with its first session of @npages
+ * written; *@o is left set to reopen it.  @return the open store. */
+static coil_store *first_session(char *path, size_t len, const char *tag,
+				 struct coil_options *o, uint32_t npages)
+{
+	coil_store *s;
+
+	et_path(path, len, tag);
+	opts(o, path);
+	cr_assert_eq(coil_open(path, o, &s), 0);
+	o->flags &= ~COIL_CREATE;
+	write_session(s, npages, 1);
+	return s;
+}
+
 Test(store_give_back, close_gives_back_what_holds_nothing, .timeout = 120)
 {
 	uint32_t npages = (uint32_t)(6000 * COIL_MAX(tu_scale(), 0.2));
@@ -169,11 +184,7 @@ Test(store_give_back, close_gives_back_what_holds_nothing, .timeout = 120)
 	uint64_t open_du, closed_du;
 	coil_store *s;
 
-	et_path(path, sizeof(path), "give-back");
-	opts(&o, path);
-	cr_assert_eq(coil_open(path, &o, &s), 0);
-	o.flags &= ~COIL_CREATE;
-	write_session(s, npages, 1);
+	s = first_session(path, sizeof(path), "give-back", &o, npages);
 	cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
 	open_du = json_u64(js, "\"space\"", "disk_bytes");
 	cr_assert_eq(open_du, du(path), "the stats' disk_bytes is du");
@@ -246,11 +257,7 @@ Test(store_give_back, powercut_at_every_close_step, .timeout = 600)
 	coil_store *s;
 	uint64_t k;
 
-	et_path(path, sizeof(path), "give-back-cut");
-	opts(&o, path);
-	cr_assert_eq(coil_open(path, &o, &s), 0);
-	o.flags &= ~COIL_CREATE;
-	write_session(s, npages, 1);
+	s = first_session(path, sizeof(path), "give-back-cut", &o, npages);
 	cr_assert_eq(coil_close(s), 0);
 	/* a close here takes 16 I/Os (its sync, the packer's last batch,
 	 * the checkpoint, two superblocks, the mirror, the punches, the
@@ -271,11 +278,7 @@ Test(store_give_back, kill9_while_closing, .timeout = 300)
 	char path[256];
 	coil_store *s;
 
-	et_path(path, sizeof(path), "give-back-kill");
-	opts(&o, path);
-	cr_assert_eq(coil_open(path, &o, &s), 0);
-	o.flags &= ~COIL_CREATE;
-	write_session(s, npages, 1);
+	s = first_session(path, sizeof(path), "give-back-kill", &o, npages);
 	cr_assert_eq(coil_close(s), 0);
 	for (int r = 0; r < rounds; r++) {
 		int pfd[2], st;

@@ -21,19 +21,6 @@ static uint64_t zero_copy(coil_store *s)
 	return json_u64(js, "\"compression\"", "writes_zero_copy");
 }
 
-static coil_store *open_raw(char *path, size_t len, const char *tag,
-			    const char *codec)
-{
-	struct coil_options o;
-	coil_store *s;
-
-	et_path(path, len, tag);
-	et_opts(&o, path);
-	o.compression = codec;
-	cr_assert_eq(coil_open(path, &o, &s), 0);
-	return s;
-}
-
 static void check_read(coil_obj *h, const uint8_t *want, size_t len,
 		       uint64_t off)
 {
@@ -48,7 +35,7 @@ Test(write_zero_copy, aligned_raw_writes_skip_the_copy, .timeout = 120)
 {
 	uint8_t *buf = aligned_alloc(FMT_BLOCK, BIG), *keep = malloc(BIG);
 	char path[256];
-	coil_store *s = open_raw(path, sizeof(path), "zc-aligned", "none");
+	coil_store *s = et_open(path, sizeof(path), "zc-aligned", "none");
 	coil_obj *h;
 	uint64_t n0;
 
@@ -72,11 +59,7 @@ Test(write_zero_copy, aligned_raw_writes_skip_the_copy, .timeout = 120)
 	cr_assert_eq(coil_close(s), 0);
 
 	/* and from the device after a reopen */
-	struct coil_options o;
-
-	et_opts(&o, path);
-	o.flags &= ~COIL_CREATE;
-	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(et_open_sized(path, 128ull << 20, false, &s), 0);
 	cr_assert_eq(coil_obj_open(s, "a", 0, &h), 0);
 	check_read(h, keep, BIG, 0);
 	cr_assert_eq(coil_obj_close(h), 0);
@@ -91,7 +74,7 @@ Test(write_zero_copy, other_writes_are_copied, .timeout = 120)
 	uint8_t *mem = aligned_alloc(FMT_BLOCK, BIG + FMT_BLOCK);
 	uint8_t *keep = malloc(BIG);
 	char path[256];
-	coil_store *s = open_raw(path, sizeof(path), "zc-other", "none");
+	coil_store *s = et_open(path, sizeof(path), "zc-other", "none");
 	coil_obj *h;
 	uint64_t n0;
 
@@ -124,7 +107,7 @@ Test(write_zero_copy, other_writes_are_copied, .timeout = 120)
 	unlink(path);
 
 	/* a compressing store copies (encodes) whatever the alignment */
-	s = open_raw(path, sizeof(path), "zc-zstd", "zstd:1");
+	s = et_open(path, sizeof(path), "zc-zstd", "zstd:1");
 	cr_assert_eq(coil_obj_open(s, "a", COIL_CREATE, &h), 0);
 	n0 = zero_copy(s);
 	et_fill(mem, BIG, 12, 1);
