@@ -261,7 +261,8 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen,
 		  "\"flush_fsyncs_in_flight_max\":%llu,\"inline_encodes\":%llu,"
 		  "\"inline_decodes\":%llu,\"read_splits\":%llu,"
 		  "\"small_blobs_kept\":%llu,\"packed_blocks_kept\":%llu,"
-		  "\"packed_block_hits\":%llu,\"reads_finished_by_caller\":%llu,"
+		  "\"packed_block_hits\":%llu,\"packed_windows\":%llu,"
+		  "\"packed_window_blocks\":%llu,\"reads_finished_by_caller\":%llu,"
 		  "\"device_reads_by_caller\":%llu,\"local_decodes\":%llu,"
 		  "\"buffer_pool_misses\":%llu,"
 		  "\"ring_ops\":{\"read\":%llu,\"write\":%llu,\"fsync\":%llu,"
@@ -278,6 +279,7 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen,
 		  LD(s->st.inline_encodes), LD(s->st.inline_decodes),
 		  LD(s->st.read_splits), LD(s->st.rd_small_kept),
 		  LD(s->st.rd_blocks_kept), LD(s->st.rd_block_hits),
+		  LD(s->st.rd_windows), LD(s->st.rd_window_blocks),
 		  LD(s->st.rd_caller_finished), LD(s->st.rd_now),
 		  LD(s->st.rd_local_decodes),
 		  LD(s->bp.misses),

@@ -138,6 +138,8 @@ struct engine_stats {
 	 * (caller or ring) instead of handed to the pool */
 	_Atomic uint64_t rd_small_kept, rd_caller_finished, rd_local_decodes;
 	_Atomic uint64_t rd_blocks_kept, rd_block_hits;
+	/* device reads widened to a window, and the blocks they kept */
+	_Atomic uint64_t rd_windows, rd_window_blocks;
 };
 
 struct coil_store {

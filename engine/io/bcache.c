@@ -209,7 +209,7 @@ static int bcache_lookup_blocks(struct coil_store *s, struct rblob *rb)
 		bufpool_put(&s->bp, buf);
 		return 0;
 	}
-	rb->iobuf = buf;
+	rb->iobuf = rb->io_base = buf;
 	rb->io_owner = true;
 	rb->rd_off = a;
 	rb->rd_len = (uint32_t)(z - a);
@@ -352,6 +352,88 @@ static void keep_blocks(struct coil_store *s, struct rblob *rb)
 		}
 		stat_add(&s->st.rd_blocks_kept, 1);
 	}
+}
+
+/* Blocks of a window not yet cached, as keep_blocks does. */
+static void keep_range(struct coil_store *s, const uint8_t *buf, uint64_t off,
+		       uint64_t len, uint32_t gen)
+{
+	for (uint64_t i = 0; i < len / FMT_BLOCK; i++) {
+		struct cache_key k = blk_key(off + i * FMT_BLOCK, gen);
+		uint8_t *v;
+
+		if (cache_contains(s->cache, &k) == 1)
+			continue;
+		v = cache_alloc_value(FMT_BLOCK);
+		if (!v)
+			return;
+		memcpy(v, buf + i * FMT_BLOCK, FMT_BLOCK);
+		if (cache_insert(s->cache, &k, v, FMT_BLOCK, 0, NULL) < 0) {
+			cache_free_value(v);
+			return;
+		}
+		stat_add(&s->st.rd_window_blocks, 1);
+	}
+}
+
+/* A window is taken only while the cache has this much room left after
+ * it (of its budget): it fills a cache that would otherwise sit empty,
+ * and never evicts what readers brought. */
+#define BCACHE_WINDOW_ROOM_PCT 75
+
+void bcache_window(struct coil_store *s, const struct rblob *lead,
+		   uint64_t *wa, uint64_t *wz)
+{
+	uint64_t a = *wa, z = *wz, lo, hi;
+	uint32_t idx;
+	struct cache_stats st;
+
+	if (!s->cache || !packed_blob(lead->b) || z > lead->win_end ||
+	    z - a >= BCACHE_WINDOW)
+		return;
+	if (cache_stats_get(s->cache, &st) < 0 ||
+	    (st.bytes + BCACHE_WINDOW) * 100 >
+		    st.bytes_max * BCACHE_WINDOW_ROOM_PCT)
+		return;
+	idx = seg_of(s, lead->rd_off);
+	lo = seg_base(s, idx);
+	hi = lead->win_end;
+	/* the aligned window holding the blobs' first block, within what
+	 * their segment has written for good */
+	a = COIL_MAX(COIL_ALIGN_DOWN(*wa, BCACHE_WINDOW), lo);
+	z = COIL_MIN(COIL_MAX(a + BCACHE_WINDOW, *wz), hi);
+	/* no need to read again what the cache holds at its edges */
+	while (a < *wa && cache_contains(s->cache, &(struct cache_key){
+			  .dev_off = a,
+			  .gen = lead->gen | BCACHE_GEN_BLOCK }) == 1)
+		a += FMT_BLOCK;
+	while (z > *wz && cache_contains(s->cache, &(struct cache_key){
+			  .dev_off = z - FMT_BLOCK,
+			  .gen = lead->gen | BCACHE_GEN_BLOCK }) == 1)
+		z -= FMT_BLOCK;
+	COIL_ASSERT(a <= *wa && z >= *wz);
+	if (z - a > *wz - *wa)
+		stat_add(&s->st.rd_windows, 1);
+	*wa = a;
+	*wz = z;
+}
+
+void bcache_keep_window(struct coil_store *s, struct rblob *rb)
+{
+	uint64_t own = rb->rd_off + rb->rd_len;
+
+	if (!s->cache || !rb->win_len || rb->res != 0)
+		return;
+	COIL_ASSERT(rb->win_off % FMT_BLOCK == 0 &&
+		    rb->win_len % FMT_BLOCK == 0);
+	COIL_ASSERT(rb->win_off <= rb->rd_off &&
+		    own <= rb->win_off + rb->win_len);
+	/* the blocks before the blobs the read wanted, and after them (the
+	 * blobs' own are kept by keep_blocks, or not at all) */
+	keep_range(s, rb->io_base, rb->win_off, rb->rd_off - rb->win_off,
+		   rb->gen);
+	keep_range(s, rb->io_base + (own - rb->win_off), own,
+		   rb->win_off + rb->win_len - own, rb->gen);
 }
 
 void bcache_keep_small(struct coil_store *s, struct rblob *rb)

@@ -34,6 +34,20 @@ void bcache_put_stored(struct coil_store *s, struct rblob *rb);
 /* After a successful read: a small blob the read brought from the device
  * whole is put in the cache (its stored bytes; a raw one's bytes). */
 void bcache_keep_small(struct coil_store *s, struct rblob *rb);
+/* Blocks a packed small blob's device read takes around it while the
+ * cache has room: about a 64 KiB read costs this device twice a 4 KiB one
+ * (89 against 43 us at QD 1) and brings the blocks of some 30 neighbouring
+ * pages, so a database's cache warms at a fraction of its misses. */
+#define BCACHE_WINDOW (64u << 10)
+/* The device range [*@wa, *@wz) of a read led by @lead (a miss): widened
+ * to a window of blocks around it when the blob is packed and small, its
+ * segment is sealed with no write in flight, and the cache has room. */
+void bcache_window(struct coil_store *s, const struct rblob *lead,
+		   uint64_t *wa, uint64_t *wz);
+/* After a successful read: the blocks a leading blob's window brought
+ * beyond its group's own are put in the cache, unverified like a packed
+ * blob's neighbours (whoever is served from them verifies them). */
+void bcache_keep_window(struct coil_store *s, struct rblob *rb);
 /* An extent of @b (of @len bytes, in a segment of generation @gen) is
  * dropped: if it was the blob's last reference, drop its entry early. */
 void bcache_drop_blob(struct coil_store *s, const struct blobd *b,

@@ -119,10 +119,11 @@ static void read_release(struct coil_store *s, struct rreq *r)
 	for (uint32_t i = 0; i < r->nrb; i++) {
 		struct rblob *rb = &r->rb[i];
 		if (rb->io_owner)
-			bufpool_put(&s->bp, rb->iobuf);
+			bufpool_put(&s->bp, rb->io_base);
 		bufpool_put(&s->bp, rb->dec); /* not pooled: freed */
-		rb->iobuf = rb->dec = NULL;
+		rb->iobuf = rb->dec = rb->io_base = NULL;
 		rb->io_owner = false;
+		rb->win_len = 0;
 		rb->blk = false;
 		bcache_release(s, rb);
 		bcache_put_stored(s, rb);
@@ -154,8 +155,10 @@ static void read_finish(struct rreq *r)
 	if (status == 0) {
 		/* every blob verified and decoded: the small ones just read
 		 * from the device are kept for the next reader */
-		for (uint32_t i = 0; i < r->nrb; i++)
+		for (uint32_t i = 0; i < r->nrb; i++) {
 			bcache_keep_small(s, &r->rb[i]);
+			bcache_keep_window(s, &r->rb[i]);
+		}
 		for (uint32_t i = 0; i < r->npc; i++) {
 			struct rpiece *pc = &r->pc[i];
 			struct rblob *rb = &r->rb[pc->blob];
@@ -491,7 +494,7 @@ static void read_io_done(struct uring_io *io, int res)
 
 	if (res >= 0 && (uint32_t)res != io->len)
 		res = -EIO;
-	if (res < 0 && lead->io_next) {
+	if (res < 0 && (lead->io_next || lead->win_len)) {
 		read_group_split(lead->r->s, lead);
 		return;
 	}
@@ -509,6 +512,7 @@ static void read_group_split(struct coil_store *s, struct rblob *lead)
 	struct rblob *rb = lead, *next;
 
 	stat_add(&s->st.read_splits, 1);
+	lead->win_len = 0; /* what the failed read brought is not kept */
 	for (; rb; rb = next) {
 		int rc;
 
@@ -533,19 +537,32 @@ static _Thread_local const struct read_waiter *tls_pread;
 static void read_group_submit(struct coil_store *s, struct rblob *lead,
 			      uint64_t end)
 {
-	uint32_t len = (uint32_t)(end - lead->rd_off);
-	uint8_t *buf = bufpool_get(&s->bp, len);
+	uint64_t wa = lead->rd_off, wz = end;
+	uint32_t len;
+	uint8_t *buf;
 	int rc;
 
+	/* a miss while the cache has room takes the blocks around it */
+	bcache_window(s, lead, &wa, &wz);
+	len = (uint32_t)(wz - wa);
+	buf = bufpool_get(&s->bp, len);
+	if (!buf && len != end - lead->rd_off) {
+		wa = lead->rd_off; /* no buffer that large: just the blobs */
+		len = (uint32_t)(end - wa);
+		buf = bufpool_get(&s->bp, len);
+	}
 	if (!buf) {
 		read_group_done(lead, -ENOMEM); /* no buffer to split into */
 		return;
 	}
-	uring_io_prep(&lead->io, URING_OP_READ, buf, len, lead->rd_off,
-		      read_io_done, lead);
+	uring_io_prep(&lead->io, URING_OP_READ, buf, len, wa, read_io_done,
+		      lead);
 	lead->io_owner = true;
+	lead->io_base = buf;
+	lead->win_off = wa;
+	lead->win_len = len == end - lead->rd_off ? 0 : len;
 	for (struct rblob *rb = lead; rb; rb = rb->io_next)
-		rb->iobuf = buf + (rb->rd_off - lead->rd_off);
+		rb->iobuf = buf + (rb->rd_off - wa);
 	if (lead->r->waiter && lead->r->waiter == tls_pread) {
 		rc = uring_io_now(s->ring, &lead->io);
 		if (rc != -EOPNOTSUPP) {
@@ -657,7 +674,9 @@ static int add_piece(struct coil_store *s, struct rreq *r, struct blobd *b,
 		rb->r = r;
 		rb->lo = skip;
 		rb->hi = skip + len;
-		rb->iobuf = rb->dec = NULL;
+		rb->iobuf = rb->dec = rb->io_base = NULL;
+		rb->win_len = 0;
+		rb->win_end = 0;
 		rb->res = 0;
 		rb->npieces = 0;
 		rb->piece = r->npc;
@@ -666,7 +685,19 @@ static int add_piece(struct coil_store *s, struct rreq *r, struct blobd *b,
 		rb->use_once = false;
 		rb->io_owner = false;
 		rb->io_next = NULL;
-		rb->gen = rb->mem ? 0 : s->segs[seg_of(s, b->dev_off)].gen;
+		if (!rb->mem) {
+			uint32_t idx = seg_of(s, b->dev_off);
+			const struct seg *g = &s->segs[idx];
+
+			rb->gen = g->gen;
+			if (g->state == SEG_SEALED && !g->inflight)
+				rb->win_end = seg_base(s, idx) +
+					      s->sb.segment_size;
+			else if (idx == s->active && !g->inflight)
+				rb->win_end = seg_base(s, idx) + s->active_head;
+		} else {
+			rb->gen = 0;
+		}
 		if (rb->mem)
 			blobd_to_fmt(b, &rb->fb); /* the decoder's */
 		rb->ce = NULL;

@@ -41,8 +41,20 @@ struct rblob {
 				 * be handed to the cache (a bufpool fallback
 				 * may not) */
 	bool use_once;          /* a prefetched entry this read takes whole */
-	bool io_owner;          /* iobuf is this blob's to return: it leads a
-				 * device read (others may share its buffer) */
+	bool io_owner;          /* io_base is this blob's to return: it leads
+				 * a device read (others share its buffer) */
+	/* win_end: with no write in flight in the blob's segment (checked
+	 * under mlock when planned), every block of it before win_end is
+	 * written and stays as it is until the segment is reused under a new
+	 * generation (the end of a sealed segment, the head of the active
+	 * one; 0: no such blocks), so the blob's device read may take a
+	 * window of them into the cache (bcache_window).  win_off/win_len:
+	 * the window a leading blob's read took (win_len 0: none); io_base:
+	 * the buffer that read went into, win_off's byte */
+	uint64_t win_end;
+	uint32_t win_len;
+	uint64_t win_off;
+	uint8_t *io_base;
 	int res;
 	/* A device read may fetch several blobs lying together on the device
 	 * (read.c, read_group_add): the first one's io reads them all, the others
