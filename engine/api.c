@@ -128,7 +128,7 @@ static int obj_open(coil_store *s, const char *name, unsigned flags,
 		*out = NULL;
 	if (!s || !name || !out)
 		return -EINVAL;
-	if (flags & ~(COIL_CREATE | COIL_EXCL))
+	if (flags & ~(COIL_CREATE | COIL_EXCL | COIL_SHORTLIVED))
 		return -EINVAL;
 	if ((flags & COIL_EXCL) && !(flags & COIL_CREATE))
 		return -EINVAL;
@@ -176,6 +176,8 @@ static int obj_open(coil_store *s, const char *name, unsigned flags,
 		h->s = s;
 		h->obj = o;
 		h->next = NULL;
+		h->level = (flags & COIL_SHORTLIVED) && s->level ?
+			   ENGINE_LEVEL_SHORTLIVED : s->level;
 		__atomic_store_n(&h->magic, HANDLE_MAGIC, __ATOMIC_RELEASE);
 		s->nhandles++;
 	}

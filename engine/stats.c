@@ -231,11 +231,11 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen,
 		sb_printf(&b, "\"compression\":{\"ratio\":%.4f,"
 			  "\"written_logical\":%llu,\"written_stored\":%llu,"
 			  "\"blobs_raw\":%llu,\"blobs_zstd\":%llu,"
-			  "\"writes_zero_copy\":%llu},",
+			  "\"blobs_zstd_fast\":%llu,\"writes_zero_copy\":%llu},",
 			  logical ? (double)stored / (double)logical : 1.0,
 			  (unsigned long long)el, (unsigned long long)es,
 			  LD(s->st.blobs_raw), LD(s->st.blobs_zstd),
-			  LD(s->st.writes_zero_copy));
+			  LD(s->st.blobs_zstd_fast), LD(s->st.writes_zero_copy));
 		/* small writes kept in memory (and the journal) until the
 		 * packer writes them densely to a segment */
 		sb_printf(&b, "\"small_writes\":{\"inline\":%llu,"

@@ -44,14 +44,14 @@ int fmt_blob_encode(ZSTD_CCtx *cctx, int level, const ZSTD_CDict *cdict, uint32_
 	memset(out, 0, offsetof(struct fmt_blob, csums));
 	out->logical_len = len;
 	/* Raw in place: the bytes are already where they go. */
-	if (dst == src && !(cctx && level > 0) && !cdict)
+	if (dst == src && !(cctx && level != 0) && !cdict)
 		return blob_raw(dst, len, out);
 	/* zstd cannot compress in place. */
 	if ((const uint8_t *)dst < (const uint8_t *)src + len &&
 	    (const uint8_t *)src < (const uint8_t *)dst + dst_cap)
 		return -EINVAL;
 
-	if (cctx && level > 0) {
+	if (cctx && level != 0) {
 		/* Capping the output at 7/8 of the input makes zstd give up as
 		 * soon as the saving rule cannot be met. */
 		size_t cap = len - len / 8;

@@ -382,7 +382,7 @@ size_t fmt_blob_bound(uint32_t logical_len);
 /* Encode @len (1..FMT_BLOB_MAX) bytes of @src into @dst (dst_cap >= len;
  * dst must not overlap src, except dst == src when storing raw: the bytes
  * are described where they are, not copied).
- * level <= 0 or cctx NULL: raw.  With @cdict (its level wins) dict_id is
+ * level 0 or cctx NULL: raw; a negative level is zstd's fast mode.  With @cdict (its level wins) dict_id is
  * recorded (must be non-zero); without it dict_id must be 0.  zstd output is
  * kept only if stored <= len - len/8, else raw (src copied to dst).  Fills
  * codec, lengths, n_csums, csums, dict_id; dev_off = 0, flags = 0.

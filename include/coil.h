@@ -86,6 +86,15 @@ typedef void (*coil_cb)(void *arg, int64_t res);
  * listed in coil_stats_json under "salvage".  Reads never return wrong
  * bytes: every blob is still verified against its checksums. */
 #define COIL_SALVAGE 0x40u
+/* object handle (coil_obj_open), a hint: what is written through this
+ * handle is short-lived, rewritten or removed soon (a database's
+ * write-ahead log or rollback journal).  A compressing store encodes it
+ * with zstd's fastest mode instead of the store's level: about 1.6x the
+ * throughput of level 1 for a quarter less saving on database pages, so
+ * the writer pays less CPU for bytes it keeps briefly, while they still
+ * take little space while they live (BlueStore takes such hints; RocksDB
+ * leaves its WAL uncompressed).  Every handle reads every blob. */
+#define COIL_SHORTLIVED 0x80u
 
 /* Worker pool scheduling (coil_options.pool_mode). */
 #define COIL_POOL_FAIR      0u /* per-request round-robin (default) */
@@ -192,7 +201,8 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 COIL_API int coil_close(coil_store *s);
 
 /* Open the object @name (1..COIL_NAME_MAX bytes, NUL-terminated).
- * @flags: 0, COIL_CREATE, COIL_CREATE|COIL_EXCL.  *@out is valid until
+ * @flags: 0, COIL_CREATE, COIL_CREATE|COIL_EXCL, each with or without
+ * COIL_SHORTLIVED (a hint for this handle's writes).  *@out is valid until
  * coil_obj_close(); many handles may name the same object.  A create is
  * ordered with the writes after it and durable with the next flush.
  * @return 0, -EINVAL, -ENAMETOOLONG, -ENOENT, -EEXIST, -EROFS (create on a

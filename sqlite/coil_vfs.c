@@ -964,6 +964,11 @@ static int vfs_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *file,
 		oflags |= COIL_CREATE;
 	if (flags & SQLITE_OPEN_EXCLUSIVE)
 		oflags |= COIL_EXCL;
+	/* The WAL and the journals hold each page briefly (a WAL is reset
+	 * after a checkpoint, a journal deleted at commit): zstd's fast mode
+	 * costs the writer less CPU for them (docs/sqlite.md). */
+	if (!(flags & SQLITE_OPEN_MAIN_DB))
+		oflags |= COIL_SHORTLIVED;
 	crc = coil_obj_open(st->s, name, oflags, &f->obj);
 	if (crc < 0) {
 		vfs_fail(SQLITE_CANTOPEN, crc, "coil: %s in store %s: %s", name,

@@ -115,19 +115,32 @@ static int64_t wb_send(struct vstore *st, int db)
 			p1 = (p0 / SEND_MAX + 1) * SEND_MAX;
 			if (p1 > end)
 				p1 = end;
-			if (used + (p1 - p0) > WSEND_BYTES) {
-				wb_wait_inflight(st);
-				used = 0;
-			}
-			dst = st->wsend + used;
-			for (k = i; k < j; k++) {
-				const struct wrun *r = &st->runs[st->order[k]];
-				uint64_t a = r->off > p0 ? r->off : p0;
-				uint64_t b = r->off + r->len < p1 ? r->off + r->len : p1;
+			if (j == i + 1) {
+				/* One run (a WAL's or a journal's appends, a
+				 * page): sent from the arena itself, which
+				 * nothing changes until this send has
+				 * waited for its writes (wmu held). */
+				dst = st->wb + r0->at + (p0 - r0->off);
+			} else {
+				if (used + (p1 - p0) > WSEND_BYTES) {
+					wb_wait_inflight(st);
+					used = 0;
+				}
+				dst = st->wsend + used;
+				used += p1 - p0;
+				for (k = i; k < j; k++) {
+					const struct wrun *r =
+						&st->runs[st->order[k]];
+					uint64_t a = r->off > p0 ? r->off : p0;
+					uint64_t b = r->off + r->len < p1 ?
+						     r->off + r->len : p1;
 
-				if (a < b)
-					memcpy(dst + (a - p0),
-					       st->wb + r->at + (a - r->off), b - a);
+					if (a < b)
+						memcpy(dst + (a - p0),
+						       st->wb + r->at +
+							       (a - r->off),
+						       b - a);
+				}
 			}
 			st->n_write_calls++;
 			st->b_sent += p1 - p0;
@@ -149,7 +162,6 @@ static int64_t wb_send(struct vstore *st, int db)
 			rc = coil_write(f->obj, dst, p1 - p0, p0, wpiece_done, f);
 			if (rc < 0)
 				wpiece_done(f, rc); /* not submitted: no callback */
-			used += p1 - p0;
 		}
 	}
 	wb_wait_inflight(st);

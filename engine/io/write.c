@@ -140,6 +140,8 @@ int write_describe_range(struct coil_store *s, struct wreq *w,
 			stat_add(&s->st.blobs_raw, 1);
 		else
 			stat_add(&s->st.blobs_zstd, 1);
+		if (fb->codec != FMT_CODEC_RAW && w->h && w->h->level < 0)
+			stat_add(&s->st.blobs_zstd_fast, 1);
 		w->bd[k] = inl ? blobd_new_mem(fb, w->batch + w->slot[k],
 					       &s->mem, obj_id, pos) :
 				 blobd_new(fb);
@@ -375,7 +377,7 @@ static int write_split(struct coil_store *s, struct wreq *w, const void *buf,
 	 * its slot would hold, and placement moves and pads nothing.  The
 	 * data is written from the caller's buffer (which coil_write's
 	 * contract keeps unchanged until the callback) and not copied. */
-	w->batch_borrowed = n && s->level == 0 &&
+	w->batch_borrowed = n && w->h->level == 0 &&
 			    (uintptr_t)buf % FMT_BLOCK == 0 &&
 			    off % FMT_BLOCK == 0 && w->len % FMT_BLOCK == 0;
 	if (w->batch_borrowed) {
@@ -396,7 +398,7 @@ static int write_split(struct coil_store *s, struct wreq *w, const void *buf,
 		t->kind = POOL_TASK_ENCODE_BLOB;
 		t->u.encode.src = (const uint8_t *)buf + (pos - off);
 		t->u.encode.len = (uint32_t)(bend - pos);
-		t->u.encode.level = s->level;
+		t->u.encode.level = w->h->level;
 		t->u.encode.dst = w->batch + w->slot[k];
 		t->u.encode.dst_cap = COIL_ALIGN_UP(bend - pos, FMT_BLOCK);
 		t->u.encode.out = &w->fb[k];
@@ -409,6 +411,7 @@ static int write_split(struct coil_store *s, struct wreq *w, const void *buf,
  * pool (here too when the pool is full).  write_encoded_go follows. */
 static void write_encode(struct coil_store *s, struct wreq *w, uint32_t n)
 {
+	int level = w->h->level;
 	ZSTD_CCtx *cc = NULL;
 	int rc;
 
@@ -416,7 +419,7 @@ static void write_encode(struct coil_store *s, struct wreq *w, uint32_t n)
 		write_encoded_go(w, 0);
 		return;
 	}
-	if ((s->level == 0 && w->len <= ENGINE_RAW_INLINE_MAX) ||
+	if ((level == 0 && w->len <= ENGINE_RAW_INLINE_MAX) ||
 	    (w->len <= ENGINE_INLINE_MAX && !engine_on_coil_thread(s) &&
 	     (cc = zctx_thread_c()))) {
 		/* Storing raw is a copy and a checksum per 4 KiB, and
@@ -425,7 +428,7 @@ static void write_encode(struct coil_store *s, struct wreq *w, uint32_t n)
 		 * write then crosses one thread, the ring's). */
 		for (uint32_t k = 0; k < n; k++) {
 			struct pool_task *t = &w->tasks[k];
-			t->result = fmt_blob_encode(cc, cc ? s->level : 0,
+			t->result = fmt_blob_encode(cc, cc ? level : 0,
 						    NULL, 0,
 						    t->u.encode.src,
 						    t->u.encode.len,

@@ -13,7 +13,7 @@ static void rt_blob(const uint8_t *d, size_t n)
 {
 	if (n < 2)
 		return;
-	int level = d[0] % 4;
+	int level = (int)(d[0] % 8) - 4; /* fast modes, raw, levels 1-3 */
 	d++, n--;
 	if (n > FMT_BLOB_MAX)
 		n = FMT_BLOB_MAX;
