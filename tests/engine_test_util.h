@@ -172,6 +172,17 @@ static inline uint64_t json_u64(const char *js, const char *section,
 	return strtoull(p + strlen(pat), NULL, 10);
 }
 
+/* [@off, @off + @len) of @h reads back as @want. */
+static inline void et_check_read(coil_obj *h, const uint8_t *want,
+				 size_t len, uint64_t off)
+{
+	uint8_t *got = malloc(len ? len : 1);
+
+	cr_assert_eq(coil_pread(h, got, len, off), (int64_t)len);
+	cr_assert_eq(memcmp(got, want, len), 0, "at %lu", (unsigned long)off);
+	free(got);
+}
+
 /* Object @name of @s holds exactly @n bytes, equal to @want. */
 static inline void et_check_obj(coil_store *s, const char *name,
 				const uint8_t *want, uint64_t n)

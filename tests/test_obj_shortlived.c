@@ -25,16 +25,6 @@ static uint64_t stat_u64(coil_store *s, const char *section, const char *key)
 	return json_u64(js, section, key);
 }
 
-static void check_read(coil_obj *h, const uint8_t *want, size_t len,
-		       uint64_t off)
-{
-	uint8_t *got = malloc(len);
-
-	cr_assert_eq(coil_pread(h, got, len, off), (int64_t)len);
-	cr_assert_eq(memcmp(got, want, len), 0, "at %lu", (unsigned long)off);
-	free(got);
-}
-
 /* @buf's 1 MiB at 0, then its first 8 pages one write each after it */
 static void write_both(coil_obj *h, const uint8_t *buf)
 {
@@ -47,8 +37,8 @@ static void write_both(coil_obj *h, const uint8_t *buf)
 
 static void check_both(coil_obj *h, const uint8_t *buf)
 {
-	check_read(h, buf, BIG, 0);
-	check_read(h, buf, 8 * PAGE, BIG);
+	et_check_read(h, buf, BIG, 0);
+	et_check_read(h, buf, 8 * PAGE, BIG);
 }
 
 Test(obj_shortlived, handle_takes_fast_mode_others_the_level, .timeout = 120)

@@ -21,16 +21,6 @@ static uint64_t zero_copy(coil_store *s)
 	return json_u64(js, "\"compression\"", "writes_zero_copy");
 }
 
-static void check_read(coil_obj *h, const uint8_t *want, size_t len,
-		       uint64_t off)
-{
-	uint8_t *got = malloc(len);
-
-	cr_assert_eq(coil_pread(h, got, len, off), (int64_t)len);
-	cr_assert_eq(memcmp(got, want, len), 0, "at %lu", (unsigned long)off);
-	free(got);
-}
-
 Test(write_zero_copy, aligned_raw_writes_skip_the_copy, .timeout = 120)
 {
 	uint8_t *buf = aligned_alloc(FMT_BLOCK, BIG), *keep = malloc(BIG);
@@ -48,20 +38,20 @@ Test(write_zero_copy, aligned_raw_writes_skip_the_copy, .timeout = 120)
 	cr_assert_eq(memcmp(buf, keep, BIG), 0, "the caller's bytes untouched");
 	/* the buffer is the caller's again: change it, the store must not see it */
 	memset(buf, 0xa5, BIG);
-	check_read(h, keep, BIG, 0);
+	et_check_read(h, keep, BIG, 0);
 	/* a 4 KiB overwrite in the middle, from an aligned buffer too */
 	et_fill(buf, FMT_BLOCK, 8, 0);
 	memcpy(keep + 5 * FMT_BLOCK, buf, FMT_BLOCK);
 	cr_assert_eq(coil_pwrite(h, buf, FMT_BLOCK, 5 * FMT_BLOCK), FMT_BLOCK);
 	memset(buf, 0x5a, FMT_BLOCK);
-	check_read(h, keep, BIG, 0);
+	et_check_read(h, keep, BIG, 0);
 	cr_assert_eq(coil_obj_close(h), 0);
 	cr_assert_eq(coil_close(s), 0);
 
 	/* and from the device after a reopen */
 	cr_assert_eq(et_open_sized(path, 128ull << 20, false, &s), 0);
 	cr_assert_eq(coil_obj_open(s, "a", 0, &h), 0);
-	check_read(h, keep, BIG, 0);
+	et_check_read(h, keep, BIG, 0);
 	cr_assert_eq(coil_obj_close(h), 0);
 	cr_assert_eq(coil_close(s), 0);
 	unlink(path);
@@ -86,21 +76,21 @@ Test(write_zero_copy, other_writes_are_copied, .timeout = 120)
 	cr_assert_eq(coil_pwrite(h, mem + 8, 64 * FMT_BLOCK, 0),
 		     64 * FMT_BLOCK);
 	memset(mem, 0, BIG + FMT_BLOCK);
-	check_read(h, keep, 64 * FMT_BLOCK, 0);
+	et_check_read(h, keep, 64 * FMT_BLOCK, 0);
 	/* an offset off the block */
 	et_fill(mem, 64 * FMT_BLOCK, 10, 0);
 	memcpy(keep, mem, 64 * FMT_BLOCK);
 	cr_assert_eq(coil_pwrite(h, mem, 64 * FMT_BLOCK, 1u << 20 | 512),
 		     64 * FMT_BLOCK);
 	memset(mem, 0, BIG + FMT_BLOCK);
-	check_read(h, keep, 64 * FMT_BLOCK, 1u << 20 | 512);
+	et_check_read(h, keep, 64 * FMT_BLOCK, 1u << 20 | 512);
 	/* a length off the block */
 	et_fill(mem, 3 * FMT_BLOCK + 100, 11, 0);
 	memcpy(keep, mem, 3 * FMT_BLOCK + 100);
 	cr_assert_eq(coil_pwrite(h, mem, 3 * FMT_BLOCK + 100, 2u << 20),
 		     3 * FMT_BLOCK + 100);
 	memset(mem, 0, BIG + FMT_BLOCK);
-	check_read(h, keep, 3 * FMT_BLOCK + 100, 2u << 20);
+	et_check_read(h, keep, 3 * FMT_BLOCK + 100, 2u << 20);
 	cr_assert_eq(zero_copy(s), n0, "none of these was written in place");
 	cr_assert_eq(coil_obj_close(h), 0);
 	cr_assert_eq(coil_close(s), 0);
@@ -114,7 +104,7 @@ Test(write_zero_copy, other_writes_are_copied, .timeout = 120)
 	memcpy(keep, mem, BIG);
 	cr_assert_eq(coil_pwrite(h, mem, BIG, 0), (int64_t)BIG);
 	memset(mem, 0, BIG);
-	check_read(h, keep, BIG, 0);
+	et_check_read(h, keep, BIG, 0);
 	cr_assert_eq(zero_copy(s), n0);
 	cr_assert_eq(coil_obj_close(h), 0);
 	cr_assert_eq(coil_close(s), 0);

@@ -330,34 +330,13 @@ void bcache_put_stored(struct coil_store *s, struct rblob *rb)
 	rb->sce = NULL;
 }
 
-/* The blocks a packed blob's device read brought (its own verified, the
- * rest of them verified by whoever is served from them). */
-static void keep_blocks(struct coil_store *s, struct rblob *rb)
-{
-	COIL_ASSERT(rb->rd_off % FMT_BLOCK == 0 && rb->rd_len % FMT_BLOCK == 0);
-	for (uint32_t i = 0; i < rb->rd_len / FMT_BLOCK; i++) {
-		uint64_t off = rb->rd_off + (uint64_t)i * FMT_BLOCK;
-		struct cache_key k = blk_key(off, rb->gen);
-		uint8_t *v;
-
-		if (cache_contains(s->cache, &k) == 1)
-			continue;
-		v = cache_alloc_value(FMT_BLOCK);
-		if (!v)
-			return;
-		memcpy(v, rb->iobuf + (uint64_t)i * FMT_BLOCK, FMT_BLOCK);
-		if (cache_insert(s->cache, &k, v, FMT_BLOCK, 0, NULL) < 0) {
-			cache_free_value(v);
-			return;
-		}
-		stat_add(&s->st.rd_blocks_kept, 1);
-	}
-}
-
-/* Blocks of a window not yet cached, as keep_blocks does. */
+/* The blocks [off, off + len) of a segment of generation @gen, read into
+ * @buf, that the cache does not hold yet; each one kept is counted in
+ * @kept.  Their bytes are verified by whoever is served from them. */
 static void keep_range(struct coil_store *s, const uint8_t *buf, uint64_t off,
-		       uint64_t len, uint32_t gen)
+		       uint64_t len, uint32_t gen, _Atomic uint64_t *kept)
 {
+	COIL_ASSERT(off % FMT_BLOCK == 0 && len % FMT_BLOCK == 0);
 	for (uint64_t i = 0; i < len / FMT_BLOCK; i++) {
 		struct cache_key k = blk_key(off + i * FMT_BLOCK, gen);
 		uint8_t *v;
@@ -372,8 +351,15 @@ static void keep_range(struct coil_store *s, const uint8_t *buf, uint64_t off,
 			cache_free_value(v);
 			return;
 		}
-		stat_add(&s->st.rd_window_blocks, 1);
+		stat_add(kept, 1);
 	}
+}
+
+/* The blocks a packed blob's device read brought (its own verified). */
+static void keep_blocks(struct coil_store *s, struct rblob *rb)
+{
+	keep_range(s, rb->iobuf, rb->rd_off, rb->rd_len, rb->gen,
+		   &s->st.rd_blocks_kept);
 }
 
 /* A window is taken only while the cache has this much room left after
@@ -412,8 +398,6 @@ void bcache_window(struct coil_store *s, const struct rblob *lead,
 			  .gen = lead->gen | BCACHE_GEN_BLOCK }) == 1)
 		z -= FMT_BLOCK;
 	COIL_ASSERT(a <= *wa && z >= *wz);
-	if (z - a > *wz - *wa)
-		stat_add(&s->st.rd_windows, 1);
 	*wa = a;
 	*wz = z;
 }
@@ -431,9 +415,10 @@ void bcache_keep_window(struct coil_store *s, struct rblob *rb)
 	/* the blocks before the blobs the read wanted, and after them (the
 	 * blobs' own are kept by keep_blocks, or not at all) */
 	keep_range(s, rb->io_base, rb->win_off, rb->rd_off - rb->win_off,
-		   rb->gen);
+		   rb->gen, &s->st.rd_window_blocks);
 	keep_range(s, rb->io_base + (own - rb->win_off), own,
-		   rb->win_off + rb->win_len - own, rb->gen);
+		   rb->win_off + rb->win_len - own, rb->gen,
+		   &s->st.rd_window_blocks);
 }
 
 void bcache_keep_small(struct coil_store *s, struct rblob *rb)

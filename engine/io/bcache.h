@@ -40,8 +40,10 @@ void bcache_keep_small(struct coil_store *s, struct rblob *rb);
  * pages, so a database's cache warms at a fraction of its misses. */
 #define BCACHE_WINDOW (64u << 10)
 /* The device range [*@wa, *@wz) of a read led by @lead (a miss): widened
- * to a window of blocks around it when the blob is packed and small, its
- * segment is sealed with no write in flight, and the cache has room. */
+ * to a window of blocks around it when the blob is packed and small, the
+ * cache has room, and only within what its segment has written for good
+ * (rblob.win_end: a sealed segment, or the active one below its head, with
+ * no write in flight). */
 void bcache_window(struct coil_store *s, const struct rblob *lead,
 		   uint64_t *wa, uint64_t *wz);
 /* After a successful read: the blocks a leading blob's window brought

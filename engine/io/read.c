@@ -561,6 +561,8 @@ static void read_group_submit(struct coil_store *s, struct rblob *lead,
 	lead->io_base = buf;
 	lead->win_off = wa;
 	lead->win_len = len == end - lead->rd_off ? 0 : len;
+	if (lead->win_len)
+		stat_add(&s->st.rd_windows, 1);
 	for (struct rblob *rb = lead; rb; rb = rb->io_next)
 		rb->iobuf = buf + (rb->rd_off - wa);
 	if (lead->r->waiter && lead->r->waiter == tls_pread) {
