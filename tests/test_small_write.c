@@ -6,7 +6,8 @@
  * overwrites, truncates and removes racing it always win; a read never
  * returns a page's old bytes after an overwrite, whichever of memory, the
  * cache or the device served the old one; the superblock says the store
- * needs the inline-blob feature. */
+ * needs the inline-blob feature; a deep writer of raw blocks is placed in
+ * segments instead. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -144,6 +145,81 @@ Test(small_write, completes_without_a_data_write)
 	cr_assert_eq(coil_obj_close(h), 0);
 	cr_assert_eq(coil_close(s), 0);
 	unlink(path);
+}
+
+/* @n page writes (pages first.., version 1) kept @depth in flight at
+ * once; every one must succeed.  @return small_writes.inline's growth. */
+static uint64_t write_deep(coil_store *s, coil_obj *h, uint32_t first,
+			   uint32_t n, int depth)
+{
+	struct counter c = COUNTER_INIT;
+	uint8_t *bufs = malloc((size_t)n * PG);
+	uint64_t in0 = stat_of(s, "small_writes", "inline");
+
+	cr_assert_not_null(bufs);
+	for (uint32_t i = 0; i < n; i++) {
+		uint8_t *b = bufs + (size_t)i * PG;
+
+		page_fill(b, first + i, 1);
+		counter_wait_below(&c, depth);
+		counter_add(&c);
+		cr_assert_eq(coil_write(h, b, PG, (uint64_t)(first + i) * PG,
+					count_cb, &c), 0);
+	}
+	counter_wait(&c);
+	cr_assert_eq(c.errors, 0);
+	free(bufs);
+	return stat_of(s, "small_writes", "inline") - in0;
+}
+
+/* Raw whole-block writes from a writer that keeps many in flight are
+ * placed in a segment (written once) instead of the journal (written
+ * twice); the same writer at queue depth 1, or writing compressed pages
+ * (which packing stores densely), keeps the journal path. */
+Test(small_write, deep_raw_writer_takes_the_segment_path)
+{
+	const char *codec[] = { "none", "zstd:1" };
+
+	for (int k = 0; k < 2; k++) {
+		struct coil_options o;
+		char path[256];
+		coil_store *s;
+		coil_obj *h;
+		uint64_t deep;
+
+		et_path(path, sizeof(path), k ? "sw-deep-z" : "sw-deep-raw");
+		et_opts(&o, path);
+		o.size = 256ull << 20;
+		o.compression = codec[k];
+		/* each write waits for a device flush: a writer's depth
+		 * builds up whatever this machine's speed */
+		o.sync_writes = 1;
+		cr_assert_eq(coil_open(path, &o, &s), 0);
+		cr_assert_eq(coil_obj_open(s, "db", COIL_CREATE, &h), 0);
+		write_pages(h, 0, 16, 1);
+		cr_assert_eq(stat_of(s, "small_writes", "inline"), 16,
+			     "%s: queue depth 1 goes through the journal",
+			     codec[k]);
+		/* all 256 submitted at once: each waits for a flush, so
+		 * the depth passes 8 after the first few however slow this
+		 * thread runs */
+		deep = write_deep(s, h, 16, 256, 256);
+		if (k == 0)
+			cr_assert_lt(deep, 128, "raw, 256 in flight: %llu "
+				     "through the journal",
+				     (unsigned long long)deep);
+		else
+			cr_assert_eq(deep, 256, "compressed pages stay inline");
+		check_pages(h, 0, 272, 1);
+		cr_assert_eq(coil_obj_close(h), 0);
+		cr_assert_eq(coil_close(s), 0);
+		s = open_at(path, false);
+		cr_assert_eq(coil_obj_open(s, "db", 0, &h), 0);
+		check_pages(h, 0, 272, 1);
+		cr_assert_eq(coil_obj_close(h), 0);
+		cr_assert_eq(coil_close(s), 0);
+		unlink(path);
+	}
 }
 
 Test(small_write, superblock_needs_the_feature)

@@ -35,6 +35,10 @@ struct blobd;
 /* Writes up to this size carry their blobs inline in the journal record
  * and complete without a data write (io/write.c, write_inline). */
 #define ENGINE_INLINE_MAX (16u << 10)
+/* A writer with more writes than this in flight on its handle has raw
+ * whole-block writes placed in a segment rather than the journal
+ * (write_inline_reserve). */
+#define ENGINE_INLINE_DEPTH_MAX 8u
 /* In-memory blob bytes at most (write_mem_cap), and the mark at which the
  * packer starts writing them to a segment (engine/pack.c). */
 #define ENGINE_MEM_MAX (16u << 20)
