@@ -498,6 +498,18 @@ static void issue_local(struct uring *r)
 			STAT_ADD(r, merge_ops, 1);
 			STAT_ADD(r, merged_writes, g->n);
 		}
+		/* A read with more I/O queued behind it goes to the kernel
+		 * now, not with the batch: a batch is plugged and reaches the
+		 * device together, and this virtio disk serves reads that
+		 * arrive in bursts more slowly.  fio 4 KiB random reads at QD
+		 * 32, alternated: 0.50-0.55 ms of device time per read batched
+		 * (~5 a batch), 0.34-0.37 ms one by one, 46-51k -> 54-59k
+		 * reads/s (fio's own io_uring engine, batch 1 vs 32: 0.29 vs
+		 * 0.44 ms).  The last one goes with the loop's wait, so a lone
+		 * read costs no extra enter.  Writes keep the batch (merged
+		 * runs, no measurable difference). */
+		if (io->op == URING_OP_READ && r->local.head)
+			io_uring_submit(&r->ring);
 		budget--;
 	}
 }
