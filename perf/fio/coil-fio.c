@@ -993,7 +993,12 @@ static int fio_coil_init(struct thread_data *td)
 __attribute__((visibility("default"))) struct ioengine_ops ioengine = {
 	.name = "coil",
 	.version = FIO_IOOPS_VERSION,
-	.flags = FIO_DISKLESSIO | FIO_NODISKUTIL | FIO_ASYNCIO_SETS_ISSUE_TIME,
+	/* FIO_RAWIO: coil writes O_DIRECT itself, so fio page-aligns its
+	 * buffers (its only effect besides a warning for bs_unaligned) and an
+	 * uncompressed block-aligned write goes out from fio's buffer without
+	 * a copy (compression.writes_zero_copy) */
+	.flags = FIO_DISKLESSIO | FIO_NODISKUTIL | FIO_ASYNCIO_SETS_ISSUE_TIME |
+		 FIO_RAWIO,
 	.setup = fio_coil_setup,
 	.init = fio_coil_init,
 	.queue = fio_coil_queue,
