@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "format/format.h"
+#include "tests/super_util.h"
 
 #ifndef COIL_CLI_PATH
 #error "meson passes the path of the built coil tool"
@@ -112,17 +113,7 @@ static inline void flip_byte(const char *path, uint64_t off)
 /* The newer valid superblock copy of the closed store at @path. */
 static inline void read_super(const char *path, struct fmt_super *sb)
 {
-	uint8_t blk[2 * FMT_BLOCK];
-	struct fmt_super a, b;
-	int fd = open(path, O_RDONLY), ra, rb;
-
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(pread(fd, blk, sizeof(blk), 0), (ssize_t)sizeof(blk));
-	close(fd);
-	ra = fmt_super_decode(&a, blk, FMT_BLOCK);
-	rb = fmt_super_decode(&b, blk + FMT_BLOCK, FMT_BLOCK);
-	cr_assert(ra == 0 || rb == 0);
-	*sb = (rb == 0 && (ra < 0 || b.seq > a.seq)) ? b : a;
+	*sb = et_newest_super(path);
 }
 
 #endif
