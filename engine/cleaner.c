@@ -2195,6 +2195,39 @@ int cleaner_grow(struct coil_store *s, uint64_t need)
 
 /* ---- compaction ---------------------------------------------------------------- */
 
+/* Checkpoint rounds a compaction waits for at most before it cuts the
+ * file (each frees what the one before left pending). */
+#define COMPACT_CKPT_ROUNDS 6
+
+static uint32_t pending_segs(struct coil_store *s)
+{
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&s->mlock);
+	for (uint32_t i = 0; i < s->nseg; i++)
+		n += s->segs[i].state == SEG_PENDING;
+	pthread_mutex_unlock(&s->mlock);
+	return n;
+}
+
+/* Emptied segments become FREE through checkpoints.  One frees only those
+ * whose records all lie before its replay point (ckpt.c), and the last
+ * records end in a chunk a sync writes out: sync and checkpoint until
+ * none is pending (@always: at least once), at most COMPACT_CKPT_ROUNDS
+ * times.  @return 0 or -errno. */
+static int compact_settle(struct coil_store *s, bool always)
+{
+	int rc = 0;
+
+	for (int i = 0; i < COMPACT_CKPT_ROUNDS && rc == 0 &&
+	     ((always && i == 0) || pending_segs(s)); i++) {
+		rc = coil_sync_internal(s);
+		if (rc == 0)
+			rc = ckpt_wait(s);
+	}
+	return rc;
+}
+
 /* Give back the tail of a growing store: every FREE segment after the last
  * one in use, down to the size a new store starts with (a few free
  * segments stay, so the next writes need no growth step at once).  Order,
@@ -2220,6 +2253,13 @@ int cleaner_compact(struct coil_store *s, uint64_t *returned)
 		return 0;
 	if (fstat(s->fd, &st) == 0)
 		before = (uint64_t)st.st_blocks * 512;
+	/* Segments emptied before the call (removed objects, a deleted
+	 * journal) are PENDING until a checkpoint, and the moves need them
+	 * FREE to move into: a store whose free space was all pending moved
+	 * nothing, and gave back only its tail. */
+	rc = compact_settle(s, false);
+	if (rc < 0)
+		return rc;
 	/* Live data first moves toward the front, through the cleaner's
 	 * relocation (crash-safe as any cleaning), pass after pass while a
 	 * pass moves something. */
@@ -2232,11 +2272,8 @@ int cleaner_compact(struct coil_store *s, uint64_t *returned)
 	}
 	if (rc < 0)
 		return rc;
-	/* Emptied segments become FREE through checkpoints (the caller
-	 * flushed what was in flight): one may not free them all (ckpt.c),
-	 * so up to three. */
-	for (int i = 0; i < 3 && rc == 0; i++)
-		rc = ckpt_wait(s);
+	/* The segments the moves emptied become FREE. */
+	rc = compact_settle(s, true);
 	if (rc < 0)
 		return rc;
 	floor_n = (uint32_t)COIL_MIN((uint64_t)s->seg_cap,

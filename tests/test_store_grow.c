@@ -790,6 +790,43 @@ Test(store_grow, compact_moves_data_down, .timeout = 120)
 	unlink(path);
 }
 
+/* Compaction in the session that removed "a": its segments are still
+ * PENDING (freed by the next checkpoint), and the moves need them FREE to
+ * move "b" into.  Before compaction settled them first, it moved nothing
+ * here and gave back only holes. */
+Test(store_grow, compact_right_after_remove, .timeout = 120)
+{
+	char path[256];
+	struct coil_options o;
+	coil_store *s;
+	uint64_t got = 0, d1;
+	uint32_t n0;
+
+	et_path(path, sizeof(path), "grow-compact-now");
+	opts(&o, 0);
+	o.size = 512 * MiB;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	cr_assert_eq(put(s, "a", 96 * MiB, 22, NULL), 0);
+	cr_assert_eq(put(s, "b", 8 * MiB, 21, NULL), 0);
+	cr_assert_eq(coil_obj_remove(s, "a"), 0);
+	n0 = s->nseg;
+	cr_assert_eq(coil_compact(s, &got), 0);
+	cr_assert_lt(s->nseg, n0);
+	cr_assert_gt(got, 64 * MiB, "gave back %llu", (unsigned long long)got);
+	check(s, "b", 8 * MiB, 21);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_close(s), 0);
+	d1 = disk_bytes(path);
+	cr_assert_leq(d1, 64 * MiB, "after compaction: %llu bytes",
+		      (unsigned long long)d1);
+	o.flags &= ~COIL_CREATE;
+	cr_assert_eq(coil_open(path, &o, &s), 0);
+	check(s, "b", 8 * MiB, 21);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+}
+
 Test(store_grow, compact_gives_back_the_tail, .timeout = 120)
 {
 	char path[256];
