@@ -62,6 +62,9 @@ SQLITE_EXTENSION_INIT1
 #define STORE_SIZE_DEFAULT (1ull << 30)
 #define STATS_JSON_MAX (1u << 20)
 #define STORE_BUSY_WAIT_MS 1000
+/* A database cut by at least this much at once has its store give free
+ * space back at close (vfile_truncate). */
+#define SHRINK_COMPACT (4ull << 20)
 #define VCACHE_BYTES_DEFAULT (64ull << 20)
 /* vfs_mu guards the store list, every store's node list and every lock state.
  * It is held across coil_open/coil_close so two connections never race to
@@ -306,6 +309,16 @@ static void store_put(struct vstore *st)
 			*pp = st->next;
 			break;
 		}
+	}
+	if (st->compact_at_close) {
+		uint64_t back = 0;
+
+		/* best effort: what stays is reused by the next writes */
+		rc = coil_compact(st->s, &back);
+		if (rc < 0)
+			sqlite3_log(SQLITE_IOERR, "coil: giving back the free "
+				    "space of store %s: %s", st->key,
+				    coil_strerror(rc));
 	}
 	rc = coil_close(st->s);
 	if (rc < 0)
@@ -663,6 +676,15 @@ static int vfile_truncate(sqlite3_file *file, sqlite3_int64 size)
 	pthread_mutex_lock(&f->st->wmu);
 	rc = vfs_wb_flush_for_locked(f->st, f->node, SQLITE_IOERR_TRUNCATE);
 	if (rc == SQLITE_OK) {
+		uint64_t was = f->node->size;
+
+		/* A database cut by SHRINK_COMPACT bytes or more (VACUUM,
+		 * or auto_vacuum after a large delete): as with the default
+		 * VFS, whose file shrinks, the space goes back to the file
+		 * system, once, when the store closes. */
+		if ((f->flags & SQLITE_OPEN_MAIN_DB) &&
+		    (uint64_t)size + SHRINK_COMPACT <= was)
+			f->st->compact_at_close = true;
 		vcache_drop(&f->st->rc, f->node);
 		f->node->size = (uint64_t)size;
 		rc = coil_obj_truncate(f->obj, (uint64_t)size);
@@ -791,6 +813,27 @@ static int vfile_pragma_stats(struct vfile *f, char **args)
 	return args[0] ? SQLITE_OK : SQLITE_NOMEM;
 }
 
+/* PRAGMA coil_compact: give the store's free space back to the file
+ * system (coil_compact), as `coil compact` does for a closed store; the
+ * pragma's value is the bytes the store file gave back.  VACUUM shrinks a
+ * database object, but the segments its old pages held stay with the
+ * store for the next writes (docs/space.md); this is the request that
+ * returns them. */
+static int vfile_pragma_compact(struct vfile *f, char **args)
+{
+	uint64_t back = 0;
+	int rc;
+
+	rc = vfs_wb_flush(f->st);
+	if (rc != SQLITE_OK)
+		return rc;
+	rc = coil_compact(f->st->s, &back);
+	if (rc < 0)
+		return vfs_err_to_sqlite(rc, SQLITE_IOERR);
+	args[0] = sqlite3_mprintf("%llu", (unsigned long long)back);
+	return args[0] ? SQLITE_OK : SQLITE_NOMEM;
+}
+
 /* PRAGMA coil_vfs_stats: what SQLite asked of the VFS and what the VFS
  * asked of coil (merged writes, cache hits). */
 static int vfile_pragma_vfs_stats(struct vfile *f, char **args)
@@ -848,6 +891,8 @@ static int vfile_file_control(sqlite3_file *file, int op, void *arg)
 			return vfile_pragma_stats(f, args);
 		if (args[1] && !strcasecmp(args[1], "coil_vfs_stats"))
 			return vfile_pragma_vfs_stats(f, args);
+		if (args[1] && !strcasecmp(args[1], "coil_compact"))
+			return vfile_pragma_compact(f, args);
 		return SQLITE_NOTFOUND;
 	}
 	default:

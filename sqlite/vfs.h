@@ -5,6 +5,7 @@
 #define COIL_VFS_VFS_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sqlite3.h>
 
@@ -91,6 +92,9 @@ struct vstore {
 	/* Counters for PRAGMA coil_vfs_stats, under wmu. */
 	uint64_t n_reads, n_read_calls, n_writes, n_write_calls, n_syncs;
 	uint64_t b_write_db, b_write_other, b_sent;
+	/* A database of this store shrank by a VACUUM's worth (under wmu):
+	 * the store gives its free space back when it closes. */
+	bool compact_at_close;
 };
 
 struct vfile {

@@ -357,6 +357,102 @@ static void workload_compare(const char *mode)
 	scratch_fini(&s);
 }
 
+/* ---- giving space back ---- */
+
+/* The store file's allocated bytes (du). */
+static uint64_t store_disk_bytes(const struct scratch *s)
+{
+	struct stat st;
+
+	cr_assert_eq(stat(s->store, &st), 0, "%s: %s", s->store, strerror(errno));
+	return (uint64_t)st.st_blocks * 512;
+}
+
+#define BIG_ROWS 20000 /* of 4000 random bytes: 80 MB the store must hold */
+
+/* Run @sql on "db.sqlite" of @s's store; the shell's output. */
+static char *coil_sql(struct scratch *s, const char *sql)
+{
+	char *script, *out;
+	size_t len;
+	FILE *m = open_memstream(&script, &len);
+	int status;
+
+	coil_preamble(m, s, NULL);
+	fputs(sql, m);
+	fclose(m);
+	out = shell_run(s, script, NULL, &status);
+	cr_assert_eq(status, 0, "shell failed:\n%s", out);
+	free(script);
+	return out;
+}
+
+static void fill_big(struct scratch *s)
+{
+	char sql[512];
+
+	snprintf(sql, sizeof(sql),
+		 "CREATE TABLE big(id INTEGER PRIMARY KEY, b BLOB);\n"
+		 "WITH RECURSIVE c(x) AS (VALUES(1) UNION ALL SELECT x + 1 "
+		 "FROM c WHERE x < %d)\n"
+		 "INSERT INTO big SELECT x, randomblob(4000) FROM c;\n", BIG_ROWS);
+	free(coil_sql(s, sql));
+}
+
+/* VACUUM after a large delete shrinks the database; as the default VFS's
+ * file shrinks, the store gives the freed segments back when it closes
+ * (without it the store keeps them for its next writes). */
+Test(sqlite, vacuum_gives_space_back_at_close, .timeout = 120)
+{
+	struct scratch s;
+	uint64_t full, after;
+	char *out;
+
+	scratch_init(&s, "vacuum");
+	fill_big(&s);
+	full = store_disk_bytes(&s);
+	cr_assert_gt(full, 72ull << 20, "the store holds the rows: %llu",
+		     (unsigned long long)full);
+	free(coil_sql(&s, "DELETE FROM big WHERE id > 100;\nVACUUM;\n"));
+	after = store_disk_bytes(&s);
+	cr_log_info("store on disk: %llu MiB full, %llu MiB after VACUUM",
+		    (unsigned long long)(full >> 20),
+		    (unsigned long long)(after >> 20));
+	cr_assert_lt(after + (32ull << 20), full,
+		     "VACUUM gave nothing back: %llu -> %llu bytes",
+		     (unsigned long long)full, (unsigned long long)after);
+	out = coil_sql(&s, "PRAGMA integrity_check;\n"
+			   "SELECT 'rows', count(*), sum(length(b)) FROM big;\n");
+	cr_assert_not_null(strstr(out, "ok"), "%s", out);
+	cr_assert_not_null(strstr(out, "rows|100|400000"), "%s", out);
+	free(out);
+	scratch_fini(&s);
+}
+
+/* PRAGMA coil_compact gives the free space back at once, and says how
+ * much. */
+Test(sqlite, pragma_coil_compact, .timeout = 120)
+{
+	struct scratch s;
+	unsigned long long back = 0;
+	char *out, *p;
+
+	scratch_init(&s, "compact");
+	fill_big(&s);
+	out = coil_sql(&s, "DELETE FROM big WHERE id > 100;\nVACUUM;\n"
+			   "SELECT 'back';\nPRAGMA coil_compact;\n"
+			   "PRAGMA integrity_check;\n"
+			   "SELECT 'rows', count(*) FROM big;\n");
+	p = strstr(out, "back\n");
+	cr_assert_not_null(p, "%s", out);
+	cr_assert_eq(sscanf(p + 5, "%llu", &back), 1, "%s", out);
+	cr_assert_gt(back, 16ull << 20, "gave back %llu bytes", back);
+	cr_assert_not_null(strstr(out, "ok"), "%s", out);
+	cr_assert_not_null(strstr(out, "rows|100"), "%s", out);
+	free(out);
+	scratch_fini(&s);
+}
+
 Test(sqlite, workload_delete) { workload_compare("delete"); }
 Test(sqlite, workload_truncate) { workload_compare("truncate"); }
 Test(sqlite, workload_persist) { workload_compare("persist"); }
