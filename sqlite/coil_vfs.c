@@ -678,17 +678,17 @@ static int vfile_truncate(sqlite3_file *file, sqlite3_int64 size)
 	if (rc == SQLITE_OK) {
 		uint64_t was = f->node->size;
 
-		/* A database cut by SHRINK_COMPACT bytes or more (VACUUM,
-		 * or auto_vacuum after a large delete): as with the default
-		 * VFS, whose file shrinks, the space goes back to the file
-		 * system, once, when the store closes. */
-		if ((f->flags & SQLITE_OPEN_MAIN_DB) &&
-		    (uint64_t)size + SHRINK_COMPACT <= was)
-			f->st->compact_at_close = true;
 		vcache_drop(&f->st->rc, f->node);
 		f->node->size = (uint64_t)size;
 		rc = coil_obj_truncate(f->obj, (uint64_t)size);
 		rc = rc < 0 ? vfs_err_to_sqlite(rc, SQLITE_IOERR_TRUNCATE) : SQLITE_OK;
+		/* A database cut by SHRINK_COMPACT bytes or more (VACUUM,
+		 * or auto_vacuum after a large delete): as with the default
+		 * VFS, whose file shrinks, the space goes back to the file
+		 * system, once, when the store closes. */
+		if (rc == SQLITE_OK && (f->flags & SQLITE_OPEN_MAIN_DB) &&
+		    (uint64_t)size + SHRINK_COMPACT <= was)
+			f->st->compact_at_close = true;
 	}
 	pthread_mutex_unlock(&f->st->wmu);
 	return rc;

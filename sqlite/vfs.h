@@ -92,8 +92,9 @@ struct vstore {
 	/* Counters for PRAGMA coil_vfs_stats, under wmu. */
 	uint64_t n_reads, n_read_calls, n_writes, n_write_calls, n_syncs;
 	uint64_t b_write_db, b_write_other, b_sent;
-	/* A database of this store shrank by a VACUUM's worth (under wmu):
-	 * the store gives its free space back when it closes. */
+	/* A database of this store shrank by a VACUUM's worth (set under
+	 * wmu; read when the last file has closed): the store gives its free
+	 * space back when it closes. */
 	bool compact_at_close;
 };
 

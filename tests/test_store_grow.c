@@ -755,6 +755,30 @@ static void compact_setup(const char *path, struct coil_options *o,
 	compact_setup_order(path, o, a_mib, false);
 }
 
+/* Compact @s, open at @path and holding "b" (8 MiB) below 96 MiB of free
+ * space, and close it: the data area shrank by more than 64 MiB, "b" reads
+ * back and the live counts hold; the file then takes at most 64 MiB.
+ * @return its allocated bytes. */
+static uint64_t compact_to_b(const char *path, coil_store *s)
+{
+	uint32_t n0 = s->nseg;
+	uint64_t got = 0, d;
+
+	cr_assert_eq(coil_compact(s, &got), 0);
+	cr_assert_lt(s->nseg, n0);
+	cr_assert_eq(s->sb.segment_count, s->nseg);
+	cr_assert_eq(file_size(path), s->sb.data_off +
+		     (uint64_t)s->nseg * s->sb.segment_size);
+	cr_assert_gt(got, 64 * MiB, "gave back %llu", (unsigned long long)got);
+	check(s, "b", 8 * MiB, 21);
+	cr_assert_eq(cleaner_check_live(s), 0);
+	cr_assert_eq(coil_close(s), 0);
+	d = disk_bytes(path);
+	cr_assert_leq(d, 64 * MiB, "after compaction: %llu bytes",
+		      (unsigned long long)d);
+	return d;
+}
+
 /* "a" first and "b" after it: removing "a" frees the front, and "b" holds
  * the end of the file until compaction moves it down. */
 Test(store_grow, compact_moves_data_down, .timeout = 120)
@@ -762,8 +786,7 @@ Test(store_grow, compact_moves_data_down, .timeout = 120)
 	char path[256];
 	struct coil_options o;
 	coil_store *s;
-	uint64_t got = 0, d0, d1;
-	uint32_t n0;
+	uint64_t d0, d1;
 
 	et_path(path, sizeof(path), "grow-compact-move");
 	opts(&o, 0);
@@ -771,16 +794,8 @@ Test(store_grow, compact_moves_data_down, .timeout = 120)
 	compact_setup_order(path, &o, 96, true);
 	d0 = disk_bytes(path);
 	cr_assert_eq(coil_open(path, &o, &s), 0);
-	n0 = s->nseg;
-	cr_assert_eq(coil_compact(s, &got), 0);
-	cr_assert_lt(s->nseg, n0);
-	cr_assert_gt(got, 64 * MiB, "gave back %llu", (unsigned long long)got);
-	check(s, "b", 8 * MiB, 21);
-	cr_assert_eq(cleaner_check_live(s), 0);
-	cr_assert_eq(coil_close(s), 0);
-	d1 = disk_bytes(path);
-	cr_assert_leq(d1, 64 * MiB, "after compaction: %llu bytes (before "
-		      "%llu)", (unsigned long long)d1, (unsigned long long)d0);
+	d1 = compact_to_b(path, s);
+	cr_assert_lt(d1, d0);
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	check(s, "b", 8 * MiB, 21);
 	cr_assert_eq(cleaner_check_live(s), 0);
@@ -799,8 +814,6 @@ Test(store_grow, compact_right_after_remove, .timeout = 120)
 	char path[256];
 	struct coil_options o;
 	coil_store *s;
-	uint64_t got = 0, d1;
-	uint32_t n0;
 
 	et_path(path, sizeof(path), "grow-compact-now");
 	opts(&o, 0);
@@ -809,16 +822,7 @@ Test(store_grow, compact_right_after_remove, .timeout = 120)
 	cr_assert_eq(put(s, "a", 96 * MiB, 22, NULL), 0);
 	cr_assert_eq(put(s, "b", 8 * MiB, 21, NULL), 0);
 	cr_assert_eq(coil_obj_remove(s, "a"), 0);
-	n0 = s->nseg;
-	cr_assert_eq(coil_compact(s, &got), 0);
-	cr_assert_lt(s->nseg, n0);
-	cr_assert_gt(got, 64 * MiB, "gave back %llu", (unsigned long long)got);
-	check(s, "b", 8 * MiB, 21);
-	cr_assert_eq(cleaner_check_live(s), 0);
-	cr_assert_eq(coil_close(s), 0);
-	d1 = disk_bytes(path);
-	cr_assert_leq(d1, 64 * MiB, "after compaction: %llu bytes",
-		      (unsigned long long)d1);
+	(void)compact_to_b(path, s);
 	o.flags &= ~COIL_CREATE;
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	check(s, "b", 8 * MiB, 21);
@@ -833,7 +837,6 @@ Test(store_grow, compact_gives_back_the_tail, .timeout = 120)
 	struct coil_options o;
 	coil_store *s;
 	uint64_t got = 0, d0, d1;
-	uint32_t n0;
 
 	et_path(path, sizeof(path), "grow-compact");
 	opts(&o, 0);
@@ -841,19 +844,7 @@ Test(store_grow, compact_gives_back_the_tail, .timeout = 120)
 	compact_setup(path, &o, 96);
 	d0 = disk_bytes(path);
 	cr_assert_eq(coil_open(path, &o, &s), 0);
-	n0 = s->nseg;
-	cr_assert_eq(coil_compact(s, &got), 0);
-	cr_assert_lt(s->nseg, n0);
-	cr_assert_eq(s->sb.segment_count, s->nseg);
-	cr_assert_eq(file_size(path), s->sb.data_off +
-		     (uint64_t)s->nseg * s->sb.segment_size);
-	cr_assert_gt(got, 64 * MiB, "gave back %llu", (unsigned long long)got);
-	check(s, "b", 8 * MiB, 21);
-	cr_assert_eq(cleaner_check_live(s), 0);
-	cr_assert_eq(coil_close(s), 0);
-	d1 = disk_bytes(path);
-	cr_assert_leq(d1, 64 * MiB, "after compaction: %llu bytes",
-		      (unsigned long long)d1);
+	d1 = compact_to_b(path, s);
 	cr_assert_lt(d1, d0);
 	/* reopens exact, grows again */
 	cr_assert_eq(coil_open(path, &o, &s), 0);
