@@ -2210,21 +2210,17 @@ static uint32_t pending_segs(struct coil_store *s)
 	return n;
 }
 
-/* Emptied segments become FREE through checkpoints.  One frees only those
- * whose records all lie before its replay point (ckpt.c), and the last
- * records end in a chunk a sync writes out: sync and checkpoint until
- * none is pending (@always: at least once), at most COMPACT_CKPT_ROUNDS
- * times.  @return 0 or -errno. */
+/* Emptied segments become FREE through checkpoints, and one frees only
+ * those whose records all lie before its replay point (ckpt.c): wait for
+ * checkpoints until none is pending (@always: at least one), at most
+ * COMPACT_CKPT_ROUNDS.  @return 0 or -errno. */
 static int compact_settle(struct coil_store *s, bool always)
 {
 	int rc = 0;
 
 	for (int i = 0; i < COMPACT_CKPT_ROUNDS && rc == 0 &&
-	     ((always && i == 0) || pending_segs(s)); i++) {
-		rc = coil_sync_internal(s);
-		if (rc == 0)
-			rc = ckpt_wait(s);
-	}
+	     ((always && i == 0) || pending_segs(s)); i++)
+		rc = ckpt_wait(s);
 	return rc;
 }
 
