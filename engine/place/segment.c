@@ -441,11 +441,15 @@ void seg_discard_freed(struct coil_store *s)
 uint64_t seg_give_back_unwritten(struct coil_store *s)
 {
 	uint64_t off = s->sb.data_off, end = seg_base(s, s->nseg), given = 0;
+	uint64_t turns;
 
 	COIL_ASSERT(off % FMT_BLOCK == 0 && end >= off);
-	/* One hole per stretch between written runs: bounded by the
-	 * segments (a written run starts at each segment header). */
-	for (uint32_t n = 0; off < end && n <= 2 * s->nseg + 2; n++) {
+	/* One turn per hole between written runs.  Not bounded by the
+	 * segments: writes lost to a power cut leave holes inside one, and
+	 * a bound of two per segment left the last of them allocated.  Each
+	 * turn moves @off a block at least. */
+	turns = (end - off) / FMT_BLOCK + 1;
+	for (uint64_t n = 0; off < end && n < turns; n++) {
 		off_t hole = lseek(s->fd, (off_t)off, SEEK_HOLE);
 		off_t data;
 		uint64_t a, z;
