@@ -378,7 +378,8 @@ deps_sqlite_testfixture() {
 SQLITE_SUITE_FILES=(select1 insert update delete index lock crash2 crash3
 	crash4 crash5 crash7 crash8 walcrash walcrash4 ioerr ioerr2 corrupt
 	corrupt2 corrupt3 corruptA corruptC fuzz fuzz2 e_select e_insert
-	e_delete e_update trans shared pager1 journal1 wal)
+	e_delete e_update trans shared pager1 journal1 wal vacuum vacuum2
+	vacuum4 vacuum5 autovacuum incrvacuum e_vacuum)
 SQLITE_SUITE_QUICK=(select1 insert update delete index lock)
 
 run_sqlite_suite() {
