@@ -62,8 +62,8 @@ SQLITE_EXTENSION_INIT1
 #define STORE_SIZE_DEFAULT (1ull << 30)
 #define STATS_JSON_MAX (1u << 20)
 #define STORE_BUSY_WAIT_MS 1000
-/* A database cut by at least this much at once has its store give free
- * space back at close (vfile_truncate). */
+/* A database cut by at least this much at once (and a quarter of its
+ * size) has its store give free space back at close (vfile_truncate). */
 #define SHRINK_COMPACT (4ull << 20)
 #define VCACHE_BYTES_DEFAULT (64ull << 20)
 /* vfs_mu guards the store list, every store's node list and every lock state.
@@ -682,12 +682,16 @@ static int vfile_truncate(sqlite3_file *file, sqlite3_int64 size)
 		f->node->size = (uint64_t)size;
 		rc = coil_obj_truncate(f->obj, (uint64_t)size);
 		rc = rc < 0 ? vfs_err_to_sqlite(rc, SQLITE_IOERR_TRUNCATE) : SQLITE_OK;
-		/* A database cut by SHRINK_COMPACT bytes or more (VACUUM,
-		 * or auto_vacuum after a large delete): as with the default
-		 * VFS, whose file shrinks, the space goes back to the file
-		 * system, once, when the store closes. */
+		/* A database cut by a quarter and SHRINK_COMPACT bytes or
+		 * more (VACUUM, or auto_vacuum after a large delete): as
+		 * with the default VFS, whose file shrinks, the space goes
+		 * back to the file system, once, when the store closes.  The
+		 * quarter keeps that work in proportion: auto_vacuum's
+		 * small cuts of a large database do not move its data at
+		 * every close. */
 		if (rc == SQLITE_OK && (f->flags & SQLITE_OPEN_MAIN_DB) &&
-		    (uint64_t)size + SHRINK_COMPACT <= was)
+		    (uint64_t)size + SHRINK_COMPACT <= was &&
+		    (uint64_t)size <= was - was / 4)
 			f->st->compact_at_close = true;
 	}
 	pthread_mutex_unlock(&f->st->wmu);
