@@ -80,9 +80,26 @@ static int u32_cmp(const void *a, const void *b)
  * meaning for SQLite between syncs (see vfs_wb_flush_locked), and a torn
  * journal record can only exist while no page of this send is written.
  * @return the first error. */
+/* Bytes [@p0, @p1) of an extent made of the @n runs @order (in arrival
+ * order: a later write wins an overlap), copied out of the arena into
+ * @dst. */
+static void wb_assemble(const struct vstore *st, const uint32_t *order,
+			uint32_t n, uint64_t p0, uint64_t p1, unsigned char *dst)
+{
+	for (uint32_t k = 0; k < n; k++) {
+		const struct wrun *r = &st->runs[order[k]];
+		uint64_t a = r->off > p0 ? r->off : p0;
+		uint64_t b = r->off + r->len < p1 ? r->off + r->len : p1;
+
+		if (a < b)
+			memcpy(dst + (a - p0), st->wb + r->at + (a - r->off),
+			       b - a);
+	}
+}
+
 static int64_t wb_send(struct vstore *st, int db)
 {
-	uint32_t i, j, k, n = 0;
+	uint32_t i, j, n = 0;
 	uint64_t used = 0;
 	int64_t err;
 
@@ -128,19 +145,7 @@ static int64_t wb_send(struct vstore *st, int db)
 				}
 				dst = st->wsend + used;
 				used += p1 - p0;
-				for (k = i; k < j; k++) {
-					const struct wrun *r =
-						&st->runs[st->order[k]];
-					uint64_t a = r->off > p0 ? r->off : p0;
-					uint64_t b = r->off + r->len < p1 ?
-						     r->off + r->len : p1;
-
-					if (a < b)
-						memcpy(dst + (a - p0),
-						       st->wb + r->at +
-							       (a - r->off),
-						       b - a);
-				}
+				wb_assemble(st, st->order + i, j - i, p0, p1, dst);
 			}
 			st->n_write_calls++;
 			st->b_sent += p1 - p0;

@@ -41,12 +41,23 @@ static void check_both(coil_obj *h, const uint8_t *buf)
 	et_check_read(h, buf, 8 * PAGE, BIG);
 }
 
+/* Through a handle of its own, opened with @flags: @name reads back. */
+static void reread(coil_store *s, const char *name, unsigned flags,
+		   const uint8_t *buf)
+{
+	coil_obj *rd;
+
+	cr_assert_eq(coil_obj_open(s, name, flags, &rd), 0);
+	check_both(rd, buf);
+	cr_assert_eq(coil_obj_close(rd), 0);
+}
+
 Test(obj_shortlived, handle_takes_fast_mode_others_the_level, .timeout = 120)
 {
 	uint8_t *buf = malloc(BIG);
 	char path[256];
 	coil_store *s = et_open(path, sizeof(path), "shortlived", NULL);
-	coil_obj *log, *db, *rd;
+	coil_obj *log, *db;
 	uint64_t z0, f0, z1, f1, st0, st1;
 
 	/* compressible bytes: either encoding halves them */
@@ -78,24 +89,16 @@ Test(obj_shortlived, handle_takes_fast_mode_others_the_level, .timeout = 120)
 		     LOGICAL * 3 / 4);
 
 	/* a handle without the hint reads the log's blobs, and the reverse */
-	cr_assert_eq(coil_obj_open(s, "log", 0, &rd), 0);
-	check_both(rd, buf);
-	cr_assert_eq(coil_obj_close(rd), 0);
-	cr_assert_eq(coil_obj_open(s, "db", COIL_SHORTLIVED, &rd), 0);
-	check_both(rd, buf);
-	cr_assert_eq(coil_obj_close(rd), 0);
+	reread(s, "log", 0, buf);
+	reread(s, "db", COIL_SHORTLIVED, buf);
 	cr_assert_eq(coil_obj_close(log), 0);
 	cr_assert_eq(coil_obj_close(db), 0);
 	cr_assert_eq(coil_close(s), 0);
 
 	/* and from the device after a reopen */
 	cr_assert_eq(et_open_sized(path, 128ull << 20, false, &s), 0);
-	cr_assert_eq(coil_obj_open(s, "log", 0, &rd), 0);
-	check_both(rd, buf);
-	cr_assert_eq(coil_obj_close(rd), 0);
-	cr_assert_eq(coil_obj_open(s, "db", 0, &rd), 0);
-	check_both(rd, buf);
-	cr_assert_eq(coil_obj_close(rd), 0);
+	reread(s, "log", 0, buf);
+	reread(s, "db", 0, buf);
 	cr_assert_eq(coil_close(s), 0);
 	unlink(path);
 	free(buf);
