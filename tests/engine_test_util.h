@@ -2,12 +2,16 @@
 #ifndef COIL_TEST_ENGINE_UTIL_H
 #define COIL_TEST_ENGINE_UTIL_H
 
+#include <fcntl.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -20,6 +24,59 @@
 #ifndef TMPFS_MAGIC
 #define TMPFS_MAGIC 0x01021994
 #endif
+
+/* What the file system has allocated in [@a, @z) of a file, by FIEMAP
+ * (synced first): bytes written, bytes allocated and unwritten, extents.
+ * Unlike SEEK_DATA, it does not read an unwritten extent as data where the
+ * page cache holds pages over it. */
+struct et_fmap {
+	uint64_t written, unwritten, extents;
+};
+
+/* @return 0, or -1 when the file system cannot say (tmpfs). */
+static inline int et_fiemap(const char *path, uint64_t a, uint64_t z,
+			    struct et_fmap *m)
+{
+	enum { NEXT = 256 };
+	struct fiemap *fm = calloc(1, sizeof(*fm) + NEXT * sizeof(struct fiemap_extent));
+	int fd = open(path, O_RDONLY), rc = 0;
+	uint64_t start = a;
+	bool last = false;
+
+	cr_assert(fd >= 0 && fm);
+	memset(m, 0, sizeof(*m));
+	while (!last && start < z) {
+		fm->fm_start = start;
+		fm->fm_length = z - start;
+		fm->fm_flags = FIEMAP_FLAG_SYNC;
+		fm->fm_extent_count = NEXT;
+		if (ioctl(fd, FS_IOC_FIEMAP, fm) < 0) {
+			rc = -1;
+			break;
+		}
+		if (fm->fm_mapped_extents == 0)
+			break;
+		for (uint32_t i = 0; i < fm->fm_mapped_extents; i++) {
+			struct fiemap_extent *e = &fm->fm_extents[i];
+			uint64_t x = e->fe_logical > a ? e->fe_logical : a;
+			uint64_t y = e->fe_logical + e->fe_length;
+
+			y = y > z ? z : y;
+			if (y > x) {
+				if (e->fe_flags & FIEMAP_EXTENT_UNWRITTEN)
+					m->unwritten += y - x;
+				else
+					m->written += y - x;
+				m->extents++;
+			}
+			start = e->fe_logical + e->fe_length;
+			last = e->fe_flags & FIEMAP_EXTENT_LAST;
+		}
+	}
+	close(fd);
+	free(fm);
+	return rc;
+}
 
 /* Async completions counted: counter_add before each submit, count_cb as
  * its callback, then counter_wait (all done) or counter_wait_below (a

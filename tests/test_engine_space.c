@@ -31,11 +31,8 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/fiemap.h>
-#include <linux/fs.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "coil.h"
@@ -592,39 +589,11 @@ Test(engine_space, small_blobs_zstd, .timeout = 120)
  * FIEMAP; UINT64_MAX when the file system cannot say (tmpfs). */
 static uint64_t unwritten_bytes(const char *path, uint64_t size)
 {
-	enum { NEXT = 256 };
-	struct fiemap *fm = calloc(1, sizeof(*fm) + NEXT * sizeof(struct fiemap_extent));
-	int fd = open(path, O_RDONLY);
-	uint64_t written = 0, start = 0;
-	bool last = false;
+	struct et_fmap m;
 
-	cr_assert(fd >= 0 && fm);
-	while (!last && start < size) {
-		fm->fm_start = start;
-		fm->fm_length = size - start;
-		fm->fm_flags = FIEMAP_FLAG_SYNC;
-		fm->fm_extent_count = NEXT;
-		if (ioctl(fd, FS_IOC_FIEMAP, fm) < 0) {
-			close(fd);
-			free(fm);
-			return UINT64_MAX;
-		}
-		if (fm->fm_mapped_extents == 0)
-			break;
-		for (uint32_t i = 0; i < fm->fm_mapped_extents; i++) {
-			struct fiemap_extent *e = &fm->fm_extents[i];
-			uint64_t a = e->fe_logical, b = a + e->fe_length;
-
-			b = b > size ? size : b;
-			if (!(e->fe_flags & FIEMAP_EXTENT_UNWRITTEN) && b > a)
-				written += b - a;
-			start = e->fe_logical + e->fe_length;
-			last = e->fe_flags & FIEMAP_EXTENT_LAST;
-		}
-	}
-	close(fd);
-	free(fm);
-	return size - written;
+	if (et_fiemap(path, 0, size, &m) != 0)
+		return UINT64_MAX;
+	return size - m.written;
 }
 
 /* Overwrite an 8 MiB object @rounds times in 64 KiB pieces, then clean. */

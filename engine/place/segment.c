@@ -11,6 +11,7 @@
  * cache are told what happened through the report seg_place_write returns
  * (SEG_REPORT_*), and their caller decides (io/wreq.c, io/write.c). */
 #include <errno.h>
+#include <fcntl.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -444,6 +445,13 @@ uint64_t seg_give_back_unwritten(struct coil_store *s)
 	uint64_t turns;
 
 	COIL_ASSERT(off % FMT_BLOCK == 0 && end >= off);
+	/* SEEK_HOLE reads an unwritten extent as data where the page cache
+	 * holds pages over it (a buffered reader of the file, a backup, put
+	 * them there): such blocks would stay allocated.  Coil reads the data
+	 * area with O_DIRECT, so its clean pages are nobody's need; dirty ones
+	 * are not dropped and stay data, which they are. */
+	(void)posix_fadvise(s->fd, (off_t)off, (off_t)(end - off),
+			    POSIX_FADV_DONTNEED);
 	/* One turn per hole between written runs.  Not bounded by the
 	 * segments: writes lost to a power cut leave holes inside one, and
 	 * a bound of two per segment left the last of them allocated.  Each
