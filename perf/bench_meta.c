@@ -382,7 +382,7 @@ static void reopen_child(const char *path, double *open_s, double *rss,
 
 /* ---- main ----------------------------------------------------------------- */
 
-static void usage(void)
+static _Noreturn void usage(void)
 {
 	fprintf(stderr, "usage: %s objects STORE N | blobs STORE M | "
 		"blobs64 STORE M\n", prog);
