@@ -116,8 +116,9 @@ static uint32_t pack_collect(struct packer *pk)
 	uint32_t n = 0, keep = 0;
 
 	pthread_mutex_lock(&ml->mu);
-	for (struct memblob *m = ml->head.next;
-	     m != &ml->head && n < PACK_BATCH_BLOBS; m = m->next) {
+	for (struct memlink *l = ml->head.next;
+	     l != &ml->head && n < PACK_BATCH_BLOBS; l = l->next) {
+		struct memblob *m = memblob_of(l);
 		size_t t = total;
 
 		(void)pack_slot(m->b, &t);

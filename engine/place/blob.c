@@ -71,10 +71,10 @@ struct blobd *blobd_new_mem(const struct fmt_blob *fb, const uint8_t *bytes,
 	atomic_init(&m->maprefs, 0);
 	memcpy(m->bytes, bytes, fb->stored_len);
 	pthread_mutex_lock(&ml->mu);
-	m->next = &ml->head;
-	m->prev = ml->head.prev;
-	m->prev->next = m;
-	ml->head.prev = m;
+	m->link.next = &ml->head;
+	m->link.prev = ml->head.prev;
+	m->link.prev->next = &m->link;
+	ml->head.prev = &m->link;
 	pthread_mutex_unlock(&ml->mu);
 	atomic_fetch_add(&ml->bytes, fb->stored_len);
 	atomic_fetch_add(&ml->count, 1);
@@ -87,8 +87,8 @@ static void memblob_free(struct blobd *b)
 	struct memlist *ml = m->ml;
 
 	pthread_mutex_lock(&ml->mu);
-	m->prev->next = m->next;
-	m->next->prev = m->prev;
+	m->link.prev->next = m->link.next;
+	m->link.next->prev = m->link.prev;
 	pthread_mutex_unlock(&ml->mu);
 	atomic_fetch_sub(&ml->bytes, b->stored_len);
 	atomic_fetch_sub(&ml->count, 1);

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct fmt_blob;
@@ -17,10 +18,15 @@ struct fmt_blob;
  * (engine/pack.c) writes them densely into a segment.  Every live one is
  * on its store's list, which the packer walks; where it was written
  * (object, offset) is what the packer's relocation compares against. */
+/* A link of a memlist's circular list (the list's head is one alone). */
+struct memlink {
+	struct memlink *prev, *next;
+};
+
 struct memblob {
+	struct memlink link;     /* first: a link is its memblob */
 	struct memlist *ml;
 	struct blobd *b;         /* the descriptor that owns it */
-	struct memblob *prev, *next;
 	uint64_t obj_id, obj_off;
 	/* extents that map it (extmap.c): the packer takes only a blob a map
 	 * points at.  Before its write applies, or after an overwrite while a
@@ -33,10 +39,18 @@ struct memblob {
 /* A store's in-memory blobs: the list and their stored bytes. */
 struct memlist {
 	pthread_mutex_t mu;
-	struct memblob head;     /* sentinel of a circular list */
+	struct memlink head;     /* sentinel of a circular list */
 	_Atomic uint64_t bytes;  /* stored bytes of every live one */
 	_Atomic uint64_t count;
 };
+
+_Static_assert(offsetof(struct memblob, link) == 0,
+	       "memblob_of casts a link to its memblob");
+
+static inline struct memblob *memblob_of(struct memlink *l)
+{
+	return (struct memblob *)(void *)l;
+}
 
 struct blobd {
 	_Atomic uint32_t refs;
