@@ -262,7 +262,13 @@ Test(store_give_back, buffered_reader_before_close, .timeout = 120)
 	int fd;
 
 	s = first_session(path, sizeof(path), "give-back-reader", &o, npages);
-	cr_assert_eq(et_fiemap(path, 0, UINT64_MAX, &m), 0);
+	if (et_fiemap(path, 0, UINT64_MAX, &m) != 0) {
+		cr_assert_eq(coil_close(s), 0);
+		unlink(path);
+		free(buf);
+		cr_skip_test("no FIEMAP on this file system: nothing tells "
+			     "an unwritten block under cached pages from data");
+	}
 	cr_assert_gt(m.unwritten, 0, "the open store has blocks ahead of writes");
 	fd = open(path, O_RDONLY);
 	cr_assert_geq(fd, 0);

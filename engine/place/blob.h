@@ -13,16 +13,16 @@
 
 struct fmt_blob;
 
-/* A blob kept in memory (FMT_BLOB_INLINE): a small write's encoded bytes,
- * which the journal record (and checkpoints) carry until the packer
- * (engine/pack.c) writes them densely into a segment.  Every live one is
- * on its store's list, which the packer walks; where it was written
- * (object, offset) is what the packer's relocation compares against. */
 /* A link of a memlist's circular list (the list's head is one alone). */
 struct memlink {
 	struct memlink *prev, *next;
 };
 
+/* A blob kept in memory (FMT_BLOB_INLINE): a small write's encoded bytes,
+ * which the journal record (and checkpoints) carry until the packer
+ * (engine/pack.c) writes them densely into a segment.  Every live one is
+ * on its store's list, which the packer walks; where it was written
+ * (object, offset) is what the packer's relocation compares against. */
 struct memblob {
 	struct memlink link;     /* first: a link is its memblob */
 	struct memlist *ml;
