@@ -206,6 +206,19 @@ static coil_store *first_session(char *path, size_t len, const char *tag,
 	return s;
 }
 
+/* Close @s, check what the close gave back, reopen: every page is session
+ * @gen's; closed again. */
+static void close_and_recheck(coil_store *s, const char *path,
+			      const struct coil_options *o, uint32_t npages,
+			      uint32_t gen)
+{
+	cr_assert_eq(coil_close(s), 0);
+	check_given_back(path);
+	cr_assert_eq(coil_open(path, o, &s), 0);
+	check_all(s, npages, gen);
+	cr_assert_eq(coil_close(s), 0);
+}
+
 Test(store_give_back, close_gives_back_what_holds_nothing, .timeout = 120)
 {
 	uint32_t npages = (uint32_t)(6000 * COIL_MAX(tu_scale(), 0.2));
@@ -277,11 +290,7 @@ Test(store_give_back, buffered_reader_before_close, .timeout = 120)
 	cr_assert_eq(n, 0);
 	close(fd);
 	free(buf);
-	cr_assert_eq(coil_close(s), 0);
-	check_given_back(path);
-	cr_assert_eq(coil_open(path, &o, &s), 0);
-	check_all(s, npages, 1);
-	cr_assert_eq(coil_close(s), 0);
+	close_and_recheck(s, path, &o, npages, 1);
 	unlink(path);
 }
 
@@ -323,11 +332,7 @@ Test(store_give_back, many_holes_inside_segments, .timeout = 120)
 	cr_assert_gt(holes, 2 * s->nseg + 2, "more holes than two a segment");
 	cr_assert_eq(fsync(fd), 0);
 	close(fd);
-	cr_assert_eq(coil_close(s), 0);
-	check_given_back(path);
-	cr_assert_eq(coil_open(path, &o, &s), 0);
-	check_all(s, npages, 1);
-	cr_assert_eq(coil_close(s), 0);
+	close_and_recheck(s, path, &o, npages, 1);
 	unlink(path);
 }
 
@@ -354,11 +359,7 @@ static void cut_close(const char *path, struct coil_options *o, uint32_t npages,
 	cr_assert_eq(coil_open(path, o, &s), 0, "k %llu mode %d",
 		     (unsigned long long)k, mode);
 	check_all(s, npages, 2);
-	cr_assert_eq(coil_close(s), 0);
-	check_given_back(path);
-	cr_assert_eq(coil_open(path, o, &s), 0);
-	check_all(s, npages, 2);
-	cr_assert_eq(coil_close(s), 0);
+	close_and_recheck(s, path, o, npages, 2);
 }
 
 Test(store_give_back, powercut_at_every_close_step, .timeout = 600)
