@@ -200,12 +200,18 @@ Test(small_write, deep_raw_writer_takes_the_segment_path)
 		cr_assert_eq(stat_of(s, "small_writes", "inline"), 16,
 			     "%s: queue depth 1 goes through the journal",
 			     codec[k]);
-		/* all 256 submitted at once: each waits for a flush, so
-		 * the depth passes 8 after the first few however slow this
-		 * thread runs */
+		/* all 256 submitted at once: each waits for a flush, so the
+		 * depth passes 8 once this thread submits faster than
+		 * flushes complete.  How soon is the machine's: a loaded
+		 * ASan run sent 131 through the journal before it did, a
+		 * quiet release run 7, three busy loops beside ASan 7-41.
+		 * At depth 1 none is placed; here a quarter of them at
+		 * least.  Without the depth rule 239-248 go through the
+		 * journal (the in-memory cap places the rest), so the bound
+		 * still tells the rule's absence. */
 		deep = write_deep(s, h, 16, 256, 256);
 		if (k == 0)
-			cr_assert_lt(deep, 128, "raw, 256 in flight: %llu "
+			cr_assert_lt(deep, 192, "raw, 256 in flight: %llu "
 				     "through the journal",
 				     (unsigned long long)deep);
 		else
