@@ -69,17 +69,6 @@ static int u32_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* Send the arena's runs of one kind (database or not) and wait for them
- * (st->wmu held).  Runs are merged first: sorted by object and offset,
- * touching runs form one extent — scattered spilled pages that turn out
- * adjacent, a page spilled twice (the later copy wins), journal records
- * split by page writes between them.  An extent goes out in pieces cut at
- * SEND_MAX-aligned offsets (never inside a page: pages are at most 64 KiB
- * and aligned), each one coil write, assembled in wsend and all in flight
- * until wsend is full.  Within one kind the order of writes carries no
- * meaning for SQLite between syncs (see vfs_wb_flush_locked), and a torn
- * journal record can only exist while no page of this send is written.
- * @return the first error. */
 /* Bytes [@p0, @p1) of an extent made of the @n runs @order (in arrival
  * order: a later write wins an overlap), copied out of the arena into
  * @dst. */
@@ -97,6 +86,17 @@ static void wb_assemble(const struct vstore *st, const uint32_t *order,
 	}
 }
 
+/* Send the arena's runs of one kind (database or not) and wait for them
+ * (st->wmu held).  Runs are merged first: sorted by object and offset,
+ * touching runs form one extent — scattered spilled pages that turn out
+ * adjacent, a page spilled twice (the later copy wins), journal records
+ * split by page writes between them.  An extent goes out in pieces cut at
+ * SEND_MAX-aligned offsets (never inside a page: pages are at most 64 KiB
+ * and aligned), each one coil write, assembled in wsend and all in flight
+ * until wsend is full.  Within one kind the order of writes carries no
+ * meaning for SQLite between syncs (see vfs_wb_flush_locked), and a torn
+ * journal record can only exist while no page of this send is written.
+ * @return the first error. */
 static int64_t wb_send(struct vstore *st, int db)
 {
 	uint32_t i, j, n = 0;

@@ -2,6 +2,7 @@
 #ifndef COIL_TEST_ENGINE_UTIL_H
 #define COIL_TEST_ENGINE_UTIL_H
 
+#include <errno.h>
 #include <fcntl.h>
 #include <linux/fiemap.h>
 #include <linux/fs.h>
@@ -24,6 +25,15 @@
 #ifndef TMPFS_MAGIC
 #define TMPFS_MAGIC 0x01021994
 #endif
+
+/* The file's allocated bytes (du): st_blocks, in bytes. */
+static inline uint64_t et_disk_bytes(const char *path)
+{
+	struct stat st;
+
+	cr_assert_eq(stat(path, &st), 0, "%s: %s", path, strerror(errno));
+	return (uint64_t)st.st_blocks * 512;
+}
 
 /* What the file system has allocated in [@a, @z) of a file, by FIEMAP
  * (synced first): bytes written, bytes allocated and unwritten, extents.

@@ -62,14 +62,6 @@ static void put(coil_store *s, const char *name, const uint8_t *src, size_t n,
 	cr_assert_eq(coil_obj_close(h), 0);
 }
 
-static uint64_t disk_bytes(const char *path)
-{
-	struct stat st;
-
-	cr_assert_eq(stat(path, &st), 0);
-	return (uint64_t)st.st_blocks * 512;
-}
-
 Test(clone, diverge, .timeout = 60)
 {
 	char path[256];
@@ -291,7 +283,7 @@ Test(clone, cleaner_relocates_shared_once, .timeout = 240)
 	et_check_obj(s, "c", c, n);
 	cr_assert_eq(coil_close(s), 0);
 	/* three objects of 8 MiB each, raw: far less than 24 MiB of data */
-	d = disk_bytes(path);
+	d = et_disk_bytes(path);
 	cr_log_info("store: %llu bytes on disk", (unsigned long long)d);
 
 	o.flags &= ~COIL_CREATE;

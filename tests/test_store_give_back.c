@@ -43,14 +43,6 @@
 #define MiB (1ull << 20)
 #define PAGE 4096u
 
-static uint64_t du(const char *path)
-{
-	struct stat st;
-
-	cr_assert_eq(stat(path, &st), 0);
-	return (uint64_t)st.st_blocks * 512;
-}
-
 /* Bytes of [@a, @z) of the file that hold data (SEEK_DATA / SEEK_HOLE: a
  * block allocated and never written reads as a hole there, unless the page
  * cache holds pages over it). */
@@ -151,7 +143,7 @@ static uint64_t allocated_in(const char *path, uint64_t a, uint64_t z)
 static void check_given_back(const char *path)
 {
 	struct fmt_super sb = et_newest_super(path);
-	uint64_t keep, seg_end, data;
+	uint64_t keep, seg_end, data, du;
 	struct et_fmap m;
 
 	cr_assert(sb.incompat & FMT_INCOMPAT_GROW);
@@ -177,18 +169,19 @@ static void check_given_back(const char *path)
 		/* the rest of du is the file system's extent tree: a block
 		 * holds 340 extents, punches leave its leaves part full */
 		data = m.written;
-		cr_assert_leq(du(path), data + (m.extents / 32 + 16) * 4096ull,
+		du = et_disk_bytes(path);
+		cr_assert_leq(du, data + (m.extents / 32 + 16) * 4096ull,
 			      "du %llu, written %llu, %llu extents",
-			      (unsigned long long)du(path),
-			      (unsigned long long)data,
+			      (unsigned long long)du, (unsigned long long)data,
 			      (unsigned long long)m.extents);
 	} else {
 		data = data_in(path, 0, seg_end);
-		cr_assert_leq(du(path), data + 64 * 1024,
+		du = et_disk_bytes(path);
+		cr_assert_leq(du, data + 64 * 1024,
 			      "du %llu, data %llu: allocated blocks that hold nothing",
-			      (unsigned long long)du(path), (unsigned long long)data);
+			      (unsigned long long)du, (unsigned long long)data);
 	}
-	cr_assert_geq(du(path), data);
+	cr_assert_geq(du, data);
 }
 
 /* A new store at @path (tag @tag) with its first session of @npages
@@ -230,9 +223,9 @@ Test(store_give_back, close_gives_back_what_holds_nothing, .timeout = 120)
 	s = first_session(path, sizeof(path), "give-back", &o, npages);
 	cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
 	open_du = json_u64(js, "\"space\"", "disk_bytes");
-	cr_assert_eq(open_du, du(path), "the stats' disk_bytes is du");
+	cr_assert_eq(open_du, et_disk_bytes(path), "the stats' disk_bytes is du");
 	cr_assert_eq(coil_close(s), 0);
-	closed_du = du(path);
+	closed_du = et_disk_bytes(path);
 	cr_assert_lt(closed_du + GROW_JOURNAL_MIN / 2, open_du,
 		     "closed %llu, open %llu", (unsigned long long)closed_du,
 		     (unsigned long long)open_du);
@@ -242,7 +235,7 @@ Test(store_give_back, close_gives_back_what_holds_nothing, .timeout = 120)
 	 * chunk is written to it */
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	check_all(s, npages, 1);
-	cr_assert_geq(du(path), closed_du + GROW_JOURNAL_MIN,
+	cr_assert_geq(et_disk_bytes(path), closed_du + GROW_JOURNAL_MIN,
 		      "the journal's blocks are allocated again at open");
 	cr_assert_geq(s->j_alloc, GROW_JOURNAL_MIN);
 	write_session(s, npages, 2);
@@ -252,12 +245,12 @@ Test(store_give_back, close_gives_back_what_holds_nothing, .timeout = 120)
 	check_all(s, npages, 2);
 	cr_assert_eq(coil_close(s), 0);
 	/* a read-only open gives back nothing and takes nothing */
-	closed_du = du(path);
+	closed_du = et_disk_bytes(path);
 	o.flags |= COIL_RDONLY;
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	check_all(s, npages, 2);
 	cr_assert_eq(coil_close(s), 0);
-	cr_assert_eq(du(path), closed_du);
+	cr_assert_eq(et_disk_bytes(path), closed_du);
 	unlink(path);
 }
 

@@ -60,14 +60,6 @@
 
 #define MiB (1ull << 20)
 
-static uint64_t disk_bytes(const char *path)
-{
-	struct stat st;
-
-	cr_assert_eq(stat(path, &st), 0);
-	return (uint64_t)st.st_blocks * 512;
-}
-
 static uint64_t file_size(const char *path)
 {
 	struct stat st;
@@ -174,7 +166,7 @@ Test(store_grow, starts_small_grows_and_reopens, .timeout = 120)
 	cr_assert(s->grows);
 	n0 = s->nseg;
 	cr_assert_lt(n0, s->seg_cap);
-	d0 = disk_bytes(path);
+	d0 = et_disk_bytes(path);
 	cr_assert_leq(d0, 64 * MiB, "a new store takes %llu bytes",
 		      (unsigned long long)d0);
 	cr_assert_eq(put(s, "a", 96 * MiB, 1, NULL), 0);
@@ -188,7 +180,7 @@ Test(store_grow, starts_small_grows_and_reopens, .timeout = 120)
 		     "the count in use is kept for the next superblock");
 	cr_assert_eq(cleaner_check_live(s), 0);
 	cr_assert_eq(coil_close(s), 0);
-	d1 = disk_bytes(path);
+	d1 = et_disk_bytes(path);
 	/* data, at most a step and the low mark of free segments, the
 	 * journal's share, checkpoints */
 	cr_assert_leq(d1, 96 * MiB + GROW_STEP_BYTES + 16 * MiB,
@@ -773,7 +765,7 @@ static uint64_t compact_to_b(const char *path, coil_store *s)
 	check(s, "b", 8 * MiB, 21);
 	cr_assert_eq(cleaner_check_live(s), 0);
 	cr_assert_eq(coil_close(s), 0);
-	d = disk_bytes(path);
+	d = et_disk_bytes(path);
 	cr_assert_leq(d, 64 * MiB, "after compaction: %llu bytes",
 		      (unsigned long long)d);
 	return d;
@@ -792,7 +784,7 @@ Test(store_grow, compact_moves_data_down, .timeout = 120)
 	opts(&o, 0);
 	o.size = 512 * MiB;
 	compact_setup_order(path, &o, 96, true);
-	d0 = disk_bytes(path);
+	d0 = et_disk_bytes(path);
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	d1 = compact_to_b(path, s);
 	cr_assert_lt(d1, d0);
@@ -842,7 +834,7 @@ Test(store_grow, compact_gives_back_the_tail, .timeout = 120)
 	opts(&o, 0);
 	o.size = 512 * MiB;
 	compact_setup(path, &o, 96);
-	d0 = disk_bytes(path);
+	d0 = et_disk_bytes(path);
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	d1 = compact_to_b(path, s);
 	cr_assert_lt(d1, d0);
