@@ -206,35 +206,22 @@ static int store_io_init(struct vstore *st)
 		st->wb_cap = WB_BYTES_MIN;
 	if (st->wb_cap > WB_BYTES_MAX)
 		st->wb_cap = WB_BYTES_MAX;
-	st->wb = malloc(st->wb_cap);
-	st->wsend = malloc(WSEND_BYTES);
-	st->runs = calloc(WB_RUNS, sizeof(*st->runs));
-	st->order = calloc(WB_RUNS, sizeof(*st->order));
-	if (!st->wb || !st->wsend || !st->runs || !st->order ||
-	    vcache_init(&st->rc, bytes_from_env("COIL_SQLITE_CACHE",
+	if (vfs_wb_init(st))
+		return -ENOMEM;
+	if (vcache_init(&st->rc, bytes_from_env("COIL_SQLITE_CACHE",
 						VCACHE_BYTES_DEFAULT))) {
-		free(st->wb);
-		free(st->wsend);
-		free(st->runs);
-		free(st->order);
+		vfs_wb_fini(st);
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&st->wmu, NULL);
-	pthread_mutex_init(&st->cmu, NULL);
-	pthread_cond_init(&st->ccv, NULL);
 	return 0;
 }
 
 static void store_io_fini(struct vstore *st)
 {
-	pthread_cond_destroy(&st->ccv);
-	pthread_mutex_destroy(&st->cmu);
 	pthread_mutex_destroy(&st->wmu);
 	vcache_fini(&st->rc);
-	free(st->runs);
-	free(st->order);
-	free(st->wsend);
-	free(st->wb);
+	vfs_wb_fini(st);
 }
 
 /* Find or open the store at @path and take a reference (vfs_mu held).
@@ -487,7 +474,7 @@ static int64_t obj_read(struct vfile *f, unsigned char *p, size_t len,
 	size_t got = 0;
 	int rc;
 
-	if (flush && f->node->wb_runs > 0) {
+	if (flush && vfs_wb_has(f->node)) {
 		rc = vfs_wb_flush_locked(st);
 		if (rc != SQLITE_OK)
 			return -EIO;
@@ -540,7 +527,7 @@ static int64_t cached_read(struct vfile *f, unsigned char *p, size_t len,
 				return n;
 			}
 			clen = (uint32_t)n;
-			if (f->node->wb_runs > 0)
+			if (vfs_wb_has(f->node))
 				clen = vfs_wb_overlay(f->st, f->node, chunk, data,
 						  clen);
 			vcache_fill_done(rc, slot, clen);
@@ -612,18 +599,19 @@ static int vfile_write(sqlite3_file *file, const void *buf, int amt,
 	 * need no such care: a journal record that lands before the pages
 	 * of an earlier spill only restores a page not yet changed. */
 	if (!(f->flags & SQLITE_OPEN_MAIN_DB) && (uint64_t)off < f->node->size &&
-	    st->nruns > (uint32_t)f->node->wb_runs) {
-		rc = vfs_wb_flush_locked(st);
-		if (rc != SQLITE_OK)
-			goto out;
-	}
-	if (st->wb_used + len > st->wb_cap || st->nruns == WB_RUNS) {
+	    vfs_wb_others(st, f->node)) {
 		rc = vfs_wb_flush_locked(st);
 		if (rc != SQLITE_OK)
 			goto out;
 	}
 	if (len > st->wb_cap) {
 		size_t done = 0;
+
+		/* Larger than the window: written straight through, after
+		 * everything before it. */
+		rc = vfs_wb_flush_locked(st);
+		if (rc != SQLITE_OK)
+			goto out;
 
 		while (done < len) {
 			size_t piece = len - done > SEND_MAX ? SEND_MAX
@@ -641,21 +629,9 @@ static int vfile_write(sqlite3_file *file, const void *buf, int amt,
 			done += (size_t)n;
 		}
 	} else {
-		struct wrun *r = st->nruns ? &st->runs[st->nruns - 1] : NULL;
-
-		if (r && r->f == f && r->off + r->len == (uint64_t)off &&
-		    r->at + r->len == st->wb_used) {
-			r->len += (uint32_t)len;
-		} else {
-			r = &st->runs[st->nruns++];
-			r->f = f;
-			r->off = (uint64_t)off;
-			r->len = (uint32_t)len;
-			r->at = (uint32_t)st->wb_used;
-			f->node->wb_runs++;
-		}
-		memcpy(st->wb + st->wb_used, p, len);
-		st->wb_used += (uint32_t)len;
+		rc = vfs_wb_write_locked(f, p, len, (uint64_t)off);
+		if (rc != SQLITE_OK)
+			goto out;
 	}
 	if ((uint64_t)off + len > f->node->size)
 		f->node->size = (uint64_t)off + len;
@@ -849,7 +825,7 @@ static int vfile_pragma_vfs_stats(struct vfile *f, char **args)
 		"{\"sqlite_reads\":%llu,\"coil_reads\":%llu,"
 		"\"sqlite_writes\":%llu,\"coil_writes\":%llu,\"syncs\":%llu,"
 		"\"sqlite_write_bytes_db\":%llu,\"sqlite_write_bytes_journal\":%llu,"
-		"\"coil_write_bytes\":%llu,"
+		"\"coil_write_bytes\":%llu,\"spills\":%llu,"
 		"\"cache_bytes\":%llu,\"cache_hits\":%llu,\"cache_misses\":%llu}",
 		(unsigned long long)st->n_reads,
 		(unsigned long long)st->n_read_calls,
@@ -859,6 +835,7 @@ static int vfile_pragma_vfs_stats(struct vfile *f, char **args)
 		(unsigned long long)st->b_write_db,
 		(unsigned long long)st->b_write_other,
 		(unsigned long long)st->b_sent,
+		(unsigned long long)st->n_spills,
 		(unsigned long long)st->rc.n * VCACHE_CHUNK,
 		(unsigned long long)st->rc.hits,
 		(unsigned long long)st->rc.misses);

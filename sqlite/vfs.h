@@ -16,7 +16,9 @@
  * store opens).  32 MiB by default: on the 200k-row workload a page is
  * spilled ~40 times on average (1.6 GB of page writes for a 37 MiB
  * database) and a longer window folds more of the rewrites — 8 MiB sent
- * 1.1 GB to coil, 32 MiB 0.66 GB. */
+ * 1.1 GB to coil, 32 MiB 0.66 GB.  A second arena of the same size is
+ * allocated at the first spill: a full arena is sent by the store's sender
+ * thread while SQLite fills the other (vfs_writeback.c). */
 #define WB_BYTES_DEFAULT (32ull << 20)
 #define WB_BYTES_MIN (256u << 10)
 #define WB_BYTES_MAX (1ull << 30)
@@ -45,7 +47,7 @@ struct vnode {
 	int shm_maps;                        /* vfiles that mapped it */
 	int shm_readers[SQLITE_SHM_NLOCK];   /* holders of each shared slot */
 	unsigned char shm_writer[SQLITE_SHM_NLOCK]; /* slot held exclusive */
-	int wb_runs;     /* runs of this object in the arena; under wmu */
+	int wb_runs[2];  /* runs of this object in each arena; under wmu */
 	uint64_t size;   /* size as SQLite's writes left it; under wmu */
 	/* A send (any connection's) that failed with writes of this object
 	 * in the window dropped them: every later write, sync, truncate,
@@ -62,7 +64,15 @@ struct wrun {
 	struct vfile *f; /* whose handle sends it */
 	uint64_t off;
 	uint32_t len;
-	uint32_t at;     /* offset in vstore.wb */
+	uint32_t at;     /* offset in its arena's bytes */
+};
+
+/* One arena of the write-back window: SQLite's writes in arrival order. */
+struct warena {
+	unsigned char *wb;    /* vstore.wb_cap bytes */
+	struct wrun *runs;    /* WB_RUNS */
+	uint32_t nruns;
+	uint64_t used;
 };
 
 struct vstore {
@@ -78,19 +88,35 @@ struct vstore {
 	pthread_mutex_t wmu;
 	pthread_mutex_t cmu;
 	pthread_cond_t ccv;
-	unsigned char *wb;    /* wb_cap bytes */
+	/* The window: arena[cur] takes SQLite's writes; arena[!cur], when it
+	 * has runs, is being sent by the sender thread (a spill) and is
+	 * read-only until settled.  Sends never overlap: each one waits for
+	 * the one before (vfs_writeback.c).  Under wmu, but for the sending
+	 * arena's bytes and runs, which the sender reads without it. */
+	struct warena arena[2];
+	int cur;
 	uint64_t wb_cap;
-	struct wrun *runs;    /* WB_RUNS, in SQLite's order */
 	unsigned char *wsend; /* WSEND_BYTES: pieces of a send in flight */
 	uint32_t *order;      /* WB_RUNS: runs sorted for a send */
-	uint32_t nruns;
-	uint64_t wb_used;
 	int inflight;         /* under cmu */
 	int64_t werr;         /* first failed write of a send; cmu */
 	struct vnode *werr_node; /* ... and its object; cmu */
+	/* The sender thread (started at the first spill), under cmu: a
+	 * spill sets bg_busy and signals scv; the sender sends arena
+	 * bg_idx, leaves its result in bg_err and its counts in bg_calls
+	 * and bg_bytes, clears bg_busy and broadcasts ccv. */
+	pthread_t sender;
+	bool sender_started;
+	bool sender_stop;
+	bool bg_busy;
+	int bg_idx;
+	int64_t bg_err;
+	uint64_t bg_calls, bg_bytes;
+	pthread_cond_t scv;
 	struct vcache rc;     /* chunk cache, under wmu */
 	/* Counters for PRAGMA coil_vfs_stats, under wmu. */
 	uint64_t n_reads, n_read_calls, n_writes, n_write_calls, n_syncs;
+	uint64_t n_spills; /* arenas handed to the sender */
 	uint64_t b_write_db, b_write_other, b_sent;
 	/* A database of this store shrank by a VACUUM's worth (set under
 	 * wmu; read when the last file has closed): the store gives its free
@@ -125,6 +151,16 @@ extern pthread_mutex_t vfs_mu;
 int vfs_err_to_sqlite(int64_t err, int ioerr);
 
 /* vfs_writeback.c (st->wmu held for the _locked ones) */
+int vfs_wb_init(struct vstore *st);
+void vfs_wb_fini(struct vstore *st);
+/* Take SQLite's write of @len bytes at @off into the window: a full arena
+ * is spilled first.  @return SQLITE_OK or the error of an earlier send. */
+int vfs_wb_write_locked(struct vfile *f, const unsigned char *p, size_t len,
+			uint64_t off);
+/* @node has writes in the window (pending or being sent). */
+bool vfs_wb_has(const struct vnode *node);
+/* Objects other than @node have writes in the window. */
+bool vfs_wb_others(const struct vstore *st, const struct vnode *node);
 int vfs_wb_flush_locked(struct vstore *st);
 int vfs_wb_flush(struct vstore *st);
 /* vfs_wb_flush, then @node's remembered failure (vnode.wb_err) as @deflt's

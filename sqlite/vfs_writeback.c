@@ -1,6 +1,17 @@
 /* vfs_writeback.c — the VFS's write-back window: SQLite's writes held in
  * order, then sent to coil in batches, journal and WAL before database (the
- * order argument is in docs/sqlite.md and at vfile_write in coil_vfs.c). */
+ * order argument is in docs/sqlite.md and at vfile_write in coil_vfs.c).
+ *
+ * The window is two arenas.  SQLite writes into one; when it is full in
+ * the middle of a transaction (a spill), the store's sender thread sends
+ * it while SQLite goes on in the other.  Every other send (a sync, a
+ * commit, a read that needs coil's bytes, a lock change) first waits for
+ * that one, then sends on the caller's thread.  So sends still happen one
+ * at a time, in the order SQLite's writes filled them, with the same
+ * contents as with one arena: only where SQLite waits has moved.  A
+ * spill's failure reaches SQLite at the next write, sync or flush, and no
+ * later send goes out after it (the arena behind it is dropped as failed,
+ * as a failed journal send keeps a send's database pages back). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,24 +81,31 @@ static int u32_cmp(const void *a, const void *b)
 }
 
 /* Bytes [@p0, @p1) of an extent made of the @n runs @order (in arrival
- * order: a later write wins an overlap), copied out of the arena into
+ * order: a later write wins an overlap), copied out of arena @a into
  * @dst. */
-static void wb_assemble(const struct vstore *st, const uint32_t *order,
+static void wb_assemble(const struct warena *a, const uint32_t *order,
 			uint32_t n, uint64_t p0, uint64_t p1, unsigned char *dst)
 {
 	for (uint32_t k = 0; k < n; k++) {
-		const struct wrun *r = &st->runs[order[k]];
-		uint64_t a = r->off > p0 ? r->off : p0;
-		uint64_t b = r->off + r->len < p1 ? r->off + r->len : p1;
+		const struct wrun *r = &a->runs[order[k]];
+		uint64_t x = r->off > p0 ? r->off : p0;
+		uint64_t y = r->off + r->len < p1 ? r->off + r->len : p1;
 
-		if (a < b)
-			memcpy(dst + (a - p0), st->wb + r->at + (a - r->off),
-			       b - a);
+		if (x < y)
+			memcpy(dst + (x - p0), a->wb + r->at + (x - r->off),
+			       y - x);
 	}
 }
 
-/* Send the arena's runs of one kind (database or not) and wait for them
- * (st->wmu held).  Runs are merged first: sorted by object and offset,
+/* What a send issued: coil write calls and bytes, for the VFS's stats. */
+struct wcount {
+	uint64_t calls, bytes;
+};
+
+/* Send arena @a's runs of one kind (database or not) and wait for them:
+ * on the caller's thread with st->wmu held, or on the sender thread, which
+ * alone uses wsend, order and the completion state while a spill is in
+ * flight.  Runs are merged first: sorted by object and offset,
  * touching runs form one extent — scattered spilled pages that turn out
  * adjacent, a page spilled twice (the later copy wins), journal records
  * split by page writes between them.  An extent goes out in pieces cut at
@@ -97,25 +115,26 @@ static void wb_assemble(const struct vstore *st, const uint32_t *order,
  * meaning for SQLite between syncs (see vfs_wb_flush_locked), and a torn
  * journal record can only exist while no page of this send is written.
  * @return the first error. */
-static int64_t wb_send(struct vstore *st, int db)
+static int64_t wb_send(struct vstore *st, const struct warena *a, int db,
+		       struct wcount *cnt)
 {
 	uint32_t i, j, n = 0;
 	uint64_t used = 0;
 	int64_t err;
 
-	for (i = 0; i < st->nruns; i++)
-		if (!!(st->runs[i].f->flags & SQLITE_OPEN_MAIN_DB) == db)
+	for (i = 0; i < a->nruns; i++)
+		if (!!(a->runs[i].f->flags & SQLITE_OPEN_MAIN_DB) == db)
 			st->order[n++] = i;
 	if (n == 0)
 		return 0;
-	qsort_r(st->order, n, sizeof(*st->order), wrun_cmp, st->runs);
+	qsort_r(st->order, n, sizeof(*st->order), wrun_cmp, a->runs);
 	for (i = 0; i < n; i = j) {
-		const struct wrun *r0 = &st->runs[st->order[i]];
+		const struct wrun *r0 = &a->runs[st->order[i]];
 		struct vfile *f = r0->f;
 		uint64_t p0, p1, end = r0->off + r0->len;
 
 		for (j = i + 1; j < n; j++) {
-			const struct wrun *r = &st->runs[st->order[j]];
+			const struct wrun *r = &a->runs[st->order[j]];
 
 			if (r->f->node != f->node || r->off > end)
 				break;
@@ -137,7 +156,7 @@ static int64_t wb_send(struct vstore *st, int db)
 				 * page): sent from the arena itself, which
 				 * nothing changes until this send has
 				 * waited for its writes (wmu held). */
-				dst = st->wb + r0->at + (p0 - r0->off);
+				dst = a->wb + r0->at + (p0 - r0->off);
 			} else {
 				if (used + (p1 - p0) > WSEND_BYTES) {
 					wb_wait_inflight(st);
@@ -145,10 +164,10 @@ static int64_t wb_send(struct vstore *st, int db)
 				}
 				dst = st->wsend + used;
 				used += p1 - p0;
-				wb_assemble(st, st->order + i, j - i, p0, p1, dst);
+				wb_assemble(a, st->order + i, j - i, p0, p1, dst);
 			}
-			st->n_write_calls++;
-			st->b_sent += p1 - p0;
+			cnt->calls++;
+			cnt->bytes += p1 - p0;
 			pthread_mutex_lock(&st->cmu);
 			if (st->inflight == 0 && p1 == end && j == n) {
 				/* The send's only piece (a small commit's
@@ -176,25 +195,29 @@ static int64_t wb_send(struct vstore *st, int db)
 	return err;
 }
 
-/* Every write the VFS accepted is completed in coil (st->wmu held):
- * journal and WAL writes first, then — only if they all succeeded — the
- * database writes.  @return SQLITE_OK or the error of the first failure. */
-int vfs_wb_flush_locked(struct vstore *st)
+/* Both kinds of arena @a's runs, journal and WAL first, then — only if
+ * they all succeeded — the database's.  @return the first error. */
+static int64_t wb_send_arena(struct vstore *st, const struct warena *a,
+			     struct wcount *cnt)
 {
-	int64_t err = 0;
-	uint32_t i;
+	int64_t err = wb_send(st, a, 0, cnt);
 
-	if (st->nruns == 0)
-		return SQLITE_OK;
-	err = wb_send(st, 0);
 	if (err == 0)
-		err = wb_send(st, 1);
+		err = wb_send(st, a, 1, cnt);
 	pthread_mutex_lock(&st->cmu);
 	st->werr = 0;
 	st->werr_node = NULL;
 	pthread_mutex_unlock(&st->cmu);
-	for (i = 0; i < st->nruns; i++) {
-		struct vnode *n = st->runs[i].f->node;
+	return err;
+}
+
+/* Arena @idx is sent, or dropped after a failure @err (st->wmu held). */
+static void wb_settle(struct vstore *st, int idx, int64_t err)
+{
+	struct warena *a = &st->arena[idx];
+
+	for (uint32_t i = 0; i < a->nruns; i++) {
+		struct vnode *n = a->runs[i].f->node;
 
 		/* On failure the cache may hold bytes coil never took (@bad,
 		 * or any object whose writes were then not sent), and the
@@ -205,11 +228,210 @@ int vfs_wb_flush_locked(struct vstore *st)
 			if (!n->wb_err)
 				n->wb_err = err;
 		}
-		n->wb_runs = 0;
+		n->wb_runs[idx] = 0;
 	}
-	st->nruns = 0;
-	st->wb_used = 0;
+	a->nruns = 0;
+	a->used = 0;
+}
+
+static void *wb_sender_main(void *arg)
+{
+	struct vstore *st = arg;
+
+	pthread_mutex_lock(&st->cmu);
+	for (;;) {
+		struct wcount cnt = { 0, 0 };
+		int64_t err;
+		int idx;
+
+		while (!st->bg_busy && !st->sender_stop)
+			pthread_cond_wait(&st->scv, &st->cmu);
+		if (!st->bg_busy)
+			break;
+		idx = st->bg_idx;
+		pthread_mutex_unlock(&st->cmu);
+		err = wb_send_arena(st, &st->arena[idx], &cnt);
+		pthread_mutex_lock(&st->cmu);
+		st->bg_err = err;
+		st->bg_calls += cnt.calls;
+		st->bg_bytes += cnt.bytes;
+		st->bg_busy = false;
+		pthread_cond_broadcast(&st->ccv);
+	}
+	pthread_mutex_unlock(&st->cmu);
+	return NULL;
+}
+
+int vfs_wb_init(struct vstore *st)
+{
+	pthread_mutex_init(&st->cmu, NULL);
+	pthread_cond_init(&st->ccv, NULL);
+	pthread_cond_init(&st->scv, NULL);
+	st->arena[0].wb = malloc(st->wb_cap);
+	st->arena[0].runs = calloc(WB_RUNS, sizeof(*st->arena[0].runs));
+	st->wsend = malloc(WSEND_BYTES);
+	st->order = calloc(WB_RUNS, sizeof(*st->order));
+	if (!st->arena[0].wb || !st->arena[0].runs || !st->wsend ||
+	    !st->order) {
+		vfs_wb_fini(st);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Stops the sender (the window was flushed or abandoned: no spill is in
+ * flight once the last file closed) and frees the window. */
+void vfs_wb_fini(struct vstore *st)
+{
+	if (st->sender_started) {
+		pthread_mutex_lock(&st->cmu);
+		st->sender_stop = true;
+		pthread_cond_signal(&st->scv);
+		pthread_mutex_unlock(&st->cmu);
+		pthread_join(st->sender, NULL);
+		st->sender_started = false;
+	}
+	pthread_cond_destroy(&st->scv);
+	pthread_cond_destroy(&st->ccv);
+	pthread_mutex_destroy(&st->cmu);
+	for (int k = 0; k < 2; k++) {
+		free(st->arena[k].wb);
+		free(st->arena[k].runs);
+		st->arena[k].wb = NULL;
+		st->arena[k].runs = NULL;
+	}
+	free(st->wsend);
+	free(st->order);
+	st->wsend = NULL;
+	st->order = NULL;
+}
+
+/* Wait for the spill in flight, if any, and settle it (st->wmu held).
+ * @return its result. */
+static int64_t wb_spill_settle_locked(struct vstore *st)
+{
+	int idx = !st->cur;
+	int64_t err;
+
+	if (st->arena[idx].nruns == 0)
+		return 0;
+	pthread_mutex_lock(&st->cmu);
+	while (st->bg_busy)
+		pthread_cond_wait(&st->ccv, &st->cmu);
+	err = st->bg_err;
+	st->bg_err = 0;
+	st->n_write_calls += st->bg_calls;
+	st->b_sent += st->bg_bytes;
+	st->bg_calls = st->bg_bytes = 0;
+	pthread_mutex_unlock(&st->cmu);
+	wb_settle(st, idx, err);
+	return err;
+}
+
+/* The second arena and the sender thread, at the first spill.  @return
+ * false when either cannot be had: the window then flushes in place. */
+static bool wb_sender_ready(struct vstore *st)
+{
+	struct warena *b = &st->arena[!st->cur];
+
+	if (st->sender_started)
+		return true;
+	if (!b->wb)
+		b->wb = malloc(st->wb_cap);
+	if (!b->runs)
+		b->runs = calloc(WB_RUNS, sizeof(*b->runs));
+	if (!b->wb || !b->runs)
+		return false;
+	if (pthread_create(&st->sender, NULL, wb_sender_main, st) != 0)
+		return false;
+	st->sender_started = true;
+	return true;
+}
+
+/* Every write the VFS accepted is completed in coil (st->wmu held): the
+ * spill in flight, then the arena SQLite fills.  @return SQLITE_OK or the
+ * error of the first failure. */
+int vfs_wb_flush_locked(struct vstore *st)
+{
+	struct warena *a = &st->arena[st->cur];
+	struct wcount cnt = { 0, 0 };
+	int64_t err = wb_spill_settle_locked(st);
+
+	if (a->nruns == 0)
+		return err < 0 ? vfs_err_to_sqlite(err, SQLITE_IOERR_WRITE)
+			       : SQLITE_OK;
+	if (err == 0) {
+		err = wb_send_arena(st, a, &cnt);
+		st->n_write_calls += cnt.calls;
+		st->b_sent += cnt.bytes;
+	}
+	wb_settle(st, st->cur, err);
 	return err < 0 ? vfs_err_to_sqlite(err, SQLITE_IOERR_WRITE) : SQLITE_OK;
+}
+
+/* The arena SQLite fills is full: hand it to the sender and go on in the
+ * other, once the spill before it is settled (st->wmu held). */
+static int wb_spill_locked(struct vstore *st)
+{
+	int64_t err = wb_spill_settle_locked(st);
+
+	if (err < 0) {
+		wb_settle(st, st->cur, err);
+		return vfs_err_to_sqlite(err, SQLITE_IOERR_WRITE);
+	}
+	if (!wb_sender_ready(st))
+		return vfs_wb_flush_locked(st);
+	pthread_mutex_lock(&st->cmu);
+	st->bg_idx = st->cur;
+	st->bg_busy = true;
+	pthread_cond_signal(&st->scv);
+	pthread_mutex_unlock(&st->cmu);
+	st->cur = !st->cur;
+	st->n_spills++;
+	return SQLITE_OK;
+}
+
+int vfs_wb_write_locked(struct vfile *f, const unsigned char *p, size_t len,
+			uint64_t off)
+{
+	struct vstore *st = f->st;
+	struct warena *a;
+	struct wrun *r;
+	int rc;
+
+	if (st->arena[st->cur].used + len > st->wb_cap ||
+	    st->arena[st->cur].nruns == WB_RUNS) {
+		rc = wb_spill_locked(st);
+		if (rc != SQLITE_OK)
+			return rc;
+	}
+	a = &st->arena[st->cur];
+	r = a->nruns ? &a->runs[a->nruns - 1] : NULL;
+	if (r && r->f == f && r->off + r->len == off &&
+	    r->at + r->len == a->used) {
+		r->len += (uint32_t)len;
+	} else {
+		r = &a->runs[a->nruns++];
+		r->f = f;
+		r->off = off;
+		r->len = (uint32_t)len;
+		r->at = (uint32_t)a->used;
+		f->node->wb_runs[st->cur]++;
+	}
+	memcpy(a->wb + a->used, p, len);
+	a->used += len;
+	return SQLITE_OK;
+}
+
+bool vfs_wb_has(const struct vnode *node)
+{
+	return node->wb_runs[0] > 0 || node->wb_runs[1] > 0;
+}
+
+bool vfs_wb_others(const struct vstore *st, const struct vnode *node)
+{
+	return st->arena[0].nruns > (uint32_t)node->wb_runs[0] ||
+	       st->arena[1].nruns > (uint32_t)node->wb_runs[1];
 }
 
 int vfs_wb_flush(struct vstore *st)
@@ -241,14 +463,14 @@ int vfs_wb_flush_for(struct vstore *st, struct vnode *node, int deflt)
 	return rc;
 }
 
-/* Flush only when @node has writes pending: reads and sizes of other
- * objects need not wait. */
+/* Flush only when @node has writes in the window: reads and sizes of
+ * other objects need not wait. */
 int vfs_wb_flush_node(struct vstore *st, struct vnode *node)
 {
 	int rc = SQLITE_OK;
 
 	pthread_mutex_lock(&st->wmu);
-	if (node->wb_runs > 0)
+	if (vfs_wb_has(node))
 		rc = vfs_wb_flush_locked(st);
 	if (rc == SQLITE_OK && node->wb_err)
 		rc = vfs_err_to_sqlite(node->wb_err, SQLITE_IOERR_FSTAT);
@@ -256,29 +478,45 @@ int vfs_wb_flush_node(struct vstore *st, struct vnode *node)
 	return rc;
 }
 
-/* Lay the arena's pending writes to @node over the chunk at @chunk just
- * read from coil (@clen bytes; past them the object was a hole or ended),
- * in arrival order.  @return the chunk's new valid length. */
-uint32_t vfs_wb_overlay(struct vstore *st, const struct vnode *node,
-			   uint64_t chunk, unsigned char *data, uint32_t clen)
+/* Lay arena @a's writes to @node over @data, the chunk at @chunk. */
+static uint32_t wb_overlay_arena(const struct warena *a,
+				 const struct vnode *node, uint64_t chunk,
+				 unsigned char *data, uint32_t clen)
 {
-	uint32_t i;
-
-	memset(data + clen, 0, VCACHE_CHUNK - clen);
-	for (i = 0; i < st->nruns; i++) {
-		const struct wrun *r = &st->runs[i];
-		uint64_t a, b;
+	for (uint32_t i = 0; i < a->nruns; i++) {
+		const struct wrun *r = &a->runs[i];
+		uint64_t x, y;
 
 		if (r->f->node != node || r->off >= chunk + VCACHE_CHUNK ||
 		    r->off + r->len <= chunk)
 			continue;
-		a = r->off > chunk ? r->off : chunk;
-		b = r->off + r->len < chunk + VCACHE_CHUNK ? r->off + r->len
+		x = r->off > chunk ? r->off : chunk;
+		y = r->off + r->len < chunk + VCACHE_CHUNK ? r->off + r->len
 							   : chunk + VCACHE_CHUNK;
-		memcpy(data + (a - chunk), st->wb + r->at + (a - r->off), b - a);
-		if (b - chunk > clen)
-			clen = (uint32_t)(b - chunk);
+		memcpy(data + (x - chunk), a->wb + r->at + (x - r->off), y - x);
+		if (y - chunk > clen)
+			clen = (uint32_t)(y - chunk);
 	}
 	return clen;
 }
 
+/* Lay the window's writes to @node over the chunk at @chunk just read
+ * from coil (@clen bytes; past them the object was a hole or ended), in
+ * arrival order: the spill in flight, then the arena SQLite fills.  What
+ * coil returned for a range the spill is writing may be old or new; the
+ * spill's bytes replace it either way.  @return the chunk's new valid
+ * length. */
+uint32_t vfs_wb_overlay(struct vstore *st, const struct vnode *node,
+			uint64_t chunk, unsigned char *data, uint32_t clen)
+{
+	int bg = !st->cur;
+
+	memset(data + clen, 0, VCACHE_CHUNK - clen);
+	if (node->wb_runs[bg] > 0)
+		clen = wb_overlay_arena(&st->arena[bg], node, chunk, data,
+					clen);
+	if (node->wb_runs[st->cur] > 0)
+		clen = wb_overlay_arena(&st->arena[st->cur], node, chunk, data,
+					clen);
+	return clen;
+}

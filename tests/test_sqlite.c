@@ -275,7 +275,11 @@ static int64_t store_obj_size(const struct scratch *s, const char *rel)
 
 /* --- the workload, default VFS vs coil, per journal mode ---------------- */
 
-static void workload_compare(const char *mode)
+/* The workload on the default VFS and on coil in journal mode @mode, with
+ * @env for the coil run and @pragmas after its journal mode; both must
+ * end with the same content, before and after a reopen. */
+static void workload_compare_with(const char *mode, char *const *env,
+				  const char *pragmas)
 {
 	struct scratch s;
 	char *wl = workload_text(ROWS), *script, *out, *plain_dump, *coil_dump;
@@ -306,10 +310,11 @@ static void workload_compare(const char *mode)
 	/* 2. the same on coil, in @mode */
 	m = open_memstream(&script, &len);
 	coil_preamble(m, &s, mode);
-	fprintf(m, "SELECT 'mode';\nPRAGMA journal_mode=%s;\n%s", mode, wl);
+	fprintf(m, "SELECT 'mode';\nPRAGMA journal_mode=%s;\n%s%s", mode,
+		pragmas, wl);
 	fprintf(m, ".output %s\n.dump\n", dump_coil);
 	fclose(m);
-	out = shell_run(&s, script, NULL, &status);
+	out = shell_run(&s, script, env, &status);
 	cr_assert_eq(status, 0, "coil run failed:\n%s", out);
 	cr_assert_not_null(strstr(out, want_mode),
 			   "journal_mode %s not taken:\n%s", mode, out);
@@ -453,11 +458,70 @@ Test(sqlite, pragma_coil_compact, .timeout = 120)
 	scratch_fini(&s);
 }
 
+static void workload_compare(const char *mode)
+{
+	workload_compare_with(mode, NULL, "");
+}
+
 Test(sqlite, workload_delete) { workload_compare("delete"); }
 Test(sqlite, workload_truncate) { workload_compare("truncate"); }
 Test(sqlite, workload_persist) { workload_compare("persist"); }
 Test(sqlite, workload_memory) { workload_compare("memory"); }
 Test(sqlite, workload_wal_exclusive) { workload_compare("wal"); }
+
+/* The smallest window and a small chunk cache under a 20-page SQLite
+ * cache: transactions spill the window again and again, so arenas are
+ * sent by the sender thread while SQLite writes the other one and reads
+ * pages back through the VFS (cache misses overlaid with the writes of
+ * both arenas).  The spill count says the path ran. */
+static void workload_spilling(const char *mode)
+{
+	static char wb_env[] = "COIL_SQLITE_WRITEBACK=256K";
+	static char cache_env[] = "COIL_SQLITE_CACHE=256K";
+	char *env[] = { wb_env, cache_env, NULL };
+	struct scratch s;
+	char *out, *buf;
+	unsigned long long spills = 0;
+	const char *p;
+	FILE *m;
+	size_t len;
+	int status;
+
+	workload_compare_with(mode, env, "PRAGMA cache_size=20;\n");
+
+	/* the same settings on a transaction of its own, for the count */
+	scratch_init(&s, mode);
+	m = open_memstream(&buf, &len);
+	coil_preamble(m, &s, mode);
+	fprintf(m, "PRAGMA journal_mode=%s;\nPRAGMA cache_size=20;\n"
+		   "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);\n"
+		   "WITH RECURSIVE c(x) AS (VALUES(1) UNION ALL SELECT x + 1"
+		   " FROM c WHERE x < 20000) INSERT INTO t(v)"
+		   " SELECT printf('%%08d %%.200c', x, 'v') FROM c;\n"
+		   "SELECT 'sum', sum(length(v)) FROM t;\n"
+		   "PRAGMA coil_vfs_stats;\n", mode);
+	fclose(m);
+	out = shell_run(&s, buf, env, &status);
+	free(buf);
+	cr_assert_eq(status, 0, "%s", out);
+	cr_assert_not_null(strstr(out, "sum|4180000"), "%s", out);
+	p = strstr(out, "\"spills\":");
+	cr_assert_not_null(p, "%s", out);
+	cr_assert_eq(sscanf(p + 9, "%llu", &spills), 1, "%s", out);
+	cr_assert_gt(spills, 4, "%s", out);
+	free(out);
+	scratch_fini(&s);
+}
+
+Test(sqlite, workload_delete_spilling, .timeout = 120)
+{
+	workload_spilling("delete");
+}
+
+Test(sqlite, workload_wal_spilling, .timeout = 120)
+{
+	workload_spilling("wal");
+}
 
 /* --- kill -9 in the middle of a large transaction ----------------------- */
 
@@ -977,15 +1041,49 @@ Test(sqlite, last_error_says_why)
  * (the filler database is deleted), so a's own commit could succeed on its
  * remaining writes; it must fail instead (the object remembers the loss:
  * vnode.wb_err), and a's table must read as before the transaction. */
+/* Fill the store with f.db until nothing more fits.  The filler writes
+ * its pages in place (no journal): nothing it wrote turns dead for the
+ * cleaner to give back. */
+static void fill_store(struct capi *c)
+{
+	sqlite3 *f = capi_open(c, "f.db", "PRAGMA journal_mode=OFF;"
+			       "PRAGMA synchronous=OFF; CREATE TABLE t(x);");
+	int rc = 0, i;
+
+	/* 1 MiB commits until one does not fit, then single pages until
+	 * none does */
+	for (i = 0; i < 200 && rc == 0; i++)
+		rc = c->exec(f, "INSERT INTO t SELECT randomblob(65000) FROM "
+				"(WITH RECURSIVE n(k) AS (VALUES(1) UNION ALL "
+				"SELECT k + 1 FROM n WHERE k < 16) SELECT k FROM n);",
+			     NULL, NULL, NULL);
+	cr_assert_eq(rc, 13 /* SQLITE_FULL */, "filler stopped with %d", rc);
+	for (i = 0, rc = 0; i < 4000 && rc == 0; i++)
+		rc = c->exec(f, "INSERT INTO t VALUES (randomblob(3000));",
+			     NULL, NULL, NULL);
+	cr_assert_eq(rc, 13 /* SQLITE_FULL */, "filler stopped with %d", rc);
+	cr_assert_eq(c->close_db(f), 0);
+}
+
+/* Give the filler's space back. */
+static void unfill_store(struct capi *c)
+{
+	struct sqlite3_vfs_head *vfs = c->vfs_find("coil");
+	char full[PATH_MAX + 64];
+
+	cr_assert_not_null(vfs);
+	cr_assert_eq(vfs->xFullPathname(vfs, "f.db", sizeof(full), full), 0);
+	cr_assert_eq(vfs->xDelete(vfs, full, 0), 0);
+}
+
 Test(sqlite, lost_writes_of_one_connection_fail_its_commit, .timeout = 120)
 {
 	struct scratch s;
 	struct capi c;
-	struct sqlite3_vfs_head *vfs;
-	sqlite3 *a, *b, *f;
+	sqlite3 *a, *b;
 	char js[1024] = "";
 	long count = -1;
-	int rc = 0, i;
+	int rc = 0;
 
 	scratch_init(&s, "wberr");
 	setenv("COIL_STORE_SIZE", "64M", 1);
@@ -997,23 +1095,7 @@ Test(sqlite, lost_writes_of_one_connection_fail_its_commit, .timeout = 120)
 		      "INSERT INTO t VALUES (1);");
 	b = capi_open(&c, "b.db", "PRAGMA journal_mode=WAL;"
 		      "PRAGMA synchronous=OFF; CREATE TABLE t(x);");
-	/* the filler writes its pages in place (no journal): nothing it
-	 * wrote turns dead for the cleaner to give back */
-	f = capi_open(&c, "f.db", "PRAGMA journal_mode=OFF;"
-		      "PRAGMA synchronous=OFF; CREATE TABLE t(x);");
-	/* fill the store: 1 MiB commits until one does not fit, then
-	 * single pages until none does */
-	for (i = 0; i < 200 && rc == 0; i++)
-		rc = c.exec(f, "INSERT INTO t SELECT randomblob(65000) FROM "
-			       "(WITH RECURSIVE n(k) AS (VALUES(1) UNION ALL "
-			       "SELECT k + 1 FROM n WHERE k < 16) SELECT k FROM n);",
-			    NULL, NULL, NULL);
-	cr_assert_eq(rc, 13 /* SQLITE_FULL */, "filler stopped with %d", rc);
-	for (i = 0, rc = 0; i < 4000 && rc == 0; i++)
-		rc = c.exec(f, "INSERT INTO t VALUES (randomblob(3000));",
-			    NULL, NULL, NULL);
-	cr_assert_eq(rc, 13 /* SQLITE_FULL */, "filler stopped with %d", rc);
-	cr_assert_eq(c.close_db(f), 0);
+	fill_store(&c);
 
 	/* a's transaction spills WAL frames into the window */
 	cr_assert_eq(c.exec(a, "PRAGMA cache_size=5; BEGIN;"
@@ -1031,14 +1113,7 @@ Test(sqlite, lost_writes_of_one_connection_fail_its_commit, .timeout = 120)
 	cr_assert_neq(rc, 0, "b's commit found room for everything");
 
 	/* room again */
-	vfs = c.vfs_find("coil");
-	cr_assert_not_null(vfs);
-	{
-		char full[PATH_MAX + 64];
-
-		cr_assert_eq(vfs->xFullPathname(vfs, "f.db", sizeof(full), full), 0);
-		cr_assert_eq(vfs->xDelete(vfs, full, 0), 0);
-	}
+	unfill_store(&c);
 
 	rc = c.exec(a, "COMMIT;", NULL, NULL, NULL);
 	cr_assert_neq(rc, 0, "a's commit succeeded after its spilled writes "
@@ -1052,6 +1127,56 @@ Test(sqlite, lost_writes_of_one_connection_fail_its_commit, .timeout = 120)
 			    NULL), 0);
 	cr_assert_eq(count, 1, "a holds %ld rows", count);
 	cr_assert_eq(c.close_db(a), 0);
+	scratch_fini(&s);
+}
+
+/* A spill that fails in the background (the store is full) fails the
+ * transaction that spilled — a later write of it or its commit, even when
+ * space has returned by then — and no later send goes out after it: the
+ * database keeps its committed rows and takes new transactions. */
+Test(sqlite, failed_spill_fails_its_transaction, .timeout = 120)
+{
+	struct scratch s;
+	struct capi c;
+	sqlite3 *a;
+	char js[1024] = "";
+	long count = -1;
+	int rc, rc_commit;
+
+	scratch_init(&s, "spillerr");
+	setenv("COIL_STORE_SIZE", "64M", 1);
+	setenv("COIL_COMPRESSION", "none", 1);
+	setenv("COIL_SQLITE_WRITEBACK", "256K", 1);
+	capi_load(&c);
+	cr_assert_eq(c.reg(s.store, 1), 0);
+	a = capi_open(&c, "a.db", "CREATE TABLE t(x);"
+		      "INSERT INTO t VALUES (1);");
+	fill_store(&c);
+
+	/* 4 MiB of rows through a 5-page cache and a 256 KiB window */
+	rc = c.exec(a, "PRAGMA cache_size=5; BEGIN;"
+		       "INSERT INTO t SELECT randomblob(3000) FROM "
+		       "(WITH RECURSIVE n(k) AS (VALUES(1) UNION ALL "
+		       "SELECT k + 1 FROM n WHERE k < 1400) SELECT k FROM n);",
+		    NULL, NULL, NULL);
+	cr_assert_eq(c.exec(a, "PRAGMA coil_vfs_stats;", text_cb, js, NULL), 0);
+	cr_assert_gt(json_num(js, "spills"), 0, "%s", js);
+	/* room again before the commit: its own sends would succeed */
+	unfill_store(&c);
+	rc_commit = c.exec(a, "COMMIT;", NULL, NULL, NULL);
+	cr_assert(rc != 0 || rc_commit != 0,
+		  "a transaction whose spills found no room committed");
+	c.exec(a, "ROLLBACK;", NULL, NULL, NULL);
+	cr_assert_eq(c.close_db(a), 0);
+
+	a = capi_open(&c, "a.db", "PRAGMA integrity_check;");
+	cr_assert_eq(c.exec(a, "SELECT count(*) FROM t;", count_cb, &count,
+			    NULL), 0);
+	cr_assert_eq(count, 1, "a holds %ld rows", count);
+	cr_assert_eq(c.exec(a, "INSERT INTO t VALUES (2);", NULL, NULL, NULL),
+		     0);
+	cr_assert_eq(c.close_db(a), 0);
+	unsetenv("COIL_SQLITE_WRITEBACK");
 	scratch_fini(&s);
 }
 
