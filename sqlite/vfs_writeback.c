@@ -238,6 +238,8 @@ static void *wb_sender_main(void *arg)
 {
 	struct vstore *st = arg;
 
+	/* as coil names its own threads, for top -H, perf and gdb */
+	(void)pthread_setname_np(pthread_self(), "coil-vfs-send");
 	pthread_mutex_lock(&st->cmu);
 	for (;;) {
 		struct wcount cnt = { 0, 0 };
