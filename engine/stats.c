@@ -333,7 +333,8 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen,
 		  "\"replay_ns\":%llu,\"replay_reads\":%llu,"
 		  "\"replay_read_bytes\":%llu,"
 		  "\"chunks_overlapped\":%llu,"
-		  "\"chunks_by_writer\":%llu,\"turn_waits\":%llu},",
+		  "\"chunks_by_writer\":%llu,\"turn_waits\":%llu,"
+		  "\"flush_markers\":%llu},",
 		  (unsigned long long)jlen, (unsigned long long)jused,
 		  LD(s->st.chunks), LD(s->st.chunk_bytes), LD(s->st.records),
 		  LD(s->st.journal_waits), LD(s->st.replayed_chunks),
@@ -341,7 +342,8 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen,
 		  LD(s->st.replay_ns), LD(s->st.replay_reads),
 		  LD(s->st.replay_read_bytes),
 		  LD(s->st.chunks_overlapped),
-		  LD(s->st.chunks_now), LD(s->st.turn_waits));
+		  LD(s->st.chunks_now), LD(s->st.turn_waits),
+		  LD(s->st.chunks_marker));
 	sb_printf(&b, "\"checkpoint\":{\"count\":%llu,\"bytes_written\":%llu,"
 		  "\"last_ns\":%llu,\"snapshot_lock_ns_last\":%llu,"
 		  "\"snapshot_lock_ns_max\":%llu,\"failures\":%llu,\"seq\":%llu,"

@@ -899,6 +899,7 @@ COIL_API int coil_close(coil_store *s)
 	pack_stop(s);
 
 	if (!s->rdonly) {
+		atomic_store(&s->jmark_off, true); /* journal.c, "markers" */
 		rc = coil_sync_internal(s);
 		ckpt_thread_stop(s);
 		if (!atomic_load(&s->broken)) {

@@ -115,6 +115,7 @@ struct engine_stats {
 	_Atomic uint64_t chunks, chunk_bytes, records;
 	_Atomic uint64_t chunks_overlapped; /* started with another in flight */
 	_Atomic uint64_t chunks_now; /* written by their own writer's thread */
+	_Atomic uint64_t chunks_marker; /* empty chunks saying a flush landed */
 	_Atomic uint64_t rd_now;     /* device reads done by their reader */
 	_Atomic uint64_t fsyncs_now; /* a coil_sync's own, on its thread */
 	/* encoded before a write submitted earlier to its object: waited for
@@ -246,6 +247,12 @@ struct coil_store {
 	uint64_t head_ticket;
 	uint64_t retired_ticket; /* every ticket below is in a retired cycle */
 	bool jwait_space;
+	/* Markers (journal.c, cycle_start): the seq of the last chunk with
+	 * records (jlock), the largest synced value any chunk header has
+	 * carried, and no marker from coil_close on. */
+	uint64_t j_rec_seq;
+	_Atomic uint64_t j_vouched;
+	_Atomic bool jmark_off;
 	struct flushq *fq;       /* coil_flush's groups (flush.c) */
 	struct jent *aq_first, *aq_last; /* chunk written, waiting to apply */
 	bool draining, drain_again;

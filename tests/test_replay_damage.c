@@ -213,22 +213,25 @@ Test(replay_damage, unflushed_data_ends_replay, .timeout = 120)
 	free(got);
 }
 
-/* An unflushed tail of writes that landed back to back is verified in a
- * few large reads, not a device round trip per blob, and every write comes
- * back whole. */
+/* A tail of TAIL_WRITES writes that land back to back, written by a child
+ * that then leaves without closing; with @flush, right after a coil_sync,
+ * by which the journal has said that flush landed (one flush_marker).
+ * The parent reopens: every write comes back whole.  @return the open's
+ * replay_reads; *@bytes its replay_read_bytes. */
 #define TAIL_WRITES 48
 
-Test(replay_damage, unflushed_tail_read_in_windows, .timeout = 120)
+static uint64_t tail_replay(const char *tag, bool flush, uint64_t *bytes)
 {
 	struct coil_options o;
 	uint8_t *a, *b, *big = malloc((size_t)TAIL_WRITES * BLOCKS * FMT_BLOCK);
 	uint8_t *got = malloc(BLOCKS * FMT_BLOCK);
 	char path[256], js[16384];
 	coil_store *s;
+	uint64_t reads;
 	pid_t pid;
 	int st;
 
-	setup(path, sizeof(path), "replay-window", &o, &a, &b);
+	setup(path, sizeof(path), tag, &o, &a, &b);
 	for (int w = 0; w < TAIL_WRITES; w++)
 		marked(big + (size_t)w * BLOCKS * FMT_BLOCK, 2 + w, BLOCKS,
 		       100 + (uint64_t)w);
@@ -240,23 +243,23 @@ Test(replay_damage, unflushed_tail_read_in_windows, .timeout = 120)
 		for (int w = 0; w < TAIL_WRITES; w++)
 			put(s, "c", big + (size_t)w * BLOCKS * FMT_BLOCK,
 			    BLOCKS * FMT_BLOCK, (uint64_t)w * BLOCKS * FMT_BLOCK);
-		_exit(0); /* no flush: the whole tail is verified at open */
+		if (!flush)
+			_exit(0);
+		if (coil_sync(s) != 0)
+			_exit(4);
+		/* the marker is in the page cache before coil_sync returns */
+		if (coil_stats_json(s, js, sizeof(js)) <= 0)
+			_exit(5);
+		_exit(json_u64(js, "\"journal\"", "flush_markers") == 1 ? 0 : 6);
 	}
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
 
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
-	uint64_t reads = json_u64(js, "\"journal\"", "replay_reads");
-	uint64_t bytes = json_u64(js, "\"journal\"", "replay_read_bytes");
-
+	reads = json_u64(js, "\"journal\"", "replay_reads");
+	*bytes = json_u64(js, "\"journal\"", "replay_read_bytes");
 	cr_assert_geq(json_u64(js, "\"journal\"", "replayed_records"),
-		      TAIL_WRITES);
-	cr_assert_geq(bytes, (uint64_t)TAIL_WRITES * BLOCKS * FMT_BLOCK,
-		      "every blob of the tail was read to verify it");
-	cr_assert_gt(reads, 0);
-	cr_assert_leq(reads, TAIL_WRITES / 4,
-		      "%" PRIu64 " reads for %d blobs back to back", reads,
 		      TAIL_WRITES);
 	for (int w = 0; w < TAIL_WRITES; w++) {
 		cr_assert_eq(read_at(s, "c", got, BLOCKS * FMT_BLOCK,
@@ -271,4 +274,31 @@ Test(replay_damage, unflushed_tail_read_in_windows, .timeout = 120)
 	free(b);
 	free(big);
 	free(got);
+	return reads;
+}
+
+/* An unflushed tail of writes that landed back to back is verified in a
+ * few large reads, not a device round trip per blob. */
+Test(replay_damage, unflushed_tail_read_in_windows, .timeout = 120)
+{
+	uint64_t bytes, reads = tail_replay("replay-window", false, &bytes);
+
+	cr_assert_geq(bytes, (uint64_t)TAIL_WRITES * BLOCKS * FMT_BLOCK,
+		      "every blob of the tail was read to verify it");
+	cr_assert_gt(reads, 0);
+	cr_assert_leq(reads, TAIL_WRITES / 4,
+		      "%" PRIu64 " reads for %d blobs back to back", reads,
+		      TAIL_WRITES);
+}
+
+/* A tail a flush covered, with no write after it and the process gone
+ * right after the flush, is not read back: the empty chunk the journal
+ * writes once the flush lands says the flush covered it, so replay only
+ * places its blobs. */
+Test(replay_damage, flushed_tail_not_read_back, .timeout = 120)
+{
+	uint64_t bytes, reads = tail_replay("replay-marker", true, &bytes);
+
+	cr_assert_eq(reads, 0, "%" PRIu64 " reads (%" PRIu64 " bytes) to "
+		     "verify a tail a flush covered", reads, bytes);
 }

@@ -190,6 +190,10 @@ static void fsync_group_done(struct uring_io *io, int res)
 	pthread_mutex_unlock(&q->mu);
 	if (again)
 		group_submit(s, q);
+	/* the journal may owe a marker for what this flush covered
+	 * (journal.c, cycle_start), written before the callbacks */
+	if (res == 0 && !atomic_load(&s->jmark_off))
+		journal_kick(s);
 
 	if (!fw)
 		return;

@@ -658,9 +658,13 @@ static void cycle_write(struct coil_store *s, struct jcycle *c, uint32_t nrec)
 {
 	uint64_t size = FMT_JCHUNK_HDR;
 	uint64_t synced = COIL_MIN(atomic_load(&s->j_synced), c->chunk_seq - 1);
+	uint64_t v = atomic_load(&s->j_vouched);
 	uint32_t end;
 	int rc;
 
+	while (v < synced &&
+	       !atomic_compare_exchange_weak(&s->j_vouched, &v, synced))
+		;
 	c->chunk = c->buf + c->pre;
 	for (struct jent *e = c->first; e; e = e->next) {
 		if (!e->in_chunk)
@@ -721,7 +725,7 @@ static bool cycle_start(struct coil_store *s)
 	uint64_t t, size = 0, jlen = s->sb.journal_len, pos, waste = 0;
 	uint64_t head = 0;
 	uint32_t nrec = 0, chunk_len = 0, pre = 0;
-	bool sync = false;
+	bool sync = false, marker;
 	struct jcycle *c;
 
 	pthread_mutex_lock(&s->jlock);
@@ -731,7 +735,25 @@ static bool cycle_start(struct coil_store *s)
 		return false;
 	}
 	cycle_measure(s, &t, &size, &nrec, &sync);
-	if (t == s->head_ticket) {
+	/* Markers: a chunk carries the seq of the last chunk a completed
+	 * device flush covered (fmt_jchunk.synced), and replay trusts the
+	 * chunks up to the largest it finds: their writes are only placed,
+	 * not read back and verified.  The chunks of the last flush before
+	 * a crash have no later chunk to say so, and a store that flushed
+	 * and then went quiet would have replay verify, at its next open,
+	 * every blob that flush made durable.  So when the journal is idle
+	 * and a completed flush covers the last chunk with records while no
+	 * header has said so, an empty chunk says it (a flush's completion
+	 * kicks the journal).  It goes through the page cache like any chunk
+	 * and no device flush waits for it: lost in a power cut, replay
+	 * verifies that tail as before.  Not from coil_close on (jmark_off): its checkpoint
+	 * makes the tail moot, and nothing may be written into the journal
+	 * it gives back. */
+	marker = t == s->head_ticket && s->cyc_n == 0 &&
+		 atomic_load(&s->j_vouched) < s->j_rec_seq &&
+		 s->j_rec_seq <= atomic_load(&s->j_synced) &&
+		 !atomic_load(&s->broken) && !atomic_load(&s->jmark_off);
+	if (t == s->head_ticket && !marker) {
 		pthread_mutex_unlock(&s->jlock);
 		return false;
 	}
@@ -752,7 +774,7 @@ static bool cycle_start(struct coil_store *s)
 		nrec = 0;
 		sync = false;
 	}
-	if (nrec) {
+	if (nrec || marker) {
 		head = s->j_head_lin;
 		chunk_len = (uint32_t)COIL_ALIGN_UP(size, s->jsect ? FMT_JSECT :
 								     FMT_BLOCK);
@@ -800,12 +822,20 @@ static bool cycle_start(struct coil_store *s)
 		 t == s->head_ticket + 1 && engine_tls_waiter &&
 		 s->jslot[s->head_ticket % ENGINE_JSLOTS]->owner ==
 		 engine_tls_waiter;
+	/* A marker too, off the ring thread (which must not block in a
+	 * write): written into the page cache before the flush that kicked
+	 * it reports back, so a process that syncs and then dies at once
+	 * leaves it behind all the same.  Kicked on the ring thread, it goes
+	 * through the ring like any chunk. */
+	c->now = c->now || (marker && !uring_on_ring_thread(s->ring));
 	cycle_take(s, c, t, nrec);
 	s->cyc_n++;
 	c->sync = sync;
 	c->res = 0;
 	c->chunk_len = chunk_len;
 	if (chunk_len) {
+		if (marker)
+			stat_add(&s->st.chunks_marker, 1);
 		if (s->cyc_n > 1)
 			stat_add(&s->st.chunks_overlapped, 1);
 		if (waste) {
@@ -814,6 +844,8 @@ static bool cycle_start(struct coil_store *s)
 		}
 		c->chunk_lin = head + waste;
 		c->chunk_seq = s->j_next_seq++;
+		if (nrec)
+			s->j_rec_seq = c->chunk_seq;
 		c->pre = pre;
 		c->io_len = (uint32_t)COIL_ALIGN_UP(pre + chunk_len, FMT_BLOCK);
 		/* The block this chunk shares with the one before: its
