@@ -698,7 +698,8 @@ static void cycle_write(struct coil_store *s, struct jcycle *c, uint32_t nrec)
 		if (rc != -EOPNOTSUPP) {
 			bool was = engine_tls_now;
 
-			stat_add(&s->st.chunks_now, 1);
+			if (c->first) /* a writer's own, not a marker */
+				stat_add(&s->st.chunks_now, 1);
 			engine_tls_now = true;
 			if (rc == -ESHUTDOWN)
 				cycle_finish(c, rc);
@@ -746,9 +747,9 @@ static bool cycle_start(struct coil_store *s)
 	 * header has said so, an empty chunk says it (a flush's completion
 	 * kicks the journal).  It goes through the page cache like any chunk
 	 * and no device flush waits for it: lost in a power cut, replay
-	 * verifies that tail as before.  Not from coil_close on (jmark_off): its checkpoint
-	 * makes the tail moot, and nothing may be written into the journal
-	 * it gives back. */
+	 * verifies that tail as before.  Not from coil_close on (jmark_off):
+	 * its checkpoint makes the tail moot, and nothing may be written
+	 * into the journal it gives back. */
 	marker = t == s->head_ticket && s->cyc_n == 0 &&
 		 atomic_load(&s->j_vouched) < s->j_rec_seq &&
 		 s->j_rec_seq <= atomic_load(&s->j_synced) &&
