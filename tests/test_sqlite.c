@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <link.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,6 +216,27 @@ static void coil_preamble(FILE *m, const struct scratch *s, const char *mode)
 	fprintf(m, ".open file:db.sqlite?vfs=coil&coil_store=%s\n", s->store);
 	if (mode && !strcmp(mode, "wal"))
 		fprintf(m, "PRAGMA locking_mode=EXCLUSIVE;\n");
+}
+
+/* Run the coil preamble and then @fmt's text in a shell with @env;
+ * @return its output (the caller frees it), *@status its exit status. */
+static char *coil_run(struct scratch *s, const char *mode, char *const *env,
+		      int *status, const char *fmt, ...)
+{
+	char *script, *out;
+	size_t len;
+	va_list ap;
+	FILE *m = open_memstream(&script, &len);
+
+	cr_assert_not_null(m);
+	coil_preamble(m, s, mode);
+	va_start(ap, fmt);
+	vfprintf(m, fmt, ap);
+	va_end(ap);
+	fclose(m);
+	out = shell_run(s, script, env, status);
+	free(script);
+	return out;
 }
 
 static uint64_t now_ns(void)
@@ -480,29 +502,23 @@ static void workload_spilling(const char *mode)
 	static char cache_env[] = "COIL_SQLITE_CACHE=256K";
 	char *env[] = { wb_env, cache_env, NULL };
 	struct scratch s;
-	char *out, *buf;
+	char *out;
 	unsigned long long spills = 0;
 	const char *p;
-	FILE *m;
-	size_t len;
 	int status;
 
 	workload_compare_with(mode, env, "PRAGMA cache_size=20;\n");
 
 	/* the same settings on a transaction of its own, for the count */
 	scratch_init(&s, mode);
-	m = open_memstream(&buf, &len);
-	coil_preamble(m, &s, mode);
-	fprintf(m, "PRAGMA journal_mode=%s;\nPRAGMA cache_size=20;\n"
-		   "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);\n"
-		   "WITH RECURSIVE c(x) AS (VALUES(1) UNION ALL SELECT x + 1"
-		   " FROM c WHERE x < 20000) INSERT INTO t(v)"
-		   " SELECT printf('%%08d %%.200c', x, 'v') FROM c;\n"
-		   "SELECT 'sum', sum(length(v)) FROM t;\n"
-		   "PRAGMA coil_vfs_stats;\n", mode);
-	fclose(m);
-	out = shell_run(&s, buf, env, &status);
-	free(buf);
+	out = coil_run(&s, mode, env, &status,
+		       "PRAGMA journal_mode=%s;\nPRAGMA cache_size=20;\n"
+		       "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);\n"
+		       "WITH RECURSIVE c(x) AS (VALUES(1) UNION ALL SELECT x + 1"
+		       " FROM c WHERE x < 20000) INSERT INTO t(v)"
+		       " SELECT printf('%%08d %%.200c', x, 'v') FROM c;\n"
+		       "SELECT 'sum', sum(length(v)) FROM t;\n"
+		       "PRAGMA coil_vfs_stats;\n", mode);
 	cr_assert_eq(status, 0, "%s", out);
 	cr_assert_not_null(strstr(out, "sum|4180000"), "%s", out);
 	p = strstr(out, "\"spills\":");
