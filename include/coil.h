@@ -425,6 +425,14 @@ COIL_API int coil_stats_json(coil_store *s, char *buf, size_t len);
 #define COIL_STATS_SHARED 0x1u
 COIL_API int coil_stats_json_flags(coil_store *s, char *buf, size_t len,
 				   unsigned flags);
+/* coil_stats_json_flags into a buffer of its own, returned in *@out (free
+ * it with free()).  On a store in use the text can grow between a call
+ * that sizes a buffer and the call that fills it (counters move on other
+ * threads: one more digit truncates the text, and truncated JSON does not
+ * parse); this call sizes again until the text fits.  @return the text's
+ * length, or a negative errno as coil_stats_json_flags, -ENOMEM, or
+ * -EAGAIN (still growing after 16 tries); *@out is NULL on failure. */
+COIL_API int coil_stats_json_dup(coil_store *s, unsigned flags, char **out);
 
 /* Call @fn(@arg, name, name_len, size) once for every object of the store, in
  * no particular order, from the calling thread and with no coil lock held

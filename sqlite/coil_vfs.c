@@ -766,30 +766,23 @@ static int vfile_check_reserved(sqlite3_file *file, int *out)
 /* PRAGMA coil_stats: the store's coil_stats_json() as the pragma's value. */
 static int vfile_pragma_stats(struct vfile *f, char **args)
 {
-	char small[4096], *big = NULL, *json = small;
+	char *json;
 	int need, rc;
 
 	rc = vfs_wb_flush(f->st);
 	if (rc != SQLITE_OK)
 		return rc;
-	need = coil_stats_json(f->st->s, small, sizeof(small));
+	need = coil_stats_json_dup(f->st->s, 0, &json);
+	if (need == -ENOMEM)
+		return SQLITE_NOMEM;
 	if (need < 0)
 		return vfs_err_to_sqlite(need, SQLITE_IOERR);
-	if ((size_t)need >= sizeof(small)) {
-		if ((size_t)need >= STATS_JSON_MAX)
-			return SQLITE_TOOBIG;
-		big = malloc((size_t)need + 1);
-		if (!big)
-			return SQLITE_NOMEM;
-		need = coil_stats_json(f->st->s, big, (size_t)need + 1);
-		if (need < 0) {
-			free(big);
-			return vfs_err_to_sqlite(need, SQLITE_IOERR);
-		}
-		json = big;
+	if ((size_t)need >= STATS_JSON_MAX) {
+		free(json);
+		return SQLITE_TOOBIG;
 	}
 	args[0] = sqlite3_mprintf("%s", json);
-	free(big);
+	free(json);
 	return args[0] ? SQLITE_OK : SQLITE_NOMEM;
 }
 

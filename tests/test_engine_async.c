@@ -318,3 +318,82 @@ Test(engine_async, pipelined_chunks_complete_and_apply_in_order, .timeout = 120)
 	free(bufs);
 	free(args);
 }
+
+/* The stats text while other threads move its counters: coil_stats_json_dup
+ * returns it whole every time (a buffer sized by one call and filled by the
+ * next would be cut short when a counter gains a digit in between). */
+struct stats_writer {
+	coil_store *s;
+	atomic_bool stop;
+};
+
+static void *stats_writer_main(void *arg)
+{
+	struct stats_writer *w = arg;
+	uint8_t page[4096];
+	coil_obj *h;
+	uint64_t i = 0;
+
+	if (coil_obj_open(w->s, "moving", COIL_CREATE, &h) != 0)
+		return (void *)1;
+	while (!atomic_load(&w->stop)) {
+		memset(page, (int)i, sizeof(page));
+		if (coil_pwrite(h, page, sizeof(page), (i % 256) * 4096) != 4096)
+			break;
+		if (++i % 32 == 0 && coil_sync(w->s) != 0)
+			break;
+	}
+	coil_obj_close(h);
+	return NULL;
+}
+
+/* Braces and brackets of @js balance outside strings, and close last. */
+static bool json_whole(const char *js, size_t n)
+{
+	int depth = 0;
+	bool str = false;
+
+	for (size_t i = 0; i < n; i++) {
+		char c = js[i];
+
+		if (str) {
+			if (c == '\\' && i + 1 < n)
+				i++;
+			else if (c == '"')
+				str = false;
+		} else if (c == '"') {
+			str = true;
+		} else if (c == '{' || c == '[') {
+			depth++;
+		} else if (c == '}' || c == ']') {
+			if (--depth == 0 && i != n - 1)
+				return false;
+		}
+	}
+	return depth == 0 && !str && n > 0 && js[n - 1] == '}';
+}
+
+Test(engine_async, stats_text_whole_while_writing, .timeout = 120)
+{
+	char path[256];
+	struct stats_writer w = { .s = open_store(path, sizeof(path),
+						  "async-stats") };
+	pthread_t th;
+	void *ret;
+
+	cr_assert_eq(pthread_create(&th, NULL, stats_writer_main, &w), 0);
+	for (int k = 0; k < 300; k++) {
+		char *js;
+		int n = coil_stats_json_dup(w.s, 0, &js);
+
+		cr_assert_gt(n, 100, "coil_stats_json_dup: %d", n);
+		cr_assert_eq(strlen(js), (size_t)n);
+		cr_assert(json_whole(js, (size_t)n), "call %d: %s", k, js);
+		free(js);
+	}
+	atomic_store(&w.stop, true);
+	cr_assert_eq(pthread_join(th, &ret), 0);
+	cr_assert_null(ret);
+	cr_assert_eq(coil_close(w.s), 0);
+	unlink(path);
+}

@@ -286,14 +286,12 @@ int cmd_compact(int argc, char **argv)
  * counters of this open, so of this command); 0 when missing. */
 static unsigned long long optimizer_stat(coil_store *s, const char *key)
 {
-	int n = coil_stats_json(s, NULL, 0);
 	unsigned long long v = 0;
 	char *j, *p;
 
-	if (n <= 0 || !(j = malloc((size_t)n + 1)))
+	if (coil_stats_json_dup(s, 0, &j) < 0)
 		return 0;
-	if (coil_stats_json(s, j, (size_t)n + 1) == n &&
-	    (p = strstr(j, "\"optimizer\":{")) && (p = strstr(p, key)))
+	if ((p = strstr(j, "\"optimizer\":{")) && (p = strstr(p, key)))
 		v = strtoull(p + strlen(key), NULL, 10);
 	free(j);
 	return v;

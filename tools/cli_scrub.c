@@ -361,13 +361,11 @@ static int salvage_object(struct salvage *sv, const struct cli_entry *e,
  * in coil_stats_json (coil's own text, without quotes inside). */
 static void salvage_notes(struct salvage *sv)
 {
-	int n = coil_stats_json(sv->s, NULL, 0);
 	char *j, *p, *end;
 
-	if (n <= 0 || !(j = malloc((size_t)n + 1)))
+	if (coil_stats_json_dup(sv->s, 0, &j) < 0)
 		return;
-	if (coil_stats_json(sv->s, j, (size_t)n + 1) == n &&
-	    (p = strstr(j, "\"salvage\":{")) && (p = strstr(p, "\"notes\":["))) {
+	if ((p = strstr(j, "\"salvage\":{")) && (p = strstr(p, "\"notes\":["))) {
 		p += 9;
 		while (*p == '"' && (end = strchr(p + 1, '"'))) {
 			say(sv, "metadata: %.*s\n", (int)(end - p - 1), p + 1);

@@ -349,13 +349,9 @@ int cmd_stats(int argc, char **argv)
 	if (cli_open_store("stats", pos[0], COIL_RDONLY, &s) < 0)
 		return CLI_FAIL;
 	/* a tool's own read-only open: no writer for the walk to hold up */
-	n = coil_stats_json_flags(s, NULL, 0, COIL_STATS_SHARED);
-	buf = n >= 0 ? malloc((size_t)n + 16) : NULL;
-	if (buf)
-		n = coil_stats_json_flags(s, buf, (size_t)n + 16,
-					  COIL_STATS_SHARED);
-	if (n < 0 || !buf) {
-		cli_err("stats '%s': %s", pos[0], cli_reason(n < 0 ? n : -ENOMEM));
+	n = coil_stats_json_dup(s, COIL_STATS_SHARED, &buf);
+	if (n < 0) {
+		cli_err("stats '%s': %s", pos[0], cli_reason(n));
 	} else if (json) {
 		if (pretty)
 			print_pretty(buf);

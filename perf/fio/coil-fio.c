@@ -397,13 +397,9 @@ static void stats_dump(coil_store *s)
 
 	if (!path || !path[0])
 		return;
-	n = coil_stats_json(s, NULL, 0);
+	n = coil_stats_json_dup(s, 0, &buf);
 	if (n < 0)
 		return;
-	buf = malloc((size_t)n + 1);
-	if (!buf)
-		return;
-	n = coil_stats_json(s, buf, (size_t)n + 1);
 	fp = fopen(path, "w");
 	if (fp && n >= 0) {
 		fputs(buf, fp);

@@ -166,14 +166,11 @@ static void lat_print(const char *key, struct win *w)
 
 static void stats_print(coil_store *s)
 {
-	int n = coil_stats_json(s, NULL, 0);
 	char *buf;
+	int n = coil_stats_json_dup(s, 0, &buf);
 
 	if (n < 0)
-		die("coil_stats_json", n);
-	buf = malloc((size_t)n + 1);
-	if (!buf || coil_stats_json(s, buf, (size_t)n + 1) < 0)
-		die("coil_stats_json", EIO);
+		die("coil_stats_json_dup", n);
 	printf("\"stats\": %s", buf);
 	free(buf);
 }

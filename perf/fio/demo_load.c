@@ -407,14 +407,11 @@ static int verify_all(struct member *m, size_t n, const uint8_t *scratch)
 
 static char *stats_get(coil_store *s)
 {
-	int n = coil_stats_json(s, NULL, 0);
 	char *buf;
+	int n = coil_stats_json_dup(s, 0, &buf);
 
 	if (n < 0)
-		die("coil_stats_json", n);
-	buf = malloc((size_t)n + 1);
-	if (!buf || coil_stats_json(s, buf, (size_t)n + 1) < 0)
-		die("coil_stats_json", EIO);
+		die("coil_stats_json_dup", n);
 	return buf;
 }
 
