@@ -708,11 +708,14 @@ Test(store_grow, small_writes_journal_share, .timeout = 120)
 	 * the last checkpoint had carried its metadata alone, then 4 MiB of
 	 * blobs beyond it. */
 	{
-		uint32_t nseg = s->nseg;
+		uint32_t nseg;
 		uint64_t meta = atomic_load(&s->st.ckpt_last_meta);
 		uint64_t all = atomic_load(&s->st.ckpt_last_bytes);
 		uint64_t t0, t1;
 
+		pthread_mutex_lock(&s->mlock);
+		nseg = s->nseg;
+		pthread_mutex_unlock(&s->mlock);
 		atomic_store(&s->st.ckpt_last_bytes, meta);
 		t0 = grow_journal_target(s, nseg);
 		atomic_store(&s->st.ckpt_last_bytes, meta + (4ull << 20));
