@@ -321,6 +321,33 @@ static void cut_drop_all(bool direct)
 Test(uring_fault, cut_drop_all_buffered) { cut_drop_all(false); }
 Test(uring_fault, cut_drop_all_direct) { cut_drop_all(true); }
 
+/* A writeback makes nothing durable: the seam neither counts it nor takes
+ * it for an fsync; the write it started back is still lost to a cut. */
+Test(uring_fault, writeback_is_not_durability)
+{
+	int fd = scratch(false);
+	struct uring *r;
+	struct uring_fault_spec s = { .record = true };
+	uint8_t b[SEC] __attribute__((aligned(SEC)));
+	uint64_t any;
+
+	preset(fd, 0x00, 2 * SEC);
+	r = mk(fd, false);
+	cr_assert_eq(uring_fault_arm(r, &s), 0);
+	cr_assert_eq(put(r, 0xB2, SEC, SEC), SEC);
+	any = uring_fault_count(r, URING_FAULT_ANY);
+	cr_assert_eq(rw(r, URING_OP_WRITEBACK, NULL, 2 * SEC, 0), 0);
+	cr_assert_eq(uring_fault_count(r, URING_FAULT_ANY), any);
+	cr_assert_eq(uring_fault_uncovered(r), 1);
+	cr_assert_eq(uring_fault_cut(r, URING_CUT_DROP_ALL, 1), 0);
+	uring_destroy(r);
+	r = mk(fd, false);
+	cr_assert_eq(rw(r, URING_OP_READ, b, SEC, SEC), SEC);
+	cr_assert_eq(b[0], 0x00, "written back, never synced: reverted");
+	uring_destroy(r);
+	close(fd);
+}
+
 /* RANDOM: every uncovered write is wholly old or wholly new, decided
  * independently; over seeds both outcomes happen */
 Test(uring_fault, cut_random_is_per_write_and_seeded)

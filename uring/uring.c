@@ -28,7 +28,7 @@ const char *uring_op_name(unsigned op)
 	static const char *const names[URING_OP_MAX_] = {
 		[URING_OP_READ] = "read", [URING_OP_WRITE] = "write",
 		[URING_OP_FSYNC] = "fsync", [URING_OP_DISCARD] = "discard",
-		[URING_OP_NOP] = "nop",
+		[URING_OP_NOP] = "nop", [URING_OP_WRITEBACK] = "writeback",
 	};
 	if (op == 0 || op >= URING_OP_MAX_)
 		return "?";
@@ -256,16 +256,23 @@ static bool aligned(const struct uring *r, uint64_t v)
 	return (v & (r->dio_align - 1)) == 0;
 }
 
-static int io_check(const struct uring *r, const struct uring_io *io)
+/* A byte range the kernel takes: 1..INT32_MAX bytes, ending within off_t. */
+static bool range_ok(const struct uring_io *io)
 {
 	uint64_t end;
 
+	return io->len > 0 && io->len <= INT32_MAX &&
+	       !coil_add_overflows(io->off, io->len, &end) && end <= INT64_MAX;
+}
+
+static int io_check(const struct uring *r, const struct uring_io *io)
+{
 	if (!io || !io->cb || io->op == 0 || io->op >= URING_OP_MAX_)
 		return -EINVAL;
 	switch (io->op) {
 	case URING_OP_READ:
 	case URING_OP_WRITE:
-		if (!io->buf || io->len == 0 || io->len > INT32_MAX)
+		if (!io->buf || !range_ok(io))
 			return -EINVAL;
 		if ((io->flags & URING_IO_BUFFERED) && r->bfd < 0)
 			return -EOPNOTSUPP;
@@ -273,17 +280,16 @@ static int io_check(const struct uring *r, const struct uring_io *io)
 		    (!aligned(r, (uintptr_t)io->buf) ||
 				  !aligned(r, io->off) || !aligned(r, io->len)))
 			return -EINVAL;
-		/* fallthrough */
+		return 0;
+	case URING_OP_WRITEBACK:
+		if (r->bfd < 0)
+			return -EOPNOTSUPP;
+		return range_ok(io) ? 0 : -EINVAL;
 	case URING_OP_DISCARD:
-		if (io->len == 0 || io->len > INT32_MAX ||
-		    coil_add_overflows(io->off, io->len, &end) ||
-		    end > INT64_MAX)
-			return -EINVAL;
-		break;
+		return range_ok(io) ? 0 : -EINVAL;
 	default:
-		break;
+		return 0;
 	}
-	return 0;
 }
 
 static void io_reset(struct uring_io *io)

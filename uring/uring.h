@@ -30,6 +30,13 @@ enum uring_op {
 	URING_OP_DISCARD,
 	/* no I/O: just call cb on the ring thread (a way to run code there) */
 	URING_OP_NOP,
+	/* Start the page cache's writeback of [off, off + len) of the buffered
+	 * descriptor (sync_file_range(SYNC_FILE_RANGE_WRITE), run by the
+	 * kernel's io-wq): nothing becomes durable, a later FSYNC just finds
+	 * less to write.  Not ordered against writes or fsyncs, and not seen
+	 * by the fault seam (it changes nothing a power cut could lose).
+	 * -EOPNOTSUPP without a buffered descriptor. */
+	URING_OP_WRITEBACK,
 	URING_OP_MAX_ /* number of op kinds + 1; not an op */
 };
 
@@ -56,8 +63,8 @@ struct uring_io {
 	uint8_t op;            /* enum uring_op */
 	uint8_t flags;         /* enum uring_io_flags */
 	void *buf;             /* READ/WRITE: data; ignored otherwise */
-	uint64_t off;          /* READ/WRITE/DISCARD: byte offset */
-	uint32_t len;          /* READ/WRITE/DISCARD: bytes (> 0) */
+	uint64_t off;          /* READ/WRITE/DISCARD/WRITEBACK: byte offset */
+	uint32_t len;          /* READ/WRITE/DISCARD/WRITEBACK: bytes (> 0) */
 	/* res: len (after short-I/O resubmission), fewer bytes only for a read
 	 * that reached EOF, 0 for fsync/discard/nop, or the original -errno of
 	 * the failing attempt.  Runs on the ring thread; must not block.  It

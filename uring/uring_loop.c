@@ -301,7 +301,9 @@ static int issue_one(struct uring *r, struct uring_io *io)
 		goto out;
 	}
 #ifdef COIL_FAULT_SEAM
-	if (fault_on_issue(r, io) == FAULT_INJECTED) {
+	/* a writeback makes nothing durable: no power cut can tell it ran */
+	if (io->op != URING_OP_WRITEBACK &&
+	    fault_on_issue(r, io) == FAULT_INJECTED) {
 		io_uring_prep_nop(sqe);
 		io->_iflags |= IF_INJECT;
 		/* an injected byte count stands for the whole remainder */
@@ -345,6 +347,11 @@ static int issue_one(struct uring *r, struct uring_io *io)
 		break;
 	case URING_OP_FSYNC:
 		io_uring_prep_fsync(sqe, fdx, IORING_FSYNC_DATASYNC);
+		break;
+	case URING_OP_WRITEBACK:
+		io_uring_prep_sync_file_range(sqe, r->st.fixed_file ? 1 : r->bfd,
+					      io->len, io->off,
+					      SYNC_FILE_RANGE_WRITE);
 		break;
 	case URING_OP_DISCARD:
 		if (!r->is_blkdev) {
