@@ -266,7 +266,7 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen,
 		  "\"device_reads_by_caller\":%llu,\"local_decodes\":%llu,"
 		  "\"buffer_pool_misses\":%llu,"
 		  "\"ring_ops\":{\"read\":%llu,\"write\":%llu,\"fsync\":%llu,"
-		  "\"nop\":%llu},\"ring_errors\":%llu,"
+		  "\"nop\":%llu,\"writeback\":%llu},\"ring_errors\":%llu,"
 		  "\"gathered_writes\":%llu,\"gather_ops\":%llu,"
 		  "\"ring_enters\":%llu,\"ring_wakeups\":%llu},",
 		  LD(s->st.writes), LD(s->st.write_bytes), LD(s->st.write_errors),
@@ -287,6 +287,7 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen,
 		  (unsigned long long)us.ops[URING_OP_WRITE],
 		  (unsigned long long)us.ops[URING_OP_FSYNC],
 		  (unsigned long long)us.ops[URING_OP_NOP],
+		  (unsigned long long)us.ops[URING_OP_WRITEBACK],
 		  (unsigned long long)us.errors,
 		  (unsigned long long)us.merged_writes,
 		  (unsigned long long)us.merge_ops,
@@ -334,7 +335,8 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen,
 		  "\"replay_read_bytes\":%llu,"
 		  "\"chunks_overlapped\":%llu,"
 		  "\"chunks_by_writer\":%llu,\"turn_waits\":%llu,"
-		  "\"flush_markers\":%llu},",
+		  "\"flush_markers\":%llu,\"writebehind_asks\":%llu,"
+		  "\"writebehind_bytes\":%llu},",
 		  (unsigned long long)jlen, (unsigned long long)jused,
 		  LD(s->st.chunks), LD(s->st.chunk_bytes), LD(s->st.records),
 		  LD(s->st.journal_waits), LD(s->st.replayed_chunks),
@@ -343,7 +345,8 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen,
 		  LD(s->st.replay_read_bytes),
 		  LD(s->st.chunks_overlapped),
 		  LD(s->st.chunks_now), LD(s->st.turn_waits),
-		  LD(s->st.chunks_marker));
+		  LD(s->st.chunks_marker), LD(s->st.jwb_asks),
+		  LD(s->st.jwb_bytes));
 	sb_printf(&b, "\"checkpoint\":{\"count\":%llu,\"bytes_written\":%llu,"
 		  "\"last_ns\":%llu,\"snapshot_lock_ns_last\":%llu,"
 		  "\"snapshot_lock_ns_max\":%llu,\"failures\":%llu,\"seq\":%llu,"

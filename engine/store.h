@@ -116,6 +116,7 @@ struct engine_stats {
 	_Atomic uint64_t chunks_overlapped; /* started with another in flight */
 	_Atomic uint64_t chunks_now; /* written by their own writer's thread */
 	_Atomic uint64_t chunks_marker; /* empty chunks saying a flush landed */
+	_Atomic uint64_t jwb_asks, jwb_bytes; /* journal write-behind */
 	_Atomic uint64_t rd_now;     /* device reads done by their reader */
 	_Atomic uint64_t fsyncs_now; /* a coil_sync's own, on its thread */
 	/* encoded before a write submitted earlier to its object: waited for
@@ -286,6 +287,13 @@ struct coil_store {
 	uint64_t j_wrap_lin, j_wrap_len;
 	uint64_t j_next_seq;
 	uint32_t nonwrite_out;   /* metadata ops holding tickets */
+	/* Write-behind (journal.c): the linear offset the page cache was
+	 * asked to write the journal back up to, whether that ask is in
+	 * flight (one at a time), and when coil_flush was last called. */
+	uint64_t jwb_lin;
+	bool jwb_busy;
+	struct uring_io jwb_io;
+	_Atomic uint64_t jwb_flush_ns;
 
 	/* ---- requests ---- */
 	pthread_mutex_t rq_mu;

@@ -147,6 +147,65 @@ Test(small_write, completes_without_a_data_write)
 	unlink(path);
 }
 
+/* The journal's linear head: how many bytes its chunks have taken. */
+static uint64_t journal_head(coil_store *s)
+{
+	uint64_t v;
+
+	pthread_mutex_lock(&s->jlock);
+	v = s->j_head_lin;
+	pthread_mutex_unlock(&s->jlock);
+	return v;
+}
+
+/* While its writers flush, the journal is written back behind its head
+ * (so a flush finds little left to write), never more than the journal
+ * took; a store nobody flushes leaves it to the page cache, and so does
+ * one whose last flush is over a second old.  Nothing of it changes what
+ * reads back. */
+Test(small_write, journal_written_behind_while_writers_flush)
+{
+	char path[256];
+	coil_store *s;
+	coil_obj *h;
+	uint64_t h0, asks, bytes;
+
+	et_path(path, sizeof(path), "sw-wb");
+	s = open_at(path, true);
+	cr_assert_eq(coil_obj_open(s, "db", COIL_CREATE, &h), 0);
+	write_pages(h, 0, 256, 1);
+	cr_assert_eq(stat_of(s, "\"journal\"", "writebehind_asks"), 0,
+		     "no flush yet");
+	h0 = journal_head(s);
+	for (uint32_t i = 0; i < 512; i += 16) {
+		write_pages(h, i, 16, 2);
+		cr_assert_eq(coil_sync(s), 0);
+	}
+	asks = stat_of(s, "\"journal\"", "writebehind_asks");
+	bytes = stat_of(s, "\"journal\"", "writebehind_bytes");
+	cr_assert_gt(asks, 0);
+	/* from up to a step before the flushes began */
+	cr_assert_leq(bytes, journal_head(s) - h0 + 2 * ENGINE_JWB_BYTES,
+		      "%llu bytes written behind %llu of journal",
+		      (unsigned long long)bytes,
+		      (unsigned long long)(journal_head(s) - h0));
+	/* the last flush over a second ago: no more */
+	usleep((useconds_t)(ENGINE_JWB_RECENT_NS / 1000 + 200000));
+	write_pages(h, 0, 256, 3);
+	cr_assert_eq(stat_of(s, "\"journal\"", "writebehind_asks"), asks);
+	check_pages(h, 0, 256, 3);
+	check_pages(h, 256, 256, 2);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	s = open_at(path, false);
+	cr_assert_eq(coil_obj_open(s, "db", 0, &h), 0);
+	check_pages(h, 0, 256, 3);
+	check_pages(h, 256, 256, 2);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+	unlink(path);
+}
+
 /* @n page writes (pages first.., version 1) kept @depth in flight at
  * once; every one must succeed.  @return small_writes.inline's growth. */
 static uint64_t write_deep(coil_store *s, coil_obj *h, uint32_t first,

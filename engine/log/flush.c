@@ -243,6 +243,9 @@ int journal_flush(struct coil_store *s, coil_cb cb, void *arg)
 	q->next_tail = &fw->next;
 	atomic_fetch_add(&s->ops_inflight, 1);
 	stat_add(&s->st.flushes, 1);
+	/* the journal's write-behind follows flushing writers (journal.c) */
+	atomic_store_explicit(&s->jwb_flush_ns, coil_now_ns(),
+			      memory_order_relaxed);
 	start = group_start(s, q);
 	pthread_mutex_unlock(&q->mu);
 	if (start && group_now(s, q, fw))

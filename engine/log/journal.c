@@ -569,6 +569,59 @@ static void fsync_done(struct uring_io *io, int res)
 	pthread_mutex_unlock(&s->jlock);
 }
 
+static void writebehind_done(struct uring_io *io, int res)
+{
+	struct coil_store *s = io->arg;
+
+	(void)res; /* a hint: what it did not start, the flush writes */
+	pthread_mutex_lock(&s->jlock);
+	s->jwb_busy = false;
+	pthread_mutex_unlock(&s->jlock);
+}
+
+/* A chunk went into the page cache: once ENGINE_JWB_BYTES of journal lie
+ * between the last ask and this chunk, and the store's writers flush, ask
+ * the kernel to start writing them back (URING_OP_WRITEBACK, on its own
+ * worker, neither this thread nor the ring's).  Not the chunk's last
+ * block, which the next chunk may share (sector chunks): written back now
+ * it would be written again.  Stops at the ring's end; the rest is asked
+ * for from there.  A hint only: nothing waits for it, and a flush's
+ * fdatasync covers whatever it has not written. */
+static void writebehind(struct coil_store *s, const struct jcycle *c)
+{
+	uint64_t jl = s->sb.journal_len;
+	uint64_t end = c->chunk_lin - c->pre + c->io_len - FMT_BLOCK;
+	uint64_t from;
+	bool go = false;
+
+	pthread_mutex_lock(&s->jlock);
+	from = s->jwb_lin;
+	/* a ring allocated in part wraps at its allocated end */
+	if (from % jl >= s->j_alloc)
+		from += jl - from % jl;
+	if (end < from || end - from > jl) {
+		s->jwb_lin = end; /* the first chunk of a session */
+	} else if (end - from >= ENGINE_JWB_BYTES && !s->jwb_busy) {
+		end = COIL_MIN(end, from - from % jl + s->j_alloc);
+		s->jwb_lin = end;
+		go = coil_now_ns() - atomic_load(&s->jwb_flush_ns) <
+		     ENGINE_JWB_RECENT_NS;
+		s->jwb_busy = go;
+	}
+	pthread_mutex_unlock(&s->jlock);
+	if (!go)
+		return;
+	uring_io_prep(&s->jwb_io, URING_OP_WRITEBACK, NULL,
+		      (uint32_t)COIL_MIN(end - from, (uint64_t)INT32_MAX),
+		      s->sb.journal_off + from % jl, writebehind_done, s);
+	if (uring_submit(s->ring, &s->jwb_io) < 0) {
+		writebehind_done(&s->jwb_io, 0);
+		return;
+	}
+	stat_add(&s->st.jwb_asks, 1);
+	stat_add(&s->st.jwb_bytes, end - from);
+}
+
 static void chunk_written(struct uring_io *io, int res)
 {
 	struct jcycle *c = io->arg;
@@ -592,6 +645,8 @@ static void chunk_written(struct uring_io *io, int res)
 	stat_add(&s->st.dev_bytes_written,
 		 c->io_len - ((c->jio.flags & URING_IO_BUFFERED) && c->pre ?
 				      FMT_BLOCK : 0));
+	if (c->jio.flags & URING_IO_BUFFERED)
+		writebehind(s, c);
 	cycle_finish(c, 0);
 }
 
