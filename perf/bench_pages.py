@@ -189,7 +189,9 @@ def run_coil_sync():
     if p.returncode:
         raise RuntimeError('coil_bench pages: ' + p.stderr[-2000:])
     d = bc.json.loads(p.stdout)
-    return {'write_ops_s': d['write']['ops_s']}
+    sl = d['write']['sync_latency']
+    return {'write_ops_s': d['write']['ops_s'], 'sync_p50_us': sl['p50_us'],
+            'sync_p99_us': sl['p99_us']}
 
 
 def run_fio_qd1():
@@ -212,9 +214,14 @@ def run_fio_qd1():
     wdev = bc.fio_summary(bc.fio(wbase + ['--direct=1']), 'write')
     wbuf = bc.fio_summary(bc.fio([a.replace('io_uring', 'psync') for a in wbase] +
                                  ['--direct=0']), 'write')
+    # a commit's cost next to coil_sync's: fdatasync after every 100
+    # buffered page writes (fio's sync latency)
+    wsync = bc.fio([a.replace('io_uring', 'psync') for a in wbase] +
+                   ['--direct=0', '--fdatasync=100'])['jobs'][0]['sync']['lat_ns']
     return {'uncached_p50_us': dev['p50_us'], 'uncached_p99_us': dev['p99_us'],
             'write_direct_p50_us': wdev['p50_us'], 'write_direct_p99_us': wdev['p99_us'],
             'write_buffered_p50_us': wbuf['p50_us'], 'write_buffered_p99_us': wbuf['p99_us'],
+            'sync_p50_us': bc.pct(wsync, 50), 'sync_p99_us': bc.pct(wsync, 99),
             'read_ops_s': dev['iops'],
             'cached_p50_us': hot['p50_us'], 'cached_p99_us': hot['p99_us'],
             'cached_ops_s': hot['iops']}
@@ -237,7 +244,8 @@ def main_qd1():
             'first_p99_us', 'cached_p50_us',
             'cached_p99_us', 'cached_ops_s', 'cache_hit_ratio', 'disk_bytes',
             'disk_bytes_open', 'segment_bytes', 'write_p50_us', 'write_p99_us', 'write_direct_p50_us',
-            'write_direct_p99_us', 'write_buffered_p50_us', 'write_buffered_p99_us']
+            'write_direct_p99_us', 'write_buffered_p50_us', 'write_buffered_p99_us',
+            'sync_p50_us', 'sync_p99_us']
     med = bc.summarize(runs, keys)
     c, k, f = med['coil'], med['rocksdb'], med['fio']
     doc = {'comparison': 'pages_qd1_vs_rocksdb', 'pages': N, 'reads': N * READS,
@@ -268,6 +276,10 @@ def main_qd1():
            'O_DIRECT %.1f/%.1f, psync buffered %.1f/%.1f'
            % (c['write_p50_us'], c['write_p99_us'], f['write_direct_p50_us'],
               f['write_direct_p99_us'], f['write_buffered_p50_us'], f['write_buffered_p99_us']))
+    cs = med['coil_sync100']
+    bc.log('   median sync after every 100 page writes, p50/p99 us: coil_sync %.1f/%.1f; '
+           'fio psync buffered + fdatasync %.1f/%.1f'
+           % (cs['sync_p50_us'], cs['sync_p99_us'], f['sync_p50_us'], f['sync_p99_us']))
     bc.save('pages_qd1_vs_rocksdb', doc)
 
 

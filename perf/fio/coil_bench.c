@@ -397,7 +397,7 @@ static void shuffle(uint64_t *a, uint64_t n, uint64_t *rng)
 static int cmd_pages(int argc, char **argv)
 {
 	struct op ops[QD_MAX];
-	struct win w = { 0 }, wfirst = { 0 }, wagain = { 0 };
+	struct win w = { 0 }, wfirst = { 0 }, wagain = { 0 }, wsync = { 0 };
 	uint64_t n, nr, i, *order, rng, t0, tw, tr, sync_every, nvals;
 	uint8_t *seen;
 	uint8_t *vals, *rd;
@@ -430,6 +430,7 @@ static int cmd_pages(int argc, char **argv)
 	if (!vals || !rd || !order)
 		die("malloc", ENOMEM);
 	win_init(&w, nr);
+	win_init(&wsync, sync_every ? n / sync_every + 1 : 1);
 	for (i = 0; i < nvals; i++)
 		value_fill(vals + (size_t)i * PAGE, PAGE, ratio, &rng);
 	for (i = 0; i < n; i++)
@@ -459,7 +460,9 @@ static int cmd_pages(int argc, char **argv)
 			if (got != PAGE)
 				die("coil_pwrite", got < 0 ? (int)got : EIO);
 			if (sync_every && (i + 1) % sync_every == 0) {
+				a = now_ns();
 				ret = coil_sync(s);
+				wsync.lat_ns[wsync.nlat++] = now_ns() - a;
 				if (ret < 0)
 					die("coil_sync", ret);
 			}
@@ -477,8 +480,12 @@ static int cmd_pages(int argc, char **argv)
 		if (ret < 0)
 			die("coil_write", ret);
 		if (sync_every && (i + 1) % sync_every == 0) {
+			uint64_t a;
+
 			win_drain(&w);
+			a = now_ns();
 			ret = coil_sync(s);
+			wsync.lat_ns[wsync.nlat++] = now_ns() - a;
 			if (ret < 0)
 				die("coil_sync", ret);
 		}
@@ -493,6 +500,9 @@ static int cmd_pages(int argc, char **argv)
 	       "\"ops_s\": %.0f, \"cpu_s\": %.4f, ", n, qd, tw / 1e9,
 	       n / (tw / 1e9), cw);
 	lat_print("latency", &w);
+	/* a commit's cost: each coil_sync of a QD 1 writer */
+	printf(", ");
+	lat_print("sync_latency", &wsync);
 	printf("}, \"after_write\": {");
 	stats_print(s);
 	printf("}, ");
