@@ -819,6 +819,7 @@ static int vfile_pragma_vfs_stats(struct vfile *f, char **args)
 		"\"sqlite_writes\":%llu,\"coil_writes\":%llu,\"syncs\":%llu,"
 		"\"sqlite_write_bytes_db\":%llu,\"sqlite_write_bytes_journal\":%llu,"
 		"\"coil_write_bytes\":%llu,\"spills\":%llu,"
+		"\"writes_in_place\":%llu,"
 		"\"cache_bytes\":%llu,\"cache_hits\":%llu,\"cache_misses\":%llu}",
 		(unsigned long long)st->n_reads,
 		(unsigned long long)st->n_read_calls,
@@ -829,6 +830,7 @@ static int vfile_pragma_vfs_stats(struct vfile *f, char **args)
 		(unsigned long long)st->b_write_other,
 		(unsigned long long)st->b_sent,
 		(unsigned long long)st->n_spills,
+		(unsigned long long)st->n_wb_inplace,
 		(unsigned long long)st->rc.n * VCACHE_CHUNK,
 		(unsigned long long)st->rc.hits,
 		(unsigned long long)st->rc.misses);

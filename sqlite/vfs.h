@@ -48,6 +48,8 @@ struct vnode {
 	int shm_readers[SQLITE_SHM_NLOCK];   /* holders of each shared slot */
 	unsigned char shm_writer[SQLITE_SHM_NLOCK]; /* slot held exclusive */
 	int wb_runs[2];  /* runs of this object in each arena; under wmu */
+	/* its latest run in each arena, + 1 (0: none); under wmu */
+	uint32_t wb_last[2];
 	uint64_t size;   /* size as SQLite's writes left it; under wmu */
 	/* A send (any connection's) that failed with writes of this object
 	 * in the window dropped them: every later write, sync, truncate,
@@ -117,6 +119,7 @@ struct vstore {
 	/* Counters for PRAGMA coil_vfs_stats, under wmu. */
 	uint64_t n_reads, n_read_calls, n_writes, n_write_calls, n_syncs;
 	uint64_t n_spills; /* arenas handed to the sender */
+	uint64_t n_wb_inplace; /* writes over bytes the window held */
 	uint64_t b_write_db, b_write_other, b_sent;
 	/* A database of this store shrank by a VACUUM's worth (set under
 	 * wmu; read when the last file has closed): the store gives its free

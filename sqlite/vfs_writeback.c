@@ -229,6 +229,7 @@ static void wb_settle(struct vstore *st, int idx, int64_t err)
 				n->wb_err = err;
 		}
 		n->wb_runs[idx] = 0;
+		n->wb_last[idx] = 0;
 	}
 	a->nruns = 0;
 	a->used = 0;
@@ -408,6 +409,20 @@ int vfs_wb_write_locked(struct vfile *f, const unsigned char *p, size_t len,
 			return rc;
 	}
 	a = &st->arena[st->cur];
+	/* Bytes the object's latest run in this arena already holds (a WAL
+	 * frame's page written again in the same transaction, among the
+	 * frames appended after it): written over in place, as the send
+	 * would have assembled them (a later write wins), so the run stays
+	 * whole and goes out from the arena itself.  No send reads this
+	 * arena meanwhile: the sender sends the other one, and a send of
+	 * this one holds wmu, as its writer does. */
+	r = f->node->wb_last[st->cur] ?
+		    &a->runs[f->node->wb_last[st->cur] - 1] : NULL;
+	if (r && off >= r->off && off + len <= r->off + r->len) {
+		memcpy(a->wb + r->at + (off - r->off), p, len);
+		st->n_wb_inplace++;
+		return SQLITE_OK;
+	}
 	r = a->nruns ? &a->runs[a->nruns - 1] : NULL;
 	if (r && r->f == f && r->off + r->len == off &&
 	    r->at + r->len == a->used) {
@@ -420,6 +435,7 @@ int vfs_wb_write_locked(struct vfile *f, const unsigned char *p, size_t len,
 		r->at = (uint32_t)a->used;
 		f->node->wb_runs[st->cur]++;
 	}
+	f->node->wb_last[st->cur] = (uint32_t)(r - a->runs) + 1;
 	memcpy(a->wb + a->used, p, len);
 	a->used += len;
 	return SQLITE_OK;

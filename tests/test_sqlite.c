@@ -529,6 +529,51 @@ static void workload_spilling(const char *mode)
 	scratch_fini(&s);
 }
 
+/* A WAL transaction larger than SQLite's page cache writes the same
+ * pages' frames again before it commits: the window writes them over its
+ * own bytes in place (writes_in_place counts them) and the database
+ * reads back whole, in the same process and after a reopen. */
+Test(sqlite, wal_frames_written_again_in_place, .timeout = 120)
+{
+	struct scratch s;
+	char *out;
+	unsigned long long inplace = 0;
+	const char *p;
+	int status;
+
+	scratch_init(&s, "wal");
+	out = coil_run(&s, "wal", NULL, &status,
+		       "PRAGMA journal_mode=wal;\nPRAGMA cache_size=20;\n"
+		       "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);\n"
+		       "BEGIN;\n"
+		       "WITH RECURSIVE c(x) AS (VALUES(1) UNION ALL SELECT x + 1"
+		       " FROM c WHERE x < 3000) INSERT INTO t(v)"
+		       " SELECT printf('%%08d %%.200c', x, 'v') FROM c;\n"
+		       "UPDATE t SET v = v || 'y' WHERE id %% 3 = 0;\n"
+		       "UPDATE t SET v = v || 'y' WHERE id %% 3 = 0;\n"
+		       "UPDATE t SET v = v || 'y' WHERE id %% 3 = 0;\n"
+		       "COMMIT;\n"
+		       "SELECT 'sum', sum(length(v)) FROM t;\n"
+		       "PRAGMA integrity_check;\n"
+		       "PRAGMA coil_vfs_stats;\n");
+	cr_assert_eq(status, 0, "%s", out);
+	cr_assert_not_null(strstr(out, "sum|630000"), "%s", out);
+	cr_assert_not_null(strstr(out, "\nok\n"), "%s", out);
+	p = strstr(out, "\"writes_in_place\":");
+	cr_assert_not_null(p, "%s", out);
+	cr_assert_eq(sscanf(p + 18, "%llu", &inplace), 1, "%s", out);
+	cr_assert_gt(inplace, 0, "%s", out);
+	free(out);
+	out = coil_run(&s, "wal", NULL, &status,
+		       "SELECT 'sum', sum(length(v)) FROM t;\n"
+		       "PRAGMA integrity_check;\n");
+	cr_assert_eq(status, 0, "%s", out);
+	cr_assert_not_null(strstr(out, "sum|630000"), "%s", out);
+	cr_assert_not_null(strstr(out, "\nok\n"), "%s", out);
+	free(out);
+	scratch_fini(&s);
+}
+
 Test(sqlite, workload_delete_spilling, .timeout = 120)
 {
 	workload_spilling("delete");
