@@ -18,11 +18,15 @@ static uint32_t name_hash(const char *name, size_t len)
 	return (uint32_t)fmt_csum(name, len);
 }
 
+/* Ids are handed out in order (next_obj_id), so the id itself spreads
+ * them evenly over a power-of-two table, and objects made one after the
+ * other share cache lines of it: replay and checkpoint loads look ids up
+ * in nearly the order they were made.  A mixing hash sent each lookup to
+ * a cold line: replaying 60,756 records (40,000 objects created after a
+ * checkpoint of 110,000), 6 alternated opens, took a median 0.102 s with
+ * it and 0.093 s with the id. */
 static uint64_t id_hash(uint64_t id)
 {
-	id ^= id >> 33;
-	id *= 0xff51afd7ed558ccdull;
-	id ^= id >> 33;
 	return id;
 }
 
