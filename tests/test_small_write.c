@@ -147,6 +147,20 @@ Test(small_write, completes_without_a_data_write)
 	unlink(path);
 }
 
+/* The closed store at @path opened again: pages first.. of "db" hold
+ * version @v. */
+static void reopened_check(const char *path, uint32_t first, uint32_t n,
+			   uint32_t v)
+{
+	coil_store *s = open_at(path, false);
+	coil_obj *h;
+
+	cr_assert_eq(coil_obj_open(s, "db", 0, &h), 0);
+	check_pages(h, first, n, v);
+	cr_assert_eq(coil_obj_close(h), 0);
+	cr_assert_eq(coil_close(s), 0);
+}
+
 /* The journal's linear head: how many bytes its chunks have taken. */
 static uint64_t journal_head(coil_store *s)
 {
@@ -197,12 +211,8 @@ Test(small_write, journal_written_behind_while_writers_flush)
 	check_pages(h, 256, 256, 2);
 	cr_assert_eq(coil_obj_close(h), 0);
 	cr_assert_eq(coil_close(s), 0);
-	s = open_at(path, false);
-	cr_assert_eq(coil_obj_open(s, "db", 0, &h), 0);
-	check_pages(h, 0, 256, 3);
-	check_pages(h, 256, 256, 2);
-	cr_assert_eq(coil_obj_close(h), 0);
-	cr_assert_eq(coil_close(s), 0);
+	reopened_check(path, 0, 256, 3);
+	reopened_check(path, 256, 256, 2);
 	unlink(path);
 }
 
@@ -278,11 +288,7 @@ Test(small_write, deep_raw_writer_takes_the_segment_path)
 		check_pages(h, 0, 272, 1);
 		cr_assert_eq(coil_obj_close(h), 0);
 		cr_assert_eq(coil_close(s), 0);
-		s = open_at(path, false);
-		cr_assert_eq(coil_obj_open(s, "db", 0, &h), 0);
-		check_pages(h, 0, 272, 1);
-		cr_assert_eq(coil_obj_close(h), 0);
-		cr_assert_eq(coil_close(s), 0);
+		reopened_check(path, 0, 272, 1);
 		unlink(path);
 	}
 }

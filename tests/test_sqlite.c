@@ -491,6 +491,21 @@ Test(sqlite, workload_persist) { workload_compare("persist"); }
 Test(sqlite, workload_memory) { workload_compare("memory"); }
 Test(sqlite, workload_wal_exclusive) { workload_compare("wal"); }
 
+/* The counter @key of the PRAGMA coil_vfs_stats text in @out; fails the
+ * test when it is missing. */
+static unsigned long long vfs_stat(const char *out, const char *key)
+{
+	char pat[64];
+	unsigned long long v = 0;
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = strstr(out, pat);
+	cr_assert_not_null(p, "no %s in %s", key, out);
+	cr_assert_eq(sscanf(p + strlen(pat), "%llu", &v), 1, "%s", out);
+	return v;
+}
+
 /* The smallest window and a small chunk cache under a 20-page SQLite
  * cache: transactions spill the window again and again, so arenas are
  * sent by the sender thread while SQLite writes the other one and reads
@@ -504,7 +519,6 @@ static void workload_spilling(const char *mode)
 	struct scratch s;
 	char *out;
 	unsigned long long spills = 0;
-	const char *p;
 	int status;
 
 	workload_compare_with(mode, env, "PRAGMA cache_size=20;\n");
@@ -521,9 +535,7 @@ static void workload_spilling(const char *mode)
 		       "PRAGMA coil_vfs_stats;\n", mode);
 	cr_assert_eq(status, 0, "%s", out);
 	cr_assert_not_null(strstr(out, "sum|4180000"), "%s", out);
-	p = strstr(out, "\"spills\":");
-	cr_assert_not_null(p, "%s", out);
-	cr_assert_eq(sscanf(p + 9, "%llu", &spills), 1, "%s", out);
+	spills = vfs_stat(out, "spills");
 	cr_assert_gt(spills, 4, "%s", out);
 	free(out);
 	scratch_fini(&s);
@@ -538,7 +550,6 @@ Test(sqlite, wal_frames_written_again_in_place, .timeout = 120)
 	struct scratch s;
 	char *out;
 	unsigned long long inplace = 0;
-	const char *p;
 	int status;
 
 	scratch_init(&s, "wal");
@@ -559,9 +570,7 @@ Test(sqlite, wal_frames_written_again_in_place, .timeout = 120)
 	cr_assert_eq(status, 0, "%s", out);
 	cr_assert_not_null(strstr(out, "sum|630000"), "%s", out);
 	cr_assert_not_null(strstr(out, "\nok\n"), "%s", out);
-	p = strstr(out, "\"writes_in_place\":");
-	cr_assert_not_null(p, "%s", out);
-	cr_assert_eq(sscanf(p + 18, "%llu", &inplace), 1, "%s", out);
+	inplace = vfs_stat(out, "writes_in_place");
 	cr_assert_gt(inplace, 0, "%s", out);
 	free(out);
 	out = coil_run(&s, "wal", NULL, &status,
