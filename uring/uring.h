@@ -66,9 +66,10 @@ struct uring_io {
 	uint64_t off;          /* READ/WRITE/DISCARD/WRITEBACK: byte offset */
 	uint32_t len;          /* READ/WRITE/DISCARD/WRITEBACK: bytes (> 0) */
 	/* res: len (after short-I/O resubmission), fewer bytes only for a read
-	 * that reached EOF, 0 for fsync/discard/nop, or the original -errno of
-	 * the failing attempt.  Runs on the ring thread; must not block.  It
-	 * may call uring_submit (queued locally, issued on the next turn). */
+	 * that reached EOF, 0 for fsync/discard/nop/writeback, or the original
+	 * -errno of the failing attempt.  Runs on the ring thread; must not
+	 * block.  It may call uring_submit (queued locally, issued on the next
+	 * turn). */
 	void (*cb)(struct uring_io *io, int res);
 	void *arg;             /* the caller's; untouched */
 
