@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
-"""Turn perf/results/*.json into docs/benchmarks.md and PNG plots.
+"""Turn perf/results/*.json into perf/results/report.md and PNG plots.
 
   bench_report.py "COMMAND THAT MADE THE RESULTS"
+
+The report is made anew by every run; docs/benchmarks.md is written by
+hand from it (its tables keep each figure's history and what changed
+between runs, which a generated page would drop).
 """
 import json
 import os
@@ -11,7 +15,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RES = os.path.join(ROOT, 'perf', 'results')
 TMP = os.path.join(RES, 'tmp')
-DOC = os.path.join(ROOT, 'docs', 'benchmarks.md')
+DOC = os.path.join(RES, 'report.md')
 
 
 def load(name):
@@ -319,8 +323,13 @@ def disk_section(d, L):
 
 
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] in ('-h', '--help'):
+        print(__doc__.strip())
+        return
     cmd = sys.argv[1] if len(sys.argv) > 1 else 'tools/dev.sh bench'
-    L = ['# coil benchmarks\n',
+    L = ['# coil benchmarks: the last run\n',
+         'Made by the command below; docs/benchmarks.md has the curated tables, '
+         'their history and the analysis.\n',
          'Every comparison runs coil and its peer **in the same run**, alternating the order '
          'each repeat (ABBA), and reports medians over the repeats and the ratio. The machine is '
          'shared and noisy: read the ratios, not the absolute numbers. Raw results: '
