@@ -13,7 +13,8 @@
 # Environment: BENCH_REPEATS (default 3), BENCH_SCALE (sizes and run times,
 # default 1), BUILD (default build/release); per-comparison knobs are in
 # each perf/bench_*.py.  Results: perf/results/*.json and *.png, and the
-# table in docs/benchmarks.md.  Scratch files live in var/bench/ (O_DIRECT
+# run's tables in perf/results/report.md (docs/benchmarks.md is written by
+# hand from them).  Scratch files live in var/bench/ (O_DIRECT
 # needs a real filesystem; /tmp may be tmpfs).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
