@@ -566,35 +566,14 @@ COIL_API int coil_stats_json(coil_store *s, char *buf, size_t len)
 
 COIL_API int coil_stats_json_dup(coil_store *s, unsigned flags, char **out)
 {
-	size_t cap = 8192;
-	char *buf = NULL;
-
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
-	for (int tries = 0; tries < 16; tries++) {
-		char *nb = realloc(buf, cap);
-		int n;
-
-		if (!nb) {
-			free(buf);
-			return -ENOMEM;
-		}
-		buf = nb;
-		n = coil_stats_json_flags(s, buf, cap, flags);
-		if (n < 0) {
-			free(buf);
-			return n;
-		}
-		if ((size_t)n < cap) {
-			*out = buf;
-			return n;
-		}
-		/* room for what moves before the next call */
-		cap = (size_t)n + 1024;
-	}
-	free(buf);
-	return -EAGAIN;
+	if (!s || (flags & ~COIL_STATS_SHARED))
+		return -EINVAL;
+	if (!store_valid(s))
+		return -EBADF;
+	return engine_stats_json_text(s, flags, out);
 }
 
 COIL_API int coil_obj_list(coil_store *s, coil_list_fn fn, void *arg)

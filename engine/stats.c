@@ -142,8 +142,8 @@ static int space_shared(struct coil_store *s, uint64_t *out)
 /* Long, but a flat list: one sb_printf per JSON section, in the order the
  * text has them (docs list the fields in that order).  Split into functions
  * it would only pass the same dozen locals around. */
-int engine_stats_json(struct coil_store *s, char *out, size_t outlen,
-		      unsigned flags)
+int engine_stats_json_text(struct coil_store *s, unsigned flags,
+			   char **text)
 {
 	struct sbuf b = { .p = malloc(4096), .cap = 4096 };
 	uint64_t logical = 0, stored = 0, allocated = 0, free_b = 0, nobj, next, meta;
@@ -395,16 +395,29 @@ int engine_stats_json(struct coil_store *s, char *out, size_t outlen,
 			strcpy(pj, "{}");
 		sb_printf(&b, "\"cache\":%s,\"prefetch\":%s}", cj, pj);
 	}
-	if (b.err) {
-		rc = b.err;
-	} else {
-		if (outlen) {
-			size_t n = COIL_MIN(b.len, outlen - 1);
-			memcpy(out, b.p, n);
-			out[n] = 0;
-		}
-		rc = b.len > INT32_MAX ? -EOVERFLOW : (int)b.len;
+	rc = b.err ? b.err : b.len > INT32_MAX ? -EOVERFLOW : (int)b.len;
+	if (rc < 0) {
+		free(b.p);
+		return rc;
 	}
-	free(b.p);
+	*text = b.p;
 	return rc;
+}
+
+int engine_stats_json(struct coil_store *s, char *out, size_t outlen,
+		      unsigned flags)
+{
+	char *text;
+	int n = engine_stats_json_text(s, flags, &text);
+
+	if (n < 0)
+		return n;
+	if (outlen) {
+		size_t k = COIL_MIN((size_t)n, outlen - 1);
+
+		memcpy(out, text, k);
+		out[k] = 0;
+	}
+	free(text);
+	return n;
 }

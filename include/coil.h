@@ -429,9 +429,9 @@ COIL_API int coil_stats_json_flags(coil_store *s, char *buf, size_t len,
  * it with free()).  On a store in use the text can grow between a call
  * that sizes a buffer and the call that fills it (counters move on other
  * threads: one more digit truncates the text, and truncated JSON does not
- * parse); this call sizes again until the text fits.  @return the text's
- * length, or a negative errno as coil_stats_json_flags, -ENOMEM, or
- * -EAGAIN (still growing after 16 tries); *@out is NULL on failure. */
+ * parse); this call hands over the text whole, as it was built.  @return
+ * the text's length, or a negative errno as coil_stats_json_flags
+ * (-ENOMEM among them); *@out is NULL on failure. */
 COIL_API int coil_stats_json_dup(coil_store *s, unsigned flags, char **out);
 
 /* Call @fn(@arg, name, name_len, size) once for every object of the store, in

@@ -58,13 +58,18 @@ uint64_t journal_sync_mark_locked(const struct coil_store *s)
 	return s->j_retired_seq;
 }
 
+/* *@a = max(*@a, @v), for the seqs that only move forward. */
+static void seq_raise(_Atomic uint64_t *a, uint64_t v)
+{
+	uint64_t cur = atomic_load(a);
+
+	while (cur < v && !atomic_compare_exchange_weak(a, &cur, v))
+		;
+}
+
 void journal_synced(struct coil_store *s, uint64_t mark)
 {
-	uint64_t cur = atomic_load(&s->j_synced);
-
-	while (cur < mark &&
-	       !atomic_compare_exchange_weak(&s->j_synced, &cur, mark))
-		;
+	seq_raise(&s->j_synced, mark);
 }
 
 void journal_destroy(struct coil_store *s)
@@ -713,13 +718,10 @@ static void cycle_write(struct coil_store *s, struct jcycle *c, uint32_t nrec)
 {
 	uint64_t size = FMT_JCHUNK_HDR;
 	uint64_t synced = COIL_MIN(atomic_load(&s->j_synced), c->chunk_seq - 1);
-	uint64_t v = atomic_load(&s->j_vouched);
 	uint32_t end;
 	int rc;
 
-	while (v < synced &&
-	       !atomic_compare_exchange_weak(&s->j_vouched, &v, synced))
-		;
+	seq_raise(&s->j_vouched, synced);
 	c->chunk = c->buf + c->pre;
 	for (struct jent *e = c->first; e; e = e->next) {
 		if (!e->in_chunk)
