@@ -187,9 +187,11 @@ struct coil_store {
 				 * waiters for a batch's names */
 	/* batches between claiming their names and applying (batch.c) */
 	struct coil_batch *batches;
-	struct object **by_name;
+	/* names: open addressing (object.c); ids: chains */
+	struct name_slot *by_name;
+	uint32_t name_cap;      /* slots (power of two) */
 	struct object **by_id;
-	uint32_t tab_cap;       /* buckets (power of two) */
+	uint32_t tab_cap;       /* id buckets (power of two) */
 	uint64_t nobj;
 	uint64_t next_obj_id;
 	/* What the next checkpoint's payload holds (ckpt_payload_bound): the

@@ -122,9 +122,9 @@ static int load_extents(struct coil_store *s, struct object *o,
 	return 0;
 }
 
-/* An object whole, from a base or a delta's FMT_DREC_OBJ record (@dl: it
- * replaces one of the same id, and may take the name of another that this
- * delta renames or removes too). */
+/* An object whole, from a delta's FMT_DREC_OBJ record: it replaces one of
+ * the same id, and may take the name of another that this delta renames or
+ * removes too (@dl counts those). */
 static int load_whole_obj(struct coil_store *s, struct fmt_cursor *c,
 			  struct fmt_extent *fe, struct delta_load *dl)
 {
@@ -138,17 +138,12 @@ static int load_whole_obj(struct coil_store *s, struct fmt_cursor *c,
 	if (co.size > ENGINE_OBJ_SIZE_MAX || memchr(co.name, 0, co.name_len))
 		return -EIO;
 	o = objtab_find_id(s, co.obj_id);
-	if (o && dl) {
+	if (o) {
 		if (o->name_detached)
 			dl->detached--;
 		meta_apply_remove(s, o);
-		o = NULL;
 	}
-	if (o)
-		return -EIO;
 	holder = objtab_find_name(s, co.name, co.name_len);
-	if (holder && !dl)
-		return -EIO;
 	if (holder) {
 		objtab_name_detach(s, holder);
 		dl->detached++;
@@ -156,6 +151,29 @@ static int load_whole_obj(struct coil_store *s, struct fmt_cursor *c,
 	rc = objtab_add(s, co.obj_id, co.name, co.name_len, &o);
 	if (rc < 0)
 		return rc;
+	o->size = co.size;
+	return load_extents(s, o, c, fe, co.n_extents);
+}
+
+/* An object of a base: checked and added, its name linked later with all
+ * the others (objtab_link_names finds a name twice). */
+static int load_base_obj(struct coil_store *s, struct fmt_cursor *c,
+			 struct fmt_extent *fe, struct name_slot *out)
+{
+	struct fmt_ckpt_obj co;
+	struct object *o;
+	int rc;
+
+	if (fmt_ckpt_get_obj(c, &co) < 0)
+		return -EIO;
+	if (co.size > ENGINE_OBJ_SIZE_MAX || memchr(co.name, 0, co.name_len))
+		return -EIO;
+	if (objtab_find_id(s, co.obj_id))
+		return -EIO;
+	rc = objtab_add_unnamed(s, co.obj_id, co.name, co.name_len, &o);
+	if (rc < 0)
+		return rc;
+	*out = (struct name_slot){ .h = o->name_h, .o = o };
 	o->size = co.size;
 	return load_extents(s, o, c, fe, co.n_extents);
 }
@@ -383,6 +401,7 @@ int ckpt_load(struct coil_store *s)
 {
 	bool mirror_used = false;
 	uint8_t *buf = NULL;
+	struct name_slot *loaded = NULL;
 	struct fmt_extent *fe = NULL;
 	struct fmt_cursor c;
 	struct fmt_ckpt h;
@@ -433,11 +452,19 @@ int ckpt_load(struct coil_store *s)
 	}
 	/* the count is paid for by the payload (checked on decode) */
 	objtab_reserve(s, h.n_objects);
+	loaded = malloc(COIL_MAX(h.n_objects, 1) * sizeof(*loaded));
+	if (!loaded) {
+		rc = -ENOMEM;
+		goto out;
+	}
 	for (uint64_t i = 0; i < h.n_objects; i++) {
-		rc = load_whole_obj(s, &c, fe, NULL);
+		rc = load_base_obj(s, &c, fe, &loaded[i]);
 		if (rc < 0)
 			goto out;
 	}
+	rc = objtab_link_names(s, loaded, h.n_objects);
+	if (rc < 0)
+		goto out;
 	if (h.next_obj_id > s->next_obj_id)
 		s->next_obj_id = h.next_obj_id;
 	if (s->next_obj_id == 0)
@@ -456,6 +483,7 @@ int ckpt_load(struct coil_store *s)
 	if (mirror_used)
 		s->ck_mirror = false;
 out:
+	free(loaded);
 	free(fe);
 	free(buf);
 	return rc;

@@ -34,11 +34,10 @@ struct object {
 	uint64_t turn_next;     /* the next submission's place */
 	uint64_t turn_done;     /* places that have taken their ticket */
 	uint32_t turn_waiters;  /* truncates waiting for their place */
-	/* the name's hash (name_hash, low bits): a chain walk compares it
-	 * before it touches the name, and a table growth does not rehash */
+	/* the name's hash (name_hash): unlinking finds the slot by it, and
+	 * a growth of the name table does not rehash */
 	uint32_t name_h;
 	struct jent *turn_parked; /* encoded writes waiting for theirs */
-	struct object *name_next;
 	struct object *id_next;
 	/* OBJ_DIRTY_RANGES: the byte ranges whose extents changed (and the
 	 * size, which a delta always records), unsorted, merged when the
@@ -46,6 +45,13 @@ struct object {
 	uint8_t dirty;
 	uint32_t nrange, caprange;
 	struct obj_range *range;
+};
+
+/* A slot of the name table: the name's hash beside its object, so a probe
+ * compares hashes without touching an object (NULL: empty). */
+struct name_slot {
+	uint32_t h;
+	struct object *o;
 };
 
 int objtab_init(struct coil_store *s);
@@ -65,6 +71,17 @@ struct object *objtab_find_id(struct coil_store *s, uint64_t id);
 /* Create and link an object (refs = 1 for the table).  -ENOMEM. */
 int objtab_add(struct coil_store *s, uint64_t id, const char *name,
 	       size_t len, struct object **out);
+/* objtab_add without linking the name: a checkpoint's load adds its
+ * objects so and links the names of all of them at once. */
+int objtab_add_unnamed(struct coil_store *s, uint64_t id, const char *name,
+		       size_t len, struct object **out);
+/* Link the names of objects added unnamed, @ents[0..n) each { name_h,
+ * object } (reordered here): in the order of their slots, so the table is
+ * written front to back rather than at a random line per name, and no
+ * object is touched but where two hashes match.  @return 0, or -EIO when
+ * a name is there twice (or already linked). */
+int objtab_link_names(struct coil_store *s, struct name_slot *ents,
+		      uint64_t n);
 /* Unlink a removed object; its extents are dropped through @drop (@arg:
  * the store), so the caller decides who else hears of them. */
 void objtab_unlink(struct coil_store *s, struct object *o,
