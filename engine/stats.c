@@ -332,7 +332,8 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 		  "\"full_waits\":%llu,\"replayed_chunks\":%llu,"
 		  "\"replayed_records\":%llu,\"replayed_bytes\":%llu,"
 		  "\"replay_ns\":%llu,\"replay_reads\":%llu,"
-		  "\"replay_read_bytes\":%llu,"
+		  "\"replay_read_bytes\":%llu,\"replay_journal_reads\":%llu,"
+		  "\"replay_journal_read_bytes\":%llu,"
 		  "\"chunks_overlapped\":%llu,"
 		  "\"chunks_by_writer\":%llu,\"turn_waits\":%llu,"
 		  "\"flush_markers\":%llu,\"writebehind_asks\":%llu,"
@@ -342,7 +343,8 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 		  LD(s->st.journal_waits), LD(s->st.replayed_chunks),
 		  LD(s->st.replayed_records), LD(s->st.replayed_bytes),
 		  LD(s->st.replay_ns), LD(s->st.replay_reads),
-		  LD(s->st.replay_read_bytes),
+		  LD(s->st.replay_read_bytes), LD(s->st.replay_journal_reads),
+		  LD(s->st.replay_journal_read_bytes),
 		  LD(s->st.chunks_overlapped),
 		  LD(s->st.chunks_now), LD(s->st.turn_waits),
 		  LD(s->st.chunks_marker), LD(s->st.jwb_asks),

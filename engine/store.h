@@ -139,6 +139,8 @@ struct engine_stats {
 	/* device reads replay made to verify the unflushed tail's blobs,
 	 * and the bytes they read (a window spans blobs back to back) */
 	_Atomic uint64_t replay_reads, replay_read_bytes;
+	/* reads of the journal itself by replay (recovery.c, jwindow) */
+	_Atomic uint64_t replay_journal_reads, replay_journal_read_bytes;
 	_Atomic uint64_t inline_encodes, inline_decodes;
 	_Atomic uint64_t read_splits;  /* joined reads that failed, read again
 					* blob by blob (read.c) */

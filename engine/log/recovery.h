@@ -28,15 +28,9 @@ struct fmt_jchunk;
  * REPLAY_CHUNK_BUF bytes, aligned.  @win: read-ahead (NULL: none).
  * @return 1 (found: *@h, *@at, the chunk at the start of @chunk, payload
  * verified), 0 (none: the journal ends), or -errno of a read. */
-/* Journal bytes read ahead, in REPLAY_WINDOW pieces: a chunk is often a
- * sector or two, and one read per chunk made replay a device round trip
- * per record.  Only while the journal does not change (open). */
-#define REPLAY_WINDOW (1u << 20)
-struct jwindow {
-	uint8_t *buf;   /* REPLAY_WINDOW bytes, aligned */
-	uint64_t off;   /* journal offset of buf[0] */
-	uint64_t len;   /* bytes valid; 0: empty */
-};
+/* What replay has read of the journal (recovery.c); NULL: read each piece
+ * as it is needed. */
+struct jwindow;
 int replay_read_chunk(struct coil_store *s, uint8_t *chunk, uint64_t pos,
 		      uint64_t seq, struct fmt_jchunk *h, uint64_t *at,
 		      struct jwindow *win);
