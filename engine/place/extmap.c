@@ -111,20 +111,19 @@ static int extmap_reserve(struct extmap *m)
 			ncap *= 2;
 		uint64_t *nk;
 
-		nl = calloc(ncap + EXTMAP_SPARES, sizeof(*nl));
-		nk = calloc(ncap, sizeof(*nk));
-		if (!nl || !nk) {
-			free(nl);
-			free(nk);
+		/* the leaf array and the keys in one allocation (a map of
+		 * one leaf, most objects', makes two instead of three) */
+		nl = calloc(1, (ncap + EXTMAP_SPARES) * sizeof(*nl) +
+			       ncap * sizeof(*nk));
+		if (!nl)
 			return -ENOMEM;
-		}
+		nk = (uint64_t *)(void *)(nl + ncap + EXTMAP_SPARES);
 		if (m->leaf) {
 			memcpy(nl, m->leaf, m->nleaf * sizeof(*nl));
 			memcpy(nl + ncap, m->leaf + m->cap,
 			       EXTMAP_SPARES * sizeof(*nl));
 			memcpy(nk, m->key, m->nleaf * sizeof(*nk));
 			free(m->leaf);
-			free(m->key);
 		}
 		m->leaf = nl;
 		m->key = nk;
@@ -478,9 +477,8 @@ void extmap_destroy(struct extmap *m, extmap_drop_fn drop, void *arg)
 	if (m->leaf) {
 		for (int i = 0; i < EXTMAP_SPARES; i++)
 			free(spares(m)[i]);
-		free(m->leaf);
+		free(m->leaf); /* and the keys after it */
 	}
-	free(m->key);
 	memset(m, 0, sizeof(*m));
 }
 

@@ -54,7 +54,8 @@ static void object_free(struct coil_store *s, struct object *o)
 {
 	extmap_destroy(&o->map, o->removed ? NULL : seg_drop_live, s);
 	free(o->range);
-	free(o->name);
+	if (o->name != o->name_inl)
+		free(o->name);
 	free(o);
 }
 
@@ -349,14 +350,10 @@ static int objtab_add_as(struct coil_store *s, uint64_t id, const char *name,
 		return -EINVAL;
 	if (name_room(s, s->nobj) < 0)
 		return -ENOMEM;
-	o = calloc(1, sizeof(*o));
+	o = calloc(1, sizeof(*o) + len + 1);
 	if (!o)
 		return -ENOMEM;
-	o->name = malloc(len + 1);
-	if (!o->name) {
-		free(o);
-		return -ENOMEM;
-	}
+	o->name = o->name_inl;
 	memcpy(o->name, name, len);
 	o->name[len] = 0;
 	o->name_len = (uint16_t)len;
@@ -485,7 +482,8 @@ int objtab_rename(struct coil_store *s, struct object *o, const char *name,
 		name_unlink(s, o);
 	o->name_detached = false;
 	s->name_bytes -= o->name_len;
-	free(o->name);
+	if (o->name != o->name_inl)
+		free(o->name);
 	o->name = n;
 	o->name_len = (uint16_t)len;
 	s->name_bytes += len;

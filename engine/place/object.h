@@ -45,6 +45,9 @@ struct object {
 	uint8_t dirty;
 	uint32_t nrange, caprange;
 	struct obj_range *range;
+	/* the name it was created with, in its own allocation (name points
+	 * here until a rename gives it one of its own) */
+	char name_inl[];
 };
 
 /* A slot of the name table: the name's hash beside its object, so a probe
