@@ -123,6 +123,16 @@ static int load_extents(struct coil_store *s, struct object *o,
 	return 0;
 }
 
+/* The next object record of a base or a delta, checked: its size within
+ * the engine's limit, no NUL in its name.  @return 0 or -EIO. */
+static int get_obj(struct fmt_cursor *c, struct fmt_ckpt_obj *co)
+{
+	if (fmt_ckpt_get_obj(c, co) < 0 || co->size > ENGINE_OBJ_SIZE_MAX ||
+	    memchr(co->name, 0, co->name_len))
+		return -EIO;
+	return 0;
+}
+
 /* An object whole, from a delta's FMT_DREC_OBJ record: it replaces one of
  * the same id, and may take the name of another that this delta renames or
  * removes too (@dl counts those). */
@@ -134,9 +144,7 @@ static int load_whole_obj(struct coil_store *s, struct fmt_cursor *c,
 	struct object *o;
 	int rc;
 
-	if (fmt_ckpt_get_obj(c, &co) < 0)
-		return -EIO;
-	if (co.size > ENGINE_OBJ_SIZE_MAX || memchr(co.name, 0, co.name_len))
+	if (get_obj(c, &co) < 0)
 		return -EIO;
 	o = objtab_find_id(s, co.obj_id);
 	if (o) {
@@ -165,11 +173,7 @@ static int load_base_obj(struct coil_store *s, struct fmt_cursor *c,
 	struct object *o;
 	int rc;
 
-	if (fmt_ckpt_get_obj(c, &co) < 0)
-		return -EIO;
-	if (co.size > ENGINE_OBJ_SIZE_MAX || memchr(co.name, 0, co.name_len))
-		return -EIO;
-	if (objtab_find_id(s, co.obj_id))
+	if (get_obj(c, &co) < 0 || objtab_find_id(s, co.obj_id))
 		return -EIO;
 	rc = objtab_add_unnamed(s, co.obj_id, co.name, co.name_len, &o);
 	if (rc < 0)
