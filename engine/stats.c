@@ -149,6 +149,7 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 	uint64_t logical = 0, stored = 0, allocated = 0, free_b = 0, nobj, next, meta;
 	uint64_t nsealed = 0, nfree = 0, npending = 0, nactive = 0, next_total = 0;
 	uint64_t jused, jlen, disk = 0, shared = 0;
+	uint64_t mm_obj, mm_tab, mm_map, mm_blob;
 	struct pool_stats ps;
 	struct uring_stats us;
 	int rc;
@@ -183,6 +184,16 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 	nobj = s->nobj - atomic_load(&s->dicts.count); /* the caller's */
 	next = s->next_obj_id;
 	meta = ckpt_payload_now(s);
+	/* Metadata in memory, by the sizes asked of the allocator (it adds
+	 * its own overhead): objects and the names they were made with, the
+	 * two tables, the maps' allocations, and a blob descriptor per
+	 * extent (an upper bound: extents that share a blob share one). */
+	mm_obj = s->nobj * (sizeof(struct object) + 1) + s->name_bytes;
+	mm_tab = (uint64_t)s->tab_cap * sizeof(*s->by_id) +
+		 (uint64_t)s->name_cap * sizeof(*s->by_name);
+	mm_map = s->ext_acct.mem;
+	mm_blob = s->ext_acct.n * sizeof(struct blobd) +
+		  s->ext_acct.csums * sizeof(uint64_t);
 	pthread_mutex_unlock(&s->mlock);
 	journal_usage(s, &jused, &jlen);
 	/* What the store takes from its file system (du); a device's size */
@@ -369,6 +380,12 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 		  (unsigned long long)s->sb.delta_bytes,
 		  s->ck_mirror ? "true" : "false", LD(s->st.ckpt_mirror_bytes),
 		  LD(s->st.ckpt_mirror_reads));
+	sb_printf(&b, "\"metadata_memory\":{\"bytes\":%llu,\"objects\":%llu,"
+		  "\"tables\":%llu,\"extent_maps\":%llu,"
+		  "\"blob_descriptors\":%llu},",
+		  (unsigned long long)(mm_obj + mm_tab + mm_map + mm_blob),
+		  (unsigned long long)mm_obj, (unsigned long long)mm_tab,
+		  (unsigned long long)mm_map, (unsigned long long)mm_blob);
 	sb_printf(&b, "\"pool\":{\"workers\":%u,\"mode\":\"%s\",\"capacity\":%llu,"
 		  "\"in_flight\":%llu,\"peak_in_flight\":%llu,"
 		  "\"tasks_run\":%llu,\"tasks_failed\":%llu,"

@@ -91,6 +91,7 @@ struct snap {
 	uint64_t objects, extents, disk_bytes, journal_bytes;
 	uint64_t in_memory_bytes, ckpt_last_ns, logical, stored;
 	uint64_t jchunks, jchunk_bytes;
+	uint64_t meta_mem; /* stats metadata_memory.bytes */
 };
 
 static void snap_take(coil_store *s, struct snap *sn)
@@ -114,6 +115,7 @@ static void snap_take(coil_store *s, struct snap *sn)
 	/* small writes the packer has not written out yet: optional */
 	if (!json_u64(j, "small_writes", "in_memory_bytes", &sn->in_memory_bytes))
 		sn->in_memory_bytes = 0;
+	sn->meta_mem = need_u64(j, "metadata_memory", "bytes");
 	free(j);
 }
 
@@ -515,6 +517,7 @@ int main(int argc, char **argv)
 	       "\"close_s\":%.6f,\"close_proc_write_bytes\":%" PRId64 ","
 	       "\"rss_before_open\":%" PRId64 ",\"rss_fixed\":%" PRId64 ","
 	       "\"rss_bytes\":%" PRId64 ",\"rss_per_obj\":%.2f,"
+	       "\"meta_mem_bytes\":%" PRIu64 ",\"meta_mem_per_obj\":%.2f,"
 	       "\"open_s\":%.6f,\"rss_open_bytes\":%.0f,"
 	       "\"rss_open_per_obj\":%.2f,"
 	       "\"meta_bytes\":%" PRIu64 ",\"meta_bytes_per_op\":%.2f,"
@@ -537,6 +540,7 @@ int main(int argc, char **argv)
 	       tc - t0, s0.dev_written, s0.ckpts,
 	       t4 - t3, io2 >= 0 && io1 >= 0 ? io2 - io1 : -1,
 	       rss0, fixed, rss1, (double)(rss1 - rss_c) / dn,
+	       s1.meta_mem, (double)(s1.meta_mem - s0.meta_mem) / dn,
 	       open_s, rss_open,
 	       (rss_open - rss_open_base - (double)fixed) / dn,
 	       s1.meta_bytes, (double)s1.meta_bytes / dn, s1.area_bytes,

@@ -78,6 +78,7 @@ COLUMNS = [('ops/s', 'ops_s', '%.0f'),
            ('ckpt B/op', 'ckpt_bytes_per_op', '%.1f'),
            ('dev B written/op', 'dev_write_bytes_per_op', '%.0f'),
            ('RSS B/obj', 'rss_per_obj', '%.0f'),
+           ('meta mem B/obj', 'meta_mem_per_obj', '%.0f'),
            ('open s', 'open_s', '%.3f'),
            ('open s after kill', 'replay_open_s', '%.3f'),
            ('replayed KiB', 'replayed_kib', '%.0f'),
@@ -190,7 +191,10 @@ def main():
     print('exp = log(metric ratio) / log(size ratio) from the row above; 0 = flat '
           'per op, +1 on ckpt B/op = total checkpoint bytes grow with size^2.')
     print('dev B written/op: the store\'s io.device_bytes_written over the load '
-          '(the create excluded); RSS B/obj: VmRSS growth over the load / size.')
+          '(the create excluded); RSS B/obj: VmRSS growth over the load / size; '
+          'meta mem B/obj: the growth of stats metadata_memory.bytes (objects, '
+          'names, tables, extent maps, blob descriptors as asked of the '
+          'allocator) / size.')
     print('open s after kill: a tenth more objects (blobs: a tenth of them '
           'written again) written and synced, the process gone without a close, then the open (checkpoint load and the journal '
           'replay of "replayed KiB"); replay s/GiB: the replay\'s own time '

@@ -12,7 +12,13 @@
  *                          -ENOENT, a listing counts exactly the live ones
  *   base_with_a_name_twice_is_refused
  *                          a base whose payload names two objects the same
- *                          (checksums made to match): the open is -EIO */
+ *                          (checksums made to match): the open is -EIO
+ *   metadata_memory_counted
+ *                          the stats' metadata_memory grows with objects
+ *                          and extents, is the same after a reopen (the
+ *                          load makes the same maps), and its extent maps,
+ *                          blob descriptors and objects fall to zero when
+ *                          every object is removed */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +33,7 @@
 #include "format/format.h"
 #include "tests/engine_test_util.h"
 #include "tests/super_util.h"
+#include "tests/test_util.h"
 
 #define N 3000
 
@@ -236,5 +243,77 @@ Test(objtab, base_with_a_name_twice_is_refused, .timeout = 120)
 	free(area);
 
 	cr_assert_eq(et_open_sized(path, 64ull << 20, false, &s), -EIO);
+	unlink(path);
+}
+
+struct mm {
+	uint64_t bytes, objects, tables, maps, blobs;
+};
+
+static struct mm mm_of(coil_store *s)
+{
+	static char js[65536];
+	struct mm m;
+
+	cr_assert_gt(coil_stats_json(s, js, sizeof(js)), 0);
+	m.bytes = json_u64(js, "\"metadata_memory\"", "bytes");
+	m.objects = json_u64(js, "\"metadata_memory\"", "objects");
+	m.tables = json_u64(js, "\"metadata_memory\"", "tables");
+	m.maps = json_u64(js, "\"metadata_memory\"", "extent_maps");
+	m.blobs = json_u64(js, "\"metadata_memory\"", "blob_descriptors");
+	cr_assert_eq(m.bytes, m.objects + m.tables + m.maps + m.blobs);
+	return m;
+}
+
+Test(objtab, metadata_memory_counted, .timeout = 120)
+{
+	static uint8_t buf[8 * 4096];
+	char path[256], name[32];
+	struct mm m0, m1, m2, m3;
+	coil_store *s;
+	coil_obj *h;
+
+	et_path(path, sizeof(path), "objtab-mem");
+	cr_assert_eq(et_open_sized(path, 128ull << 20, true, &s), 0);
+	m0 = mm_of(s);
+	cr_assert_eq(m0.maps, 0);
+	cr_assert_eq(m0.blobs, 0);
+	/* 500 objects; every tenth with 8 scattered extents (a map that
+	 * outgrows its first leaf and array) */
+	for (int i = 0; i < 500; i++) {
+		snprintf(name, sizeof(name), "m-%04d", i);
+		cr_assert_eq(coil_obj_open(s, name, COIL_CREATE, &h), 0);
+		et_fill(buf, sizeof(buf), (uint64_t)i, 1);
+		for (int k = 0; k < (i % 10 ? 1 : 8); k++)
+			cr_assert_eq(coil_pwrite(h, buf + k * 4096, 4096,
+						 (uint64_t)k * 65536), 4096);
+		cr_assert_eq(coil_obj_close(h), 0);
+	}
+	m1 = mm_of(s);
+	cr_assert_geq(m1.objects, m0.objects + 500 * 100);
+	cr_assert_gt(m1.maps, 500 * 48, "maps %llu",
+		     (unsigned long long)m1.maps);
+	cr_assert_gt(m1.blobs, 0);
+
+	/* a reopen loads the same maps (spares aside: a load makes none
+	 * where the session's inserts did) */
+	cr_assert_eq(coil_close(s), 0);
+	cr_assert_eq(et_open_sized(path, 128ull << 20, false, &s), 0);
+	m2 = mm_of(s);
+	cr_assert_eq(m2.objects, m1.objects);
+	cr_assert_eq(m2.blobs, m1.blobs);
+	cr_assert_gt(m2.maps, 0);
+	cr_assert_leq(m2.maps, m1.maps);
+
+	for (int i = 0; i < 500; i++) {
+		snprintf(name, sizeof(name), "m-%04d", i);
+		cr_assert_eq(coil_obj_remove(s, name), 0);
+	}
+	m3 = mm_of(s);
+	cr_assert_eq(m3.maps, 0, "maps %llu after removing every object",
+		     (unsigned long long)m3.maps);
+	cr_assert_eq(m3.blobs, 0);
+	cr_assert_eq(m3.objects, m0.objects);
+	cr_assert_eq(coil_close(s), 0);
 	unlink(path);
 }

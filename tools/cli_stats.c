@@ -171,13 +171,13 @@ static const char *jstr(const struct jdoc *d, const char *path, char *buf,
 	return buf;
 }
 
-/* A size field in words: "3.1 MiB".  Four rotating buffers, so one
+/* A size field in words: "3.1 MiB".  Eight rotating buffers, so one
  * printf can hold a few. */
 static const char *jsize(const struct jdoc *d, const char *path)
 {
-	static char bufs[4][32];
+	static char bufs[8][32];
 	static int next;
-	char *b = bufs[next++ & 3];
+	char *b = bufs[next++ & 7];
 
 	return cli_human((uint64_t)jnum(d, path), b, 32);
 }
@@ -237,6 +237,12 @@ static void render(const struct jdoc *d, const char *store)
 	row("checkpoint", "%s of a %s area (sequence %llu)",
 	    jsize(d, "checkpoint.metadata_bytes"),
 	    jsize(d, "checkpoint.area_bytes"), ju(d, "checkpoint.seq"));
+	row("in memory", "%s: objects %s, extent maps %s, blob descriptors "
+	    "%s, tables %s", jsize(d, "metadata_memory.bytes"),
+	    jsize(d, "metadata_memory.objects"),
+	    jsize(d, "metadata_memory.extent_maps"),
+	    jsize(d, "metadata_memory.blob_descriptors"),
+	    jsize(d, "metadata_memory.tables"));
 
 	printf("\nthis process (counted since this command opened the store)\n");
 	/* The codec is an option of each open, not a property of the store:

@@ -15,6 +15,27 @@
 /* The first leaf's capacity: a punch + insert adds at most two extents. */
 #define EXTMAP_LEAF_MIN 2
 
+/* What a leaf of @cap extents, and a leaf array of @cap (its spares and
+ * keys with it), take: acct->mem counts them. */
+static uint64_t leaf_bytes(uint32_t cap)
+{
+	return sizeof(struct extmap_leaf) + (uint64_t)cap * sizeof(struct ext);
+}
+
+static uint64_t array_bytes(uint32_t cap)
+{
+	return (uint64_t)(cap + EXTMAP_SPARES) * sizeof(struct extmap_leaf *) +
+	       (uint64_t)cap * sizeof(uint64_t);
+}
+
+static void mem_add(struct extmap *m, uint64_t add, uint64_t sub)
+{
+	if (!m->acct)
+		return;
+	COIL_ASSERT(m->acct->mem + add >= sub);
+	m->acct->mem = m->acct->mem + add - sub;
+}
+
 static struct extmap_leaf *leaf_alloc(struct extmap_leaf *l, uint32_t cap)
 {
 	struct extmap_leaf *n = realloc(l, sizeof(*l) + cap * sizeof(l->e[0]));
@@ -113,8 +134,7 @@ static int extmap_reserve(struct extmap *m)
 
 		/* the leaf array and the keys in one allocation (a map of
 		 * one leaf, most objects', makes two instead of three) */
-		nl = calloc(1, (ncap + EXTMAP_SPARES) * sizeof(*nl) +
-			       ncap * sizeof(*nk));
+		nl = calloc(1, array_bytes(ncap));
 		if (!nl)
 			return -ENOMEM;
 		nk = (uint64_t *)(void *)(nl + ncap + EXTMAP_SPARES);
@@ -125,6 +145,7 @@ static int extmap_reserve(struct extmap *m)
 			memcpy(nk, m->key, m->nleaf * sizeof(*nk));
 			free(m->leaf);
 		}
+		mem_add(m, array_bytes(ncap), m->leaf ? array_bytes(m->cap) : 0);
 		m->leaf = nl;
 		m->key = nk;
 		m->cap = ncap;
@@ -135,6 +156,7 @@ static int extmap_reserve(struct extmap *m)
 			spares(m)[0] = leaf_alloc(NULL, EXTMAP_LEAF_MIN);
 			if (!spares(m)[0])
 				return -ENOMEM;
+			mem_add(m, leaf_bytes(EXTMAP_LEAF_MIN), 0);
 		}
 		return 0;
 	}
@@ -143,20 +165,27 @@ static int extmap_reserve(struct extmap *m)
 		uint32_t cap = COIL_MAX(m->leaf[0]->cap * 2, m->leaf[0]->n + 2);
 		struct extmap_leaf *l;
 
+		uint32_t was = m->leaf[0]->cap;
+
 		l = leaf_alloc(m->leaf[0], COIL_MIN(cap, EXTMAP_LEAF_MAX));
 		if (!l)
 			return -ENOMEM;
 		m->leaf[0] = l;
+		mem_add(m, leaf_bytes(l->cap), leaf_bytes(was));
 	}
 	whole = m->nleaf > 1 || m->leaf[0]->cap == EXTMAP_LEAF_MAX;
 	for (int i = 0; whole && i < EXTMAP_SPARES; i++) {
 		struct extmap_leaf *l = spares(m)[i];
 
+		uint64_t was;
+
 		if (l && l->cap == EXTMAP_LEAF_MAX)
 			continue;
+		was = l ? leaf_bytes(l->cap) : 0;
 		l = leaf_alloc(l, EXTMAP_LEAF_MAX);
 		if (!l)
 			return -ENOMEM;
+		mem_add(m, leaf_bytes(EXTMAP_LEAF_MAX), was);
 		l->n = 0;
 		spares(m)[i] = l;
 	}
@@ -199,10 +228,12 @@ static void leaf_remove_from_top(struct extmap *m, uint32_t li)
 
 	while (i < EXTMAP_SPARES && spares(m)[i])
 		i++;
-	if (i < EXTMAP_SPARES)
+	if (i < EXTMAP_SPARES) {
 		spares(m)[i] = m->leaf[li];
-	else
+	} else {
+		mem_add(m, 0, leaf_bytes(m->leaf[li]->cap));
 		free(m->leaf[li]);
+	}
 	memmove(&m->leaf[li], &m->leaf[li + 1],
 		(m->nleaf - li - 1) * sizeof(m->leaf[0]));
 	memmove(&m->key[li], &m->key[li + 1],
@@ -472,11 +503,16 @@ void extmap_destroy(struct extmap *m, extmap_drop_fn drop, void *arg)
 			acct_sub(m, &l->e[i]);
 			blobd_unref(l->e[i].b);
 		}
+		mem_add(m, 0, leaf_bytes(l->cap));
 		free(l);
 	}
 	if (m->leaf) {
-		for (int i = 0; i < EXTMAP_SPARES; i++)
+		for (int i = 0; i < EXTMAP_SPARES; i++) {
+			if (spares(m)[i])
+				mem_add(m, 0, leaf_bytes(spares(m)[i]->cap));
 			free(spares(m)[i]);
+		}
+		mem_add(m, 0, array_bytes(m->cap));
 		free(m->leaf); /* and the keys after it */
 	}
 	memset(m, 0, sizeof(*m));

@@ -45,6 +45,8 @@ struct extmap_acct {
 	uint64_t stored;  /* their share of the blobs' stored bytes */
 	uint64_t inl;     /* in-memory blobs' stored bytes, once per extent
 			     (a checkpoint writes them with each) */
+	uint64_t mem;     /* bytes the maps allocated: leaves (spares too),
+			     leaf arrays and their keys */
 };
 
 struct extmap {
