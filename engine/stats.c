@@ -185,9 +185,9 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 	next = s->next_obj_id;
 	meta = ckpt_payload_now(s);
 	/* Metadata in memory, by the sizes asked of the allocator (it adds
-	 * its own overhead): objects and the names they were made with, the
-	 * two tables, the maps' allocations, and a blob descriptor per
-	 * extent (an upper bound: extents that share a blob share one). */
+	 * its own overhead): objects and their names, the two tables, the
+	 * maps' allocations, and a blob descriptor per extent (an upper
+	 * bound: extents that share a blob share one). */
 	mm_obj = s->nobj * (sizeof(struct object) + 1) + s->name_bytes;
 	mm_tab = (uint64_t)s->tab_cap * sizeof(*s->by_id) +
 		 (uint64_t)s->name_cap * sizeof(*s->by_name);

@@ -38,7 +38,7 @@ static void mem_add(struct extmap *m, uint64_t add, uint64_t sub)
 
 static struct extmap_leaf *leaf_alloc(struct extmap_leaf *l, uint32_t cap)
 {
-	struct extmap_leaf *n = realloc(l, sizeof(*l) + cap * sizeof(l->e[0]));
+	struct extmap_leaf *n = realloc(l, leaf_bytes(cap));
 
 	if (!n)
 		return NULL;
@@ -163,9 +163,8 @@ static int extmap_reserve(struct extmap *m)
 	if (m->nleaf == 1 && m->leaf[0]->cap < EXTMAP_LEAF_MAX &&
 	    m->leaf[0]->n + 2 > m->leaf[0]->cap) {
 		uint32_t cap = COIL_MAX(m->leaf[0]->cap * 2, m->leaf[0]->n + 2);
-		struct extmap_leaf *l;
-
 		uint32_t was = m->leaf[0]->cap;
+		struct extmap_leaf *l;
 
 		l = leaf_alloc(m->leaf[0], COIL_MIN(cap, EXTMAP_LEAF_MAX));
 		if (!l)
@@ -176,7 +175,6 @@ static int extmap_reserve(struct extmap *m)
 	whole = m->nleaf > 1 || m->leaf[0]->cap == EXTMAP_LEAF_MAX;
 	for (int i = 0; whole && i < EXTMAP_SPARES; i++) {
 		struct extmap_leaf *l = spares(m)[i];
-
 		uint64_t was;
 
 		if (l && l->cap == EXTMAP_LEAF_MAX)

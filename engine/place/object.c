@@ -214,7 +214,7 @@ static void tab_resize(struct coil_store *s, uint32_t ncap)
 	s->tab_cap = ncap;
 }
 
-/* ---- the name table --------------------------------------------------------- */
+/* ---- the name table ----------------------------------------------------- */
 
 /* The slot of @o (linked), or of the first empty slot @h's probe meets. */
 static uint32_t name_slot_of(const struct coil_store *s, uint32_t h,
