@@ -110,6 +110,13 @@ static void acct_sub(struct extmap *m, const struct ext *e)
 	}
 }
 
+/* The dense first keys: key i = leaf i's first offset, for the search.
+ * They follow the leaf array's spares in its allocation. */
+static inline uint64_t *keys(const struct extmap *m)
+{
+	return (uint64_t *)(void *)(m->leaf + m->cap + EXTMAP_SPARES);
+}
+
 static struct extmap_leaf **spares(struct extmap *m)
 {
 	/* Spare leaves are stored past nleaf in the leaf array's capacity. */
@@ -142,12 +149,11 @@ static int extmap_reserve(struct extmap *m)
 			memcpy(nl, m->leaf, m->nleaf * sizeof(*nl));
 			memcpy(nl + ncap, m->leaf + m->cap,
 			       EXTMAP_SPARES * sizeof(*nl));
-			memcpy(nk, m->key, m->nleaf * sizeof(*nk));
+			memcpy(nk, keys(m), m->nleaf * sizeof(*nk));
 			free(m->leaf);
 		}
 		mem_add(m, array_bytes(ncap), m->leaf ? array_bytes(m->cap) : 0);
 		m->leaf = nl;
-		m->key = nk;
 		m->cap = ncap;
 	}
 	if (m->nleaf == 0) {
@@ -210,10 +216,10 @@ static void leaf_insert_at_top(struct extmap *m, uint32_t li,
 	COIL_ASSERT(m->nleaf < m->cap);
 	memmove(&m->leaf[li + 1], &m->leaf[li],
 		(m->nleaf - li) * sizeof(m->leaf[0]));
-	memmove(&m->key[li + 1], &m->key[li],
-		(m->nleaf - li) * sizeof(m->key[0]));
+	memmove(&keys(m)[li + 1], &keys(m)[li],
+		(m->nleaf - li) * sizeof(keys(m)[0]));
 	m->leaf[li] = l;
-	m->key[li] = l->n ? l->e[0].off : 0;
+	keys(m)[li] = l->n ? l->e[0].off : 0;
 	m->nleaf++;
 }
 
@@ -234,8 +240,8 @@ static void leaf_remove_from_top(struct extmap *m, uint32_t li)
 	}
 	memmove(&m->leaf[li], &m->leaf[li + 1],
 		(m->nleaf - li - 1) * sizeof(m->leaf[0]));
-	memmove(&m->key[li], &m->key[li + 1],
-		(m->nleaf - li - 1) * sizeof(m->key[0]));
+	memmove(&keys(m)[li], &keys(m)[li + 1],
+		(m->nleaf - li - 1) * sizeof(keys(m)[0]));
 	m->nleaf--;
 }
 
@@ -243,7 +249,7 @@ static void leaf_remove_from_top(struct extmap *m, uint32_t li)
 static inline void fix_key(struct extmap *m, uint32_t li)
 {
 	if (li < m->nleaf && m->leaf[li]->n)
-		m->key[li] = m->leaf[li]->e[0].off;
+		keys(m)[li] = m->leaf[li]->e[0].off;
 }
 
 /* Put @e at position (li, i), splitting the leaf when full. */
@@ -309,7 +315,7 @@ static uint32_t find_leaf(const struct extmap *m, uint64_t off)
 
 	while (hi - lo > 1) {
 		uint32_t mid = lo + (hi - lo) / 2;
-		if (m->key[mid] <= off)
+		if (keys(m)[mid] <= off)
 			lo = mid;
 		else
 			hi = mid;
@@ -332,10 +338,10 @@ static uint32_t leaf_lower_end(const struct extmap *m, uint32_t li,
 	const struct extmap_leaf *l = m->leaf[li];
 	uint32_t lo = 0, hi = l->n;
 
-	if (hi > 4 && li + 1 < m->nleaf && off >= m->key[li] &&
-	    off < m->key[li + 1]) {
-		uint64_t per = (m->key[li + 1] - m->key[li]) / hi;
-		uint64_t g64 = per ? (off - m->key[li]) / per : 0;
+	if (hi > 4 && li + 1 < m->nleaf && off >= keys(m)[li] &&
+	    off < keys(m)[li + 1]) {
+		uint64_t per = (keys(m)[li + 1] - keys(m)[li]) / hi;
+		uint64_t g64 = per ? (off - keys(m)[li]) / per : 0;
 		uint32_t g = (uint32_t)COIL_MIN(g64, (uint64_t)hi - 1);
 
 		if (l->e[g].off + l->e[g].len <= off) {

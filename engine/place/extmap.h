@@ -51,8 +51,8 @@ struct extmap_acct {
 
 struct extmap {
 	struct extmap_leaf **leaf;
-	uint64_t *key;    /* key[i] = leaf[i]->e[0].off, dense for search;
-			   * in leaf's allocation, after its spares */
+	/* leaf: cap leaves, EXTMAP_SPARES spares, then cap first keys
+	 * (extmap.c, keys()) */
 	uint32_t nleaf;
 	uint32_t cap;
 	uint64_t n;       /* extents in the map */
