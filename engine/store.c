@@ -114,6 +114,7 @@ static int validate_options(const struct coil_options *o, int *level)
 
 static void store_free(struct coil_store *s)
 {
+	replay_abandon(s);  /* an open that failed: the walk's thread */
 	scrub_destroy(s);   /* joins the thread before the ring goes */
 	pack_destroy(s);    /* the same */
 	cleaner_destroy(s); /* joins the thread before the ring goes */
@@ -625,11 +626,16 @@ static int store_recover(struct coil_store *s)
 {
 	int rc = s->salvage ? salvage_ckpt(s) : 0;
 
+	/* The journal's chain is walked (read from the device) while the
+	 * checkpoint's load builds the tables (CPU). */
+	if (rc == 0)
+		replay_prefetch(s);
 	if (rc == 0)
 		rc = ckpt_load(s);
-
 	if (rc == 0)
 		rc = replay_journal(s);
+	else
+		replay_abandon(s);
 	if (rc < 0)
 		return rc;
 	/* every dictionary the objects name, read once (a failure leaves

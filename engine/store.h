@@ -383,6 +383,9 @@ struct coil_store {
 	uint32_t nsalvage_notes;
 	char salvage_notes[STORE_SALVAGE_NOTES][192];
 	_Atomic uint64_t salvage_unverified;
+	/* open only: replay's walk of the journal, running while the
+	 * checkpoint loads (log/recovery.c, replay_prefetch) */
+	struct replay *replay;
 };
 
 bool store_valid(struct coil_store *s);

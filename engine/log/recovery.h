@@ -1,6 +1,7 @@
 /* engine/log/recovery.h — open's recovery: load the durable checkpoint,
  * then replay the journal after it (records whose blobs do not verify end
- * the replay).  Single-threaded: before any thread of the store starts. */
+ * the replay).  Single-threaded, before any thread of the store starts,
+ * but for the journal walk replay_prefetch starts. */
 #ifndef COIL_ENGINE_RECOVERY_H
 #define COIL_ENGINE_RECOVERY_H
 
@@ -16,6 +17,13 @@ int ckpt_load(struct coil_store *s);
 /* Apply the journal's records after the checkpoint's replay point.
  * @return 0, -EIO, -ENOMEM. */
 int replay_journal(struct coil_store *s);
+/* Before ckpt_load: start replay's first step, the walk of the journal
+ * chain (a device read of all of it) on a thread of its own, so that it
+ * overlaps the checkpoint's load (CPU).  Best effort: without it,
+ * replay_journal walks first.  replay_abandon ends it when open fails
+ * before replay_journal. */
+void replay_prefetch(struct coil_store *s);
+void replay_abandon(struct coil_store *s);
 struct fmt_jchunk;
 /* The committer never writes a chunk larger than this (journal_init). */
 #define REPLAY_CHUNK_MAX (1u << 20)
