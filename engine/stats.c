@@ -342,7 +342,8 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 		  "\"chunks\":%llu,\"chunk_bytes\":%llu,\"records\":%llu,"
 		  "\"full_waits\":%llu,\"replayed_chunks\":%llu,"
 		  "\"replayed_records\":%llu,\"replayed_bytes\":%llu,"
-		  "\"replay_ns\":%llu,\"replay_reads\":%llu,"
+		  "\"replay_ns\":%llu,\"replay_walk_ns\":%llu,"
+		  "\"replay_reads\":%llu,"
 		  "\"replay_read_bytes\":%llu,\"replay_journal_reads\":%llu,"
 		  "\"replay_journal_read_bytes\":%llu,"
 		  "\"chunks_overlapped\":%llu,"
@@ -353,7 +354,8 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 		  LD(s->st.chunks), LD(s->st.chunk_bytes), LD(s->st.records),
 		  LD(s->st.journal_waits), LD(s->st.replayed_chunks),
 		  LD(s->st.replayed_records), LD(s->st.replayed_bytes),
-		  LD(s->st.replay_ns), LD(s->st.replay_reads),
+		  LD(s->st.replay_ns), LD(s->st.replay_walk_ns),
+		  LD(s->st.replay_reads),
 		  LD(s->st.replay_read_bytes), LD(s->st.replay_journal_reads),
 		  LD(s->st.replay_journal_read_bytes),
 		  LD(s->st.chunks_overlapped),

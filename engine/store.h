@@ -136,6 +136,9 @@ struct engine_stats {
 	_Atomic uint64_t replayed_chunks, replayed_records;
 	_Atomic uint64_t replayed_bytes; /* journal bytes those chunks span */
 	_Atomic uint64_t replay_ns;      /* the replay's time (open) */
+	/* its walk of the journal's chain, on the coil-replay thread while
+	 * the checkpoint loaded (replay_ns counts only the wait for it) */
+	_Atomic uint64_t replay_walk_ns;
 	/* device reads replay made to verify the unflushed tail's blobs,
 	 * and the bytes they read (a window spans blobs back to back) */
 	_Atomic uint64_t replay_reads, replay_read_bytes;

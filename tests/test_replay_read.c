@@ -13,7 +13,9 @@
  *                            per 2 MiB of chain, and their bytes the chain
  *                            plus one read's overshoot per part (read in
  *                            1 MiB pieces once per pass, as before, they
- *                            were two reads per MiB). */
+ *                            were two reads per MiB); the walk that read
+ *                            them (on its own thread while the checkpoint
+ *                            loaded) is timed in the stats. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
@@ -92,7 +94,7 @@ Test(replay_read, wrapped_chain_read_once, .timeout = 300)
 	static uint8_t buf[PAGE], got[PAGE];
 	static uint32_t last[PAGES];
 	static char js[65536];
-	uint64_t seed = 0x7e5a, replayed, read_bytes, reads;
+	uint64_t seed = 0x7e5a, replayed, read_bytes, reads, walk_ns;
 	char path[256];
 	coil_store *s;
 	coil_obj *h;
@@ -128,10 +130,13 @@ Test(replay_read, wrapped_chain_read_once, .timeout = 300)
 	replayed = json_u64(js, "\"journal\"", "replayed_bytes");
 	read_bytes = json_u64(js, "\"journal\"", "replay_journal_read_bytes");
 	reads = json_u64(js, "\"journal\"", "replay_journal_reads");
+	walk_ns = json_u64(js, "\"journal\"", "replay_walk_ns");
 	cr_log_info("%u writes; replayed %llu bytes of journal, read %llu in "
 		    "%llu reads", n, (unsigned long long)replayed,
 		    (unsigned long long)read_bytes, (unsigned long long)reads);
 	cr_assert_geq(replayed, REPLAY_MIN);
+	cr_assert_gt(walk_ns, 0, "the walk of %llu bytes of chain untimed",
+		     (unsigned long long)replayed);
 	/* Pieces of 2 MiB (recovery.c's REPLAY_WINDOW); each of the two
 	 * parts starts with a small probe and may read one piece past what
 	 * it needs, and the wrap skipped the bytes before the ring's end (at
