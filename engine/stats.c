@@ -211,13 +211,13 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 		  "\"segments\":%u,\"max_blob\":%u,\"compression_level\":%d,"
 		  "\"direct\":%s,\"read_only\":%s,\"sync_writes\":%s,"
 		  "\"broken\":%d,\"objects\":%llu,\"next_obj_id\":%llu,"
-		  "\"extents\":%llu},",
+		  "\"extents\":%llu,\"open_ns\":%llu},",
 		  (unsigned long long)s->sb.store_size, s->sb.segment_size,
 		  s->nseg, s->max_blob, s->level, s->direct ? "true" : "false",
 		  s->rdonly ? "true" : "false",
 		  s->sync_writes ? "true" : "false", atomic_load(&s->broken),
 		  (unsigned long long)nobj, (unsigned long long)next,
-		  (unsigned long long)next_total);
+		  (unsigned long long)next_total, LD(s->st.open_ns));
 	sb_printf(&b, "\"space\":{\"logical\":%llu,\"stored\":%llu,"
 		  "\"allocated\":%llu,\"free\":%llu,\"segments_free\":%llu,"
 		  "\"segments_sealed\":%llu,\"segments_pending\":%llu,"
@@ -370,7 +370,7 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 		  "\"delta_bytes_written\":%llu,\"base_bytes\":%llu,"
 		  "\"chain_deltas\":%llu,\"chain_bytes\":%llu,"
 		  "\"mirror\":%s,\"mirror_bytes_written\":%llu,"
-		  "\"mirror_reads\":%llu},",
+		  "\"mirror_reads\":%llu,\"load_ns\":%llu},",
 		  LD(s->st.ckpts), LD(s->st.ckpt_bytes), LD(s->st.ckpt_ns_last),
 		  LD(s->st.ckpt_snap_ns_last), LD(s->st.ckpt_snap_ns_max),
 		  LD(s->st.ckpt_failures), (unsigned long long)s->sb.ckpt_seq,
@@ -381,7 +381,7 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 		  (unsigned long long)s->sb.delta_count,
 		  (unsigned long long)s->sb.delta_bytes,
 		  s->ck_mirror ? "true" : "false", LD(s->st.ckpt_mirror_bytes),
-		  LD(s->st.ckpt_mirror_reads));
+		  LD(s->st.ckpt_mirror_reads), LD(s->st.ckpt_load_ns));
 	sb_printf(&b, "\"metadata_memory\":{\"bytes\":%llu,\"objects\":%llu,"
 		  "\"tables\":%llu,\"extent_maps\":%llu,"
 		  "\"blob_descriptors\":%llu},",

@@ -630,8 +630,12 @@ static int store_recover(struct coil_store *s)
 	 * checkpoint's load builds the tables (CPU). */
 	if (rc == 0)
 		replay_prefetch(s);
-	if (rc == 0)
+	if (rc == 0) {
+		uint64_t t0 = coil_now_ns();
+
 		rc = ckpt_load(s);
+		stat_add(&s->st.ckpt_load_ns, coil_now_ns() - t0);
+	}
 	if (rc == 0)
 		rc = replay_journal(s);
 	else
@@ -740,7 +744,7 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	struct coil_options def;
 	struct coil_store *s;
 	struct stat st;
-	uint64_t size = 0;
+	uint64_t size = 0, t0 = coil_now_ns();
 	bool fresh = false, created = false, filled = false, locked = false;
 	bool grows = false;
 	int level, rc;
@@ -781,6 +785,7 @@ COIL_API int coil_open(const char *path, const struct coil_options *o,
 	if (rc < 0)
 		goto fail;
 	COIL_ASSERT(s->magic == STORE_MAGIC);
+	stat_add(&s->st.open_ns, coil_now_ns() - t0);
 	*out = s;
 	return 0;
 

@@ -139,6 +139,8 @@ struct engine_stats {
 	/* its walk of the journal's chain, on the coil-replay thread while
 	 * the checkpoint loaded (replay_ns counts only the wait for it) */
 	_Atomic uint64_t replay_walk_ns;
+	/* this open: all of coil_open, and its checkpoint load */
+	_Atomic uint64_t open_ns, ckpt_load_ns;
 	/* device reads replay made to verify the unflushed tail's blobs,
 	 * and the bytes they read (a window spans blobs back to back) */
 	_Atomic uint64_t replay_reads, replay_read_bytes;

@@ -894,6 +894,7 @@ Test(cli, stats_human_and_json)
 			       "  ratio            ", "  free             ",
 			       "  allocated        ", "  objects          1 (",
 			       "  cache            ", "  pool             ",
+			       "  open             ",
 			       "  prefetch         on, " };
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
 		cr_expect(strstr(r.out, want[i]), "missing '%s' in:\n%s", want[i], r.out);
