@@ -114,7 +114,6 @@ static int validate_options(const struct coil_options *o, int *level)
 
 static void store_free(struct coil_store *s)
 {
-	replay_abandon(s);  /* an open that failed: the walk's thread */
 	scrub_destroy(s);   /* joins the thread before the ring goes */
 	pack_destroy(s);    /* the same */
 	cleaner_destroy(s); /* joins the thread before the ring goes */
@@ -639,7 +638,7 @@ static int store_recover(struct coil_store *s)
 	if (rc == 0)
 		rc = replay_journal(s);
 	else
-		replay_abandon(s);
+		replay_abandon(s); /* joins the walk, frees what it read */
 	if (rc < 0)
 		return rc;
 	/* every dictionary the objects name, read once (a failure leaves

@@ -548,10 +548,9 @@ struct replay {
 	uint64_t synced_max;
 	uint8_t *chunk;         /* REPLAY_CHUNK_BUF: a chunk read whole */
 	/* the walk for synced_max, on its own thread while the checkpoint
-	 * loads (replay_prefetch): from where, and whether it runs */
+	 * loads (replay_prefetch): from where */
 	uint64_t walk_pos, walk_seq;
 	pthread_t walker;
-	bool walking;
 };
 
 static int chunk_find(struct coil_store *s, uint8_t *chunk, uint64_t pos,
@@ -565,8 +564,8 @@ static int chunk_find(struct coil_store *s, uint8_t *chunk, uint64_t pos,
  * field is true of the chunks before it whatever became of any payload
  * in between (a chunk a flush covered was durable; one that does not
  * verify now is damage, and replay stops at it all the same). */
-static uint64_t chain_synced_max(struct replay *rp, uint8_t *buf,
-				 uint64_t pos, uint64_t seq)
+static uint64_t chain_synced_max(struct replay *rp, uint64_t pos,
+				 uint64_t seq)
 {
 	struct coil_store *s = rp->s;
 	uint64_t jlen = s->sb.journal_len, max = 0;
@@ -577,7 +576,8 @@ static uint64_t chain_synced_max(struct replay *rp, uint8_t *buf,
 		const uint8_t *blk;
 		uint64_t at;
 
-		if (chunk_find(s, buf, pos, seq, &h, &at, &rp->win, &blk) <= 0)
+		if (chunk_find(s, rp->chunk, pos, seq, &h, &at, &rp->win,
+			       &blk) <= 0)
 			break;
 		max = COIL_MAX(max, h.synced);
 		pos = at + fmt_jchunk_len(&h);
@@ -1227,7 +1227,7 @@ static void replay_walk(struct replay *rp, uint64_t pos, uint64_t seq)
 {
 	uint64_t t0 = coil_now_ns();
 
-	rp->synced_max = chain_synced_max(rp, rp->chunk, pos, seq);
+	rp->synced_max = chain_synced_max(rp, pos, seq);
 	stat_add(&rp->s->st.replay_walk_ns, coil_now_ns() - t0);
 }
 
@@ -1252,12 +1252,11 @@ void replay_prefetch(struct coil_store *s)
 		return; /* replay_journal tries again, and says -ENOMEM */
 	rp->walk_pos = s->sb.replay_off % jlen;
 	rp->walk_seq = s->sb.replay_seq;
-	rp->walking = pthread_create(&rp->walker, NULL, replay_walker, rp) == 0;
-	if (!rp->walking) {
+	if (pthread_create(&rp->walker, NULL, replay_walker, rp) != 0) {
 		replay_free(rp);
 		return;
 	}
-	s->replay = rp;
+	s->replay = rp; /* its walker runs until replay_take joins it */
 }
 
 /* The walk's result, once it is done (its thread joined). */
@@ -1266,10 +1265,8 @@ static struct replay *replay_take(struct coil_store *s)
 	struct replay *rp = s->replay;
 
 	s->replay = NULL;
-	if (rp && rp->walking) {
+	if (rp)
 		pthread_join(rp->walker, NULL);
-		rp->walking = false;
-	}
 	return rp;
 }
 
@@ -1283,25 +1280,20 @@ int replay_journal(struct coil_store *s)
 	uint64_t t0 = coil_now_ns();
 	uint64_t jlen = s->sb.journal_len, pos = s->sb.replay_off % jlen;
 	uint64_t lin = pos, seq = s->sb.replay_seq;
-	uint8_t *chunk = NULL;
 	struct replay *rp = replay_take(s);
 	struct stat st;
 	int rc = 0;
 
-	/* The walk that ran while the checkpoint loaded counts only if it
-	 * started where replay starts (it always does: only a salvage moves
-	 * the replay point, and a salvage walks here). */
-	if (rp && (rp->walk_pos != pos || rp->walk_seq != seq)) {
-		replay_free(rp);
-		rp = NULL;
-	}
+	/* The walk that ran while the checkpoint loaded started where replay
+	 * starts: only a salvage moves the replay point, and a salvage does
+	 * not walk ahead. */
+	COIL_ASSERT(!rp || (rp->walk_pos == pos && rp->walk_seq == seq));
 	if (!rp) {
 		rp = replay_new(s);
 		if (!rp)
 			return -ENOMEM;
 		replay_walk(rp, pos, seq);
 	}
-	chunk = rp->chunk;
 	if (fstat(s->fd, &st) == 0 && S_ISREG(st.st_mode))
 		rp->file_end = (uint64_t)st.st_size;
 	/* Bounded: each pass consumes one chunk of the journal with the next
@@ -1311,7 +1303,7 @@ int replay_journal(struct coil_store *s)
 		const uint8_t *cp = NULL;
 		uint64_t at;
 
-		rc = chunk_get(s, chunk, pos, seq, &h, &at, &rp->win, &cp);
+		rc = chunk_get(s, rp->chunk, pos, seq, &h, &at, &rp->win, &cp);
 		if (rc < 0 && s->salvage) {
 			salvage_note(s, "journal chunk (sequence %" PRIu64 ") "
 				     "does not read: replay stopped there", seq);
