@@ -200,6 +200,11 @@ for path in sys.argv[1:]:
         continue
     for m in re.finditer(r'\[(?:FAIL|----)\] (\S+::\S+)(?:: (.*))?', text):
         names.append('%s: %s %s' % (os.path.basename(path), m.group(1), m.group(2) or ''))
+    # and what failed in them: criterion's assertion lines (where, then
+    # the message), so the run's tail alone says why
+    for m in re.finditer(r'\[----\] (\S+\.c:\d+): (.*)\n((?:\[----\] .*\n){0,4})', text):
+        msg = ' '.join(l[7:].strip() for l in m.group(3).splitlines() if l[7:].strip())
+        names.append('%s: %s: %s %s' % (os.path.basename(path), m.group(1), m.group(2), msg))
 for n in dict.fromkeys(names):
     print('failed:', n)
 EOF
