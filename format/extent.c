@@ -127,6 +127,23 @@ int fmt_extent_decode(struct fmt_extent *e, const uint8_t *buf, size_t len)
 	return (int)need;
 }
 
+int fmt_extent_peek(const uint8_t *buf, size_t len, uint64_t *obj_off,
+		    size_t *size)
+{
+	size_t n;
+
+	if (!buf || len < FMT_EXTENT_FIXED)
+		return 0;
+	n = FMT_EXTENT_FIXED + 8u * (size_t)coil_get_le16(buf + 34);
+	if (buf[33] & FMT_BLOB_INLINE)
+		n += coil_get_le32(buf + 24);
+	if (n > len)
+		return 0;
+	*obj_off = coil_get_le64(buf);
+	*size = n;
+	return 1;
+}
+
 int fmt_cursor_put_extent(struct fmt_cursor *c, const struct fmt_extent *e)
 {
 	if (c->err)

@@ -371,6 +371,12 @@ int fmt_extent_decode(struct fmt_extent *e, const uint8_t *buf, size_t len);
 /* Cursor forms: 0 or the cursor's (sticky) error. */
 int fmt_cursor_put_extent(struct fmt_cursor *c, const struct fmt_extent *e);
 int fmt_cursor_get_extent(struct fmt_cursor *c, struct fmt_extent *e);
+/* The object offset of the extent at @buf and its encoded size, read
+ * without checking it: a hint for a reader that runs ahead to warm its
+ * cache (fmt_extent_decode checks the extent when it is used).  @return 1,
+ * or 0 where @len cannot hold it. */
+int fmt_extent_peek(const uint8_t *buf, size_t len, uint64_t *obj_off,
+		    size_t *size);
 
 /* ---- blob codec ---------------------------------------------------------- */
 
@@ -563,6 +569,9 @@ int fmt_jrec_clone_decode(const struct fmt_jrec *r, struct fmt_jrec_clone *out);
 int fmt_jrec_write_decode(const struct fmt_jrec *r, struct fmt_jrec_write *out);
 /* @return 1 got the next extent, 0 done, -EIO. */
 int fmt_jrec_write_next(struct fmt_jrec_write *w, struct fmt_extent *e);
+/* The next extent's object offset, unchecked (fmt_extent_peek).  @return 1,
+ * or 0 at the record's end or where the bytes cannot hold one. */
+int fmt_jrec_write_peek(struct fmt_jrec_write *w, uint64_t *obj_off);
 
 /* ---- checkpoint ---------------------------------------------------------- */
 

@@ -460,3 +460,16 @@ int fmt_jrec_write_next(struct fmt_jrec_write *w, struct fmt_extent *e)
 	w->ext_done++;
 	return 1;
 }
+
+int fmt_jrec_write_peek(struct fmt_jrec_write *w, uint64_t *obj_off)
+{
+	size_t size;
+
+	if (w->ext_done >= w->n_extents || w->ext.err ||
+	    !fmt_extent_peek(w->ext.p + w->ext.pos, w->ext.len - w->ext.pos,
+			     obj_off, &size))
+		return 0;
+	w->ext.pos += size;
+	w->ext_done++;
+	return 1;
+}

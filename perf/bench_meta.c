@@ -232,7 +232,7 @@ static int cmd_reopen(const char *path)
 	double t0 = now_s(), t1, t2, t3;
 	coil_store *s = store_open(path, 0);
 	struct snap sn;
-	uint64_t replayed, records, replay_ns;
+	uint64_t replayed, records, replay_ns, walk_ns, ckpt_ns;
 	int64_t rss1;
 	char *js;
 	int rc;
@@ -244,6 +244,8 @@ static int cmd_reopen(const char *path)
 	replayed = need_u64(js, "journal", "replayed_bytes");
 	records = need_u64(js, "journal", "replayed_records");
 	replay_ns = need_u64(js, "journal", "replay_ns");
+	walk_ns = need_u64(js, "journal", "replay_walk_ns");
+	ckpt_ns = need_u64(js, "checkpoint", "load_ns");
 	free(js);
 	t2 = now_s();
 	rc = coil_close(s);
@@ -253,9 +255,11 @@ static int cmd_reopen(const char *path)
 	printf("{\"open_s\":%.6f,\"rss_base\":%" PRId64 ",\"rss\":%" PRId64
 	       ",\"close_s\":%.6f,\"objects\":%" PRIu64 ",\"extents\":%" PRIu64
 	       ",\"meta_bytes\":%" PRIu64 ",\"replayed_bytes\":%" PRIu64
-	       ",\"replayed_records\":%" PRIu64 ",\"replay_s\":%.6f}\n",
+	       ",\"replayed_records\":%" PRIu64 ",\"replay_s\":%.6f"
+	       ",\"replay_walk_s\":%.6f,\"ckpt_load_s\":%.6f}\n",
 	       t1 - t0, rss0, rss1, t3 - t2, sn.objects, sn.extents,
-	       sn.meta_bytes, replayed, records, (double)replay_ns * 1e-9);
+	       sn.meta_bytes, replayed, records, (double)replay_ns * 1e-9,
+	       (double)walk_ns * 1e-9, (double)ckpt_ns * 1e-9);
 	return fflush(stdout) == 0 ? 0 : 1;
 }
 

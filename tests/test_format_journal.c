@@ -148,6 +148,14 @@ Test(format_journal, round_trip_every_record_type)
 	cr_assert_eq(w.off, 100000);
 	cr_assert_eq(w.len, 60000);
 	cr_assert_eq(w.n_extents, 3);
+	/* the unchecked peek (a prefetch hint) walks the same extents */
+	struct fmt_jrec_write wp = w;
+	uint64_t poff;
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(fmt_jrec_write_peek(&wp, &poff), 1);
+		cr_assert_eq(poff, ext[i].obj_off);
+	}
+	cr_assert_eq(fmt_jrec_write_peek(&wp, &poff), 0);
 	for (int i = 0; i < 3; i++) {
 		cr_assert_eq(fmt_jrec_write_next(&w, &e), 1);
 		cr_assert_eq(e.obj_off, ext[i].obj_off);

@@ -23,6 +23,7 @@
 #include "engine/place/blob.h"
 #include "engine/place/bufpool.h"
 #include "engine/place/dev.h"
+#include "engine/place/extmap.h"
 #include "engine/place/object.h"
 #include "engine/place/segment.h"
 #include "engine/store.h"
@@ -758,6 +759,49 @@ static int replay_rename(struct coil_store *s, const struct fmt_jrec_rename *rn)
  * all of its own before applying any).  @return 0 applied (or a no-op), 1
  * stop replay here, < 0 a device error (open fails rather than silently
  * dropping a suffix). */
+/* Applying a WRITE's extents costs a few dependent cache misses each in
+ * the object's extent map: the leaf, the extents in it, the blob an
+ * overwrite drops (with 10^6 extents in a map, ~40 % of a replay's CPU
+ * samples under perf; the packer's relocation records carry many extents
+ * each).  A second cursor runs 3 * AHEAD_DIST extents ahead of the apply
+ * and warms them, one stage each at 3, 2 and 1 times AHEAD_DIST ahead, so
+ * that each stage's own reads hit what the stage before brought in. */
+#define AHEAD_DIST 4u
+#define AHEAD_RING 16u /* > 3 * AHEAD_DIST, a power of two */
+
+struct ext_ahead {
+	struct fmt_jrec_write lead;
+	const struct extmap *m;
+	uint32_t n; /* extents the lead has passed */
+	struct {
+		uint64_t off;
+		uint32_t leaf; /* stage 0's answer */
+	} ring[AHEAD_RING];
+};
+
+static void ahead_stage(struct ext_ahead *a, uint32_t i, int stage)
+{
+	uint32_t k = i % AHEAD_RING;
+
+	if (i < a->n)
+		a->ring[k].leaf = extmap_prefetch(a->m, a->ring[k].off, stage,
+						  a->ring[k].leaf);
+}
+
+/* Before the apply of extent @i of the record. */
+static void ahead_step(struct ext_ahead *a, uint32_t i)
+{
+	uint64_t off;
+
+	while (a->n <= i + 3 * AHEAD_DIST &&
+	       fmt_jrec_write_peek(&a->lead, &off) == 1) {
+		a->ring[a->n % AHEAD_RING].off = off;
+		ahead_stage(a, a->n++, 0);
+	}
+	ahead_stage(a, i + 2 * AHEAD_DIST, 1);
+	ahead_stage(a, i + AHEAD_DIST, 2);
+}
+
 static int replay_record(struct replay *rp, const struct fmt_jrec *r,
 			 bool verify)
 {
@@ -833,6 +877,9 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r,
 	}
 	case FMT_JREC_WRITE: {
 		struct fmt_jrec_write w;
+		struct ext_ahead a;
+		bool ahead;
+
 		if (fmt_jrec_write_decode(r, &w) < 0 ||
 		    w.off + w.len > ENGINE_OBJ_SIZE_MAX)
 			return 1;
@@ -845,7 +892,17 @@ static int replay_record(struct replay *rp, const struct fmt_jrec *r,
 			if (rc != 0)
 				return rc;
 		}
-		while ((rc = fmt_jrec_write_next(&w, &rp->fe)) == 1) {
+		ahead = w.n_extents > AHEAD_DIST;
+		if (ahead) {
+			a.lead = w;
+			a.m = &o->map;
+			a.n = 0;
+		}
+		for (;;) {
+			if (ahead)
+				ahead_step(&a, w.ext_done);
+			if ((rc = fmt_jrec_write_next(&w, &rp->fe)) != 1)
+				break;
 			/* a relocation or a rewrite installs only where the
 			 * map still holds the same blob (as the live path
 			 * did) */

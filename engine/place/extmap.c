@@ -332,18 +332,29 @@ static uint32_t find_leaf(const struct extmap *m, uint64_t off)
  * spaces them evenly, so first guess the index by interpolation and check
  * it and its neighbour (one or two lines); only if the guess is off does
  * the binary search run, on the side of the guess the answer is on. */
+/* The interpolation guess for @off in leaf @li of @n extents: *@g.
+ * @return false where there is none (a short leaf, the last one, or @off
+ * outside the leaf's key range). */
+static bool leaf_guess(const struct extmap *m, uint32_t li, uint32_t n,
+		       uint64_t off, uint32_t *g)
+{
+	if (n <= 4 || li + 1 >= m->nleaf || off < keys(m)[li] ||
+	    off >= keys(m)[li + 1])
+		return false;
+	uint64_t per = (keys(m)[li + 1] - keys(m)[li]) / n;
+	uint64_t g64 = per ? (off - keys(m)[li]) / per : 0;
+
+	*g = (uint32_t)COIL_MIN(g64, (uint64_t)n - 1);
+	return true;
+}
+
 static uint32_t leaf_lower_end(const struct extmap *m, uint32_t li,
 			       uint64_t off)
 {
 	const struct extmap_leaf *l = m->leaf[li];
-	uint32_t lo = 0, hi = l->n;
+	uint32_t lo = 0, hi = l->n, g;
 
-	if (hi > 4 && li + 1 < m->nleaf && off >= keys(m)[li] &&
-	    off < keys(m)[li + 1]) {
-		uint64_t per = (keys(m)[li + 1] - keys(m)[li]) / hi;
-		uint64_t g64 = per ? (off - keys(m)[li]) / per : 0;
-		uint32_t g = (uint32_t)COIL_MIN(g64, (uint64_t)hi - 1);
-
+	if (leaf_guess(m, li, hi, off, &g)) {
 		if (l->e[g].off + l->e[g].len <= off) {
 			/* the answer is after g */
 			lo = g + 1;
@@ -364,6 +375,39 @@ static uint32_t leaf_lower_end(const struct extmap *m, uint32_t li,
 			hi = mid;
 	}
 	return lo;
+}
+
+uint32_t extmap_prefetch(const struct extmap *m, uint64_t off, int stage,
+			 uint32_t li)
+{
+	const struct extmap_leaf *l;
+	uint32_t g;
+
+	if (m->nleaf == 0)
+		return 0;
+	if (stage == 0) {
+		li = find_leaf(m, off);
+		__builtin_prefetch(m->leaf[li]);
+		return li;
+	}
+	/* the map may have changed shape since stage 0: any leaf will do,
+	 * the wrong one costs only a useless prefetch */
+	if (li >= m->nleaf)
+		return li;
+	l = m->leaf[li];
+	if (!leaf_guess(m, li, l->n, off, &g))
+		g = l->n / 2;
+	if (g >= l->n)
+		return li;
+	if (stage == 1) {
+		__builtin_prefetch(&l->e[g]);
+		if (g > 0)
+			__builtin_prefetch(&l->e[g - 1]);
+	} else if (l->e[g].off <= off && off < l->e[g].off + l->e[g].len) {
+		/* the blob an overwrite of @off will drop */
+		__builtin_prefetch(l->e[g].b);
+	}
+	return li;
 }
 
 static void drop_piece(extmap_drop_fn drop, void *arg, struct blobd *b,
