@@ -313,6 +313,8 @@ Test(uring, caller_regions_are_fixed)
 	cr_assert_eq(uring_create(fd, &o, &r), 0);
 	uring_stats(r, &st0);
 	cr_assert(st0.fixed_bufs, "registration failed (memlock?)");
+	/* registered when an I/O first uses it, not at setup */
+	cr_assert_eq(st0.lazy_regs, 0);
 	/* every 4 KiB-aligned piece of the region, ending at its last byte */
 	for (size_t at = 0; at < rlen; at += 60 * 1024) {
 		uint32_t n = (uint32_t)COIL_MIN((size_t)64 * 1024, rlen - at);
@@ -329,6 +331,9 @@ Test(uring, caller_regions_are_fixed)
 	uring_stats(r, &st1);
 	cr_assert_eq(st1.fixed_ios - st0.fixed_ios, 6, "fixed ios %lu",
 		     (unsigned long)(st1.fixed_ios - st0.fixed_ios));
+	/* the region once; the pool's slices were never used */
+	cr_assert_eq(st1.lazy_regs, 1, "lazy registrations %lu",
+		     (unsigned long)st1.lazy_regs);
 	uring_destroy(r);
 	free(reg);
 	free(chk);

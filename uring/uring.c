@@ -72,9 +72,6 @@ static int bufs_setup(struct uring *r, unsigned nbufs, size_t buf_size)
 		return -EINVAL;
 	if (posix_memalign(&p, align, total))
 		return -ENOMEM;
-	/* touch every page now: registration pins them anyway, and the hot
-	 * path should never fault on a buffer */
-	memset(p, 0, total);
 	r->buf_base = p;
 	r->buf_next = calloc(nbufs ? nbufs : 1, sizeof(*r->buf_next));
 	if (!r->buf_next)
@@ -192,6 +189,7 @@ fail:
 	if (r->bfd >= 0)
 		close(r->bfd);
 	free(r->inbox);
+	free(r->reg_state);
 	free(r->buf_next);
 	free(r->buf_base);
 	pthread_mutex_destroy(&r->inbox_lock);
@@ -242,6 +240,7 @@ void uring_destroy(struct uring *r)
 	if (r->bfd >= 0)
 		close(r->bfd);
 	free(r->inbox);
+	free(r->reg_state);
 	free(r->buf_next);
 	free(r->buf_base);
 	pthread_mutex_destroy(&r->inbox_lock);

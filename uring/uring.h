@@ -205,6 +205,7 @@ struct uring_stats {
 	uint64_t inflight_peak;       /* max ops in the kernel at once */
 	uint64_t merge_ops;           /* vectored writes made by gathering */
 	uint64_t merged_writes;       /* writes that went in one of them */
+	uint64_t lazy_regs;           /* buffer slots registered on first use */
 	uint32_t setup_flags;         /* IORING_SETUP_* the ring got */
 	bool fixed_bufs;              /* buffer registration succeeded */
 	bool fixed_file;              /* fd registration succeeded */

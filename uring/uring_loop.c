@@ -160,7 +160,17 @@ static int ring_setup(struct uring *r)
 		r->st.fixed_file = io_uring_register_files(&r->ring, fds,
 				r->bfd >= 0 ? 2 : 1) == 0;
 	}
-	if (r->nbufs || r->nxreg) {
+	if ((r->nbufs || r->nxreg) &&
+	    io_uring_register_buffers_sparse(&r->ring,
+					     r->nbufs + r->nxreg) == 0) {
+		r->reg_state = calloc(r->nbufs + r->nxreg, 1);
+		if (!r->reg_state) {
+			io_uring_queue_exit(&r->ring);
+			return -ENOMEM;
+		}
+		r->st.fixed_bufs = r->nbufs > 0;
+		r->xreg_ok = r->nxreg > 0;
+	} else if (r->nbufs || r->nxreg) {
 		iov = calloc(r->nbufs + r->nxreg, sizeof(*iov));
 		if (!iov) {
 			io_uring_queue_exit(&r->ring);
@@ -212,6 +222,35 @@ static void wake_arm(struct uring *r)
 	r->efd_armed = true;
 }
 
+enum { REG_NOT_YET = 0, REG_DONE, REG_FAILED };
+
+/* Is buffer slot @slot registered?  Registers it on its first use where
+ * registration is lazy.  A slot the kernel refuses (memlock limits) is
+ * used unregistered from then on: READ/WRITE rather than their FIXED
+ * forms, the same bytes. */
+static bool slot_ready(struct uring *r, unsigned slot)
+{
+	struct iovec iov;
+	__u64 tag = 0;
+
+	if (!r->reg_state)
+		return true;
+	if (r->reg_state[slot] == REG_NOT_YET) {
+		if (slot < r->nbufs) {
+			iov.iov_base = r->buf_base + (size_t)slot * r->buf_size;
+			iov.iov_len = r->buf_size;
+		} else {
+			iov.iov_base = r->xreg_base[slot - r->nbufs];
+			iov.iov_len = r->xreg_len[slot - r->nbufs];
+		}
+		r->reg_state[slot] = io_uring_register_buffers_update_tag(
+					     &r->ring, slot, &iov, &tag, 1) == 1 ?
+				     REG_DONE : REG_FAILED;
+		STAT_ADD(r, lazy_regs, 1);
+	}
+	return r->reg_state[slot] == REG_DONE;
+}
+
 /* the index of the caller region holding [p, p+n), or -1 */
 static int xreg_find(const struct uring *r, const uint8_t *p, uint32_t n)
 {
@@ -238,7 +277,9 @@ static void prep_rw(struct uring *r, struct io_uring_sqe *sqe,
 	bool rd = io->op == URING_OP_READ;
 
 	io->_sub_len = n;
-	if (r->st.fixed_bufs && uring_buf_owns(r, p, n)) {
+	if (r->st.fixed_bufs && uring_buf_owns(r, p, n) &&
+	    slot_ready(r, (unsigned)((size_t)(p - r->buf_base) /
+				     r->buf_size))) {
 		int idx = (int)((size_t)(p - r->buf_base) / r->buf_size);
 
 		if (rd)
@@ -246,7 +287,8 @@ static void prep_rw(struct uring *r, struct io_uring_sqe *sqe,
 		else
 			io_uring_prep_write_fixed(sqe, fdx, p, n, off, idx);
 		STAT_ADD(r, fixed_ios, 1);
-	} else if ((xi = xreg_find(r, p, n)) >= 0) {
+	} else if ((xi = xreg_find(r, p, n)) >= 0 &&
+		   slot_ready(r, r->nbufs + (unsigned)xi)) {
 		if (rd)
 			io_uring_prep_read_fixed(sqe, fdx, p, n, off,
 						 (int)r->nbufs + xi);
@@ -321,7 +363,8 @@ static int issue_one(struct uring *r, struct uring_io *io)
 		if (io->_iflags & IF_MERGED) {
 			struct uring_merge *g = io->arg;
 
-			g->vfixed = r->vfixed && g->reg >= 0;
+			g->vfixed = r->vfixed && g->reg >= 0 &&
+				    slot_ready(r, r->nbufs + (unsigned)g->reg);
 			if (g->vfixed) {
 				io_uring_prep_rw(URING_OP_WRITEV_FIXED_, sqe,
 						 fdx, g->iov, g->n, io->off);
