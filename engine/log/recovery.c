@@ -755,10 +755,6 @@ static int replay_rename(struct coil_store *s, const struct fmt_jrec_rename *rn)
 	return objtab_rename(s, o, rn->name, rn->name_len);
 }
 
-/* Apply one record (@verify: check a WRITE's blobs first; a batch checked
- * all of its own before applying any).  @return 0 applied (or a no-op), 1
- * stop replay here, < 0 a device error (open fails rather than silently
- * dropping a suffix). */
 /* Applying a WRITE's extents costs a few dependent cache misses each in
  * the object's extent map: the leaf, the extents in it, the blob an
  * overwrite drops (with 10^6 extents in a map, ~40 % of a replay's CPU
@@ -802,6 +798,10 @@ static void ahead_step(struct ext_ahead *a, uint32_t i)
 	ahead_stage(a, i + AHEAD_DIST, 2);
 }
 
+/* Apply one record (@verify: check a WRITE's blobs first; a batch checked
+ * all of its own before applying any).  @return 0 applied (or a no-op), 1
+ * stop replay here, < 0 a device error (open fails rather than silently
+ * dropping a suffix). */
 static int replay_record(struct replay *rp, const struct fmt_jrec *r,
 			 bool verify)
 {

@@ -323,15 +323,6 @@ static uint32_t find_leaf(const struct extmap *m, uint64_t off)
 	return lo;
 }
 
-/* First index in leaf @li whose extent ends after @off.
- *
- * A leaf is 1.5 KiB: a plain binary search in it is ~5 dependent cache
- * misses, the largest part of a random 4 KiB read's map lookup (measured:
- * extmap_iter_init 7-9 % of the fio randread profile).  The leaf's extents
- * lie in [key[li], key[li + 1]), and a map written in blob-sized pieces
- * spaces them evenly, so first guess the index by interpolation and check
- * it and its neighbour (one or two lines); only if the guess is off does
- * the binary search run, on the side of the guess the answer is on. */
 /* The interpolation guess for @off in leaf @li of @n extents: *@g.
  * @return false where there is none (a short leaf, the last one, or @off
  * outside the leaf's key range). */
@@ -348,6 +339,15 @@ static bool leaf_guess(const struct extmap *m, uint32_t li, uint32_t n,
 	return true;
 }
 
+/* First index in leaf @li whose extent ends after @off.
+ *
+ * A leaf is 1.5 KiB: a plain binary search in it is ~5 dependent cache
+ * misses, the largest part of a random 4 KiB read's map lookup (measured:
+ * extmap_iter_init 7-9 % of the fio randread profile).  The leaf's extents
+ * lie in [key[li], key[li + 1]), and a map written in blob-sized pieces
+ * spaces them evenly, so first guess the index by interpolation and check
+ * it and its neighbour (one or two lines); only if the guess is off does
+ * the binary search run, on the side of the guess the answer is on. */
 static uint32_t leaf_lower_end(const struct extmap *m, uint32_t li,
 			       uint64_t off)
 {
