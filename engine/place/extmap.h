@@ -76,10 +76,11 @@ static inline uint64_t ext_stored(const struct ext *e)
 void extmap_init(struct extmap *m, struct extmap_acct *acct);
 
 /* Warm the cache for a lookup of @off soon after (replay applies a
- * record's extents a few behind where it peeks at them): @stage 0 the leaf that holds @off
- * (@return its index, for the later stages' @li), 1 the extents near
- * @off in it, 2 the blob an overwrite of @off will drop.  Each stage reads
- * only what the one before it brought in.  The map is not changed. */
+ * record's extents a few behind where it peeks at them): @stage 0 the
+ * leaf that holds @off (@return its index, for the later stages' @li), 1
+ * the extents near @off in it, 2 the blob an overwrite of @off will drop.
+ * Each stage reads only what the one before it brought in.  The map is
+ * not changed. */
 uint32_t extmap_prefetch(const struct extmap *m, uint64_t off, int stage,
 			 uint32_t li);
 
