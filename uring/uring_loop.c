@@ -266,35 +266,35 @@ static int xreg_find(const struct uring *r, const uint8_t *p, uint32_t n)
 	return -1;
 }
 
+/* The registered slot that holds [@p, @p + @n), registered now if it
+ * was not yet; -1 where there is none (a plain READ/WRITE then). */
+static int fixed_slot(struct uring *r, const uint8_t *p, uint32_t n)
+{
+	int slot = -1, xi;
+
+	if (r->st.fixed_bufs && uring_buf_owns(r, p, n))
+		slot = (int)((size_t)(p - r->buf_base) / r->buf_size);
+	else if ((xi = xreg_find(r, p, n)) >= 0)
+		slot = (int)r->nbufs + xi;
+	return slot >= 0 && slot_ready(r, (unsigned)slot) ? slot : -1;
+}
+
 static void prep_rw(struct uring *r, struct io_uring_sqe *sqe,
 		    struct uring_io *io, int fdx)
 {
-	int xi;
 	uint32_t rest = io->len - io->_done;
 	uint32_t n = io->_sub_len && io->_sub_len < rest ? io->_sub_len : rest;
 	uint8_t *p = (uint8_t *)io->buf + io->_done;
 	uint64_t off = io->off + io->_done;
 	bool rd = io->op == URING_OP_READ;
+	int slot = fixed_slot(r, p, n);
 
 	io->_sub_len = n;
-	if (r->st.fixed_bufs && uring_buf_owns(r, p, n) &&
-	    slot_ready(r, (unsigned)((size_t)(p - r->buf_base) /
-				     r->buf_size))) {
-		int idx = (int)((size_t)(p - r->buf_base) / r->buf_size);
-
+	if (slot >= 0) {
 		if (rd)
-			io_uring_prep_read_fixed(sqe, fdx, p, n, off, idx);
+			io_uring_prep_read_fixed(sqe, fdx, p, n, off, slot);
 		else
-			io_uring_prep_write_fixed(sqe, fdx, p, n, off, idx);
-		STAT_ADD(r, fixed_ios, 1);
-	} else if ((xi = xreg_find(r, p, n)) >= 0 &&
-		   slot_ready(r, r->nbufs + (unsigned)xi)) {
-		if (rd)
-			io_uring_prep_read_fixed(sqe, fdx, p, n, off,
-						 (int)r->nbufs + xi);
-		else
-			io_uring_prep_write_fixed(sqe, fdx, p, n, off,
-						  (int)r->nbufs + xi);
+			io_uring_prep_write_fixed(sqe, fdx, p, n, off, slot);
 		STAT_ADD(r, fixed_ios, 1);
 	} else if (rd) {
 		io_uring_prep_read(sqe, fdx, p, n, off);
