@@ -692,7 +692,7 @@ Test(rel, batch_kill9, .timeout = 900)
 			model_copy(&m, &base);
 			child_run(path, &o, &m, seed, sh);
 		}
-		if (r % 3 == 0) {
+		if (rel_kill_early(r, c)) {
 			us = (useconds_t)(r >> 8) % 4000;
 			early++;
 		} else {

@@ -139,7 +139,7 @@ Test(rel, kill9, .timeout = 900)
 		cr_assert_geq(pid, 0);
 		if (pid == 0)
 			child_run(path, &o, &l, t, seed, rel_mix(seed ^ c));
-		if (r % 3 == 0) {
+		if (rel_kill_early(r, c)) {
 			/* from the fork: often inside open and recovery */
 			us = (useconds_t)(r >> 8) % 4000;
 			early++;

@@ -1235,7 +1235,7 @@ Test(rel, optimize_kill9, .timeout = 900)
 		cr_assert_geq(pid, 0);
 		if (pid == 0)
 			child_run(path, &o, seed, c, sh);
-		if (r % 3 == 0 && c > 0) {
+		if (rel_kill_early(r, c)) {
 			us = (useconds_t)(r >> 8) % 4000;
 			early++;
 		} else {

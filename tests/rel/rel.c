@@ -32,6 +32,11 @@ uint64_t rel_rng(uint64_t *state)
 	return rel_mix(*state);
 }
 
+bool rel_kill_early(uint64_t r, uint64_t cycle)
+{
+	return cycle > 0 && r % 3 == 0;
+}
+
 uint64_t rel_seed(void)
 {
 	static uint64_t seed;

@@ -40,6 +40,13 @@ void rel_report(const char *row, const char *unit, uint64_t count,
 /* ---- randomness ---- */
 uint64_t rel_mix(uint64_t x);           /* splitmix64 finalizer */
 uint64_t rel_rng(uint64_t *state);      /* next value of a splitmix64 stream */
+/* Does the kill tests' cycle @cycle (drawing @r) kill its child early,
+ * from the fork (often inside open and recovery), rather than after the
+ * child has opened and got to work?  A third of the cycles by @r, never the
+ * first: with few cycles (the sanitizer pass runs 5) a seed could draw
+ * every kill early, and a run whose children all died before they wrote
+ * checks nothing. */
+bool rel_kill_early(uint64_t r, uint64_t cycle);
 
 /* ---- data ---- */
 /* Fill @p with the bytes of version @ver (>= 1) of @key.  The mix of
