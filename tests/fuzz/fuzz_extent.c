@@ -5,7 +5,7 @@
 #include "fuzz_common.h"
 
 static struct fmt_extent e;
-static uint8_t out[FMT_EXTENT_MAX];
+static uint8_t out[FMT_EXTENT_INLINE_MAX];
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -23,7 +23,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		}
 		size_t n = c.pos - at;
-		FUZZ_CHECK(n == fmt_extent_size(&e) && n >= FMT_EXTENT_MIN && n <= FMT_EXTENT_MAX);
+		/* an inline extent carries its blob's bytes too */
+		FUZZ_CHECK(n == fmt_extent_size(&e) && n >= FMT_EXTENT_MIN &&
+			   n <= ((e.blob.flags & FMT_BLOB_INLINE) ?
+				 FMT_EXTENT_INLINE_MAX : FMT_EXTENT_MAX));
 		FUZZ_CHECK(fmt_blob_check(&e.blob) == 0);
 		FUZZ_CHECK((uint64_t)e.blob_skip + e.len <= e.blob.logical_len);
 		FUZZ_CHECK(fmt_extent_encode(&e, out, sizeof(out)) == (int)n);
