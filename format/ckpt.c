@@ -133,7 +133,7 @@ int fmt_ckpt_get_obj(struct fmt_cursor *c, struct fmt_ckpt_obj *o)
 	if (c->err)
 		return -EIO;
 	if (!fmt_name_ok(name, name_len) ||
-	    (uint64_t)n_extents * FMT_EXTENT_MIN > fmt_cursor_remaining(c)) {
+	    (uint64_t)n_extents * FMT_EXTENT_MIN > fmt_cursor_left(c)) {
 		c->err = -EIO;
 		return -EIO;
 	}

@@ -16,3 +16,39 @@ uint64_t fmt_csum(const void *p, size_t len)
 #endif
 	return XXH3_64bits(p, len);
 }
+
+/* The streaming form is XXH3's own (its state needs the library's aligned
+ * allocation), and its value equals the one-shot hash over the same bytes. */
+static XXH3_state_t *st(struct fmt_csum_stream *h)
+{
+	return (XXH3_state_t *)(void *)h;
+}
+
+struct fmt_csum_stream *fmt_csum_stream_new(void)
+{
+	XXH3_state_t *s = XXH3_createState();
+
+	if (s)
+		XXH3_64bits_reset(s);
+	return (struct fmt_csum_stream *)(void *)s;
+}
+
+void fmt_csum_stream_reset(struct fmt_csum_stream *h)
+{
+	XXH3_64bits_reset(st(h));
+}
+
+void fmt_csum_stream_add(struct fmt_csum_stream *h, const void *p, size_t len)
+{
+	XXH3_64bits_update(st(h), p, len);
+}
+
+uint64_t fmt_csum_stream_value(const struct fmt_csum_stream *h)
+{
+	return XXH3_64bits_digest((const XXH3_state_t *)(const void *)h);
+}
+
+void fmt_csum_stream_free(struct fmt_csum_stream *h)
+{
+	XXH3_freeState(st(h));
+}

@@ -40,6 +40,14 @@ enum fmt_codec { FMT_CODEC_RAW = 0, FMT_CODEC_ZSTD = 1 };
 
 /* XXH3-64, seed 0: the one checksum of the format. */
 uint64_t fmt_csum(const void *p, size_t len);
+/* fmt_csum of bytes that arrive in pieces (a checkpoint read through a
+ * window): the value fmt_csum gives over all of them at once. */
+struct fmt_csum_stream;
+struct fmt_csum_stream *fmt_csum_stream_new(void); /* NULL: ENOMEM */
+void fmt_csum_stream_reset(struct fmt_csum_stream *h);
+void fmt_csum_stream_add(struct fmt_csum_stream *h, const void *p, size_t len);
+uint64_t fmt_csum_stream_value(const struct fmt_csum_stream *h);
+void fmt_csum_stream_free(struct fmt_csum_stream *h);
 /* Reserved bytes and padding are zero; a later use of reserved bytes bumps
  * the version, so a non-zero one is corruption, not a newer writer.
  * @return 1 when the @n bytes at @p are all zero. */
@@ -61,6 +69,11 @@ struct fmt_cursor {
 	uint8_t *p;
 	size_t len, pos;
 	int err;
+	/* Bytes of the structure that follow the buffer, not in it yet (a
+	 * reader that takes a large payload through a window of it): counts
+	 * read from the structure are checked against what is left of it,
+	 * fmt_cursor_left().  0 unless the reader sets it. */
+	uint64_t more;
 };
 
 static inline void fmt_cursor_init(struct fmt_cursor *c, void *p, size_t len)
@@ -69,6 +82,7 @@ static inline void fmt_cursor_init(struct fmt_cursor *c, void *p, size_t len)
 	c->len = len;
 	c->pos = 0;
 	c->err = 0;
+	c->more = 0;
 }
 
 /* A cursor for reading only; the buffer is never written through it. */
@@ -80,6 +94,13 @@ static inline void fmt_cursor_init_ro(struct fmt_cursor *c, const void *p, size_
 static inline size_t fmt_cursor_remaining(const struct fmt_cursor *c)
 {
 	return c->err ? 0 : c->len - c->pos;
+}
+
+/* What is left of the structure: the buffer's remaining bytes and those
+ * that follow it. */
+static inline uint64_t fmt_cursor_left(const struct fmt_cursor *c)
+{
+	return c->err ? 0 : c->len - c->pos + c->more;
 }
 
 /* Back to @pos (<= current pos) and clear the error: drops a partial put. */
@@ -679,6 +700,7 @@ int fmt_delta_chain_whole(const struct fmt_super *sb, const uint8_t *buf);
 #define FMT_CKPT_SEG_SIZE 16u
 #define FMT_CKPT_DICT_SIZE 12u
 #define FMT_CKPT_OBJ_MIN 23u    /* obj_id, size, name_len, 1 name byte, n_extents */
+#define FMT_CKPT_OBJ_MAX (22u + FMT_NAME_MAX) /* ... a name of FMT_NAME_MAX */
 
 struct fmt_ckpt_obj {
 	uint64_t obj_id, size;

@@ -99,6 +99,122 @@ static int insert_fmt_extent(struct coil_store *s, struct object *o,
 	return meta_apply_write(s, o, 0, 0, &e, 1, true);
 }
 
+/* ---- a checkpoint's payload, read through a window ---------------------
+ *
+ * A base is read a piece at a time instead of whole: its payload is as
+ * large as the metadata (56 MB for 10^6 extents), and on the machines coil
+ * is measured on, memory touched for the first time costs ten times what
+ * reading it does (145 ms to fault in 56 MB, 12 ms to read it).  The
+ * window keeps the bytes not yet consumed (fewer than WIN_SLACK) in front
+ * of each new piece, so the largest item a loader takes, an inline
+ * extent, lies whole in the buffer.  A delta is loaded from memory through
+ * the same type (win_over: nothing more to read). */
+#define WIN_SLACK COIL_ALIGN_UP(FMT_EXTENT_INLINE_MAX, FMT_BLOCK)
+uint32_t ckpt_load_piece = 4u << 20;
+
+struct win {
+	struct coil_store *s;
+	uint8_t *buf;              /* WIN_SLACK + piece, BLOCK aligned */
+	uint32_t piece;            /* ckpt_load_piece at win_alloc */
+	uint64_t dev_off;          /* the next piece's device offset */
+	uint64_t region_left;      /* payload and its padding not read yet */
+	uint32_t pieces;           /* read since win_start */
+	struct fmt_csum_stream *h; /* over the payload bytes read */
+	struct fmt_cursor c;       /* read, not consumed; c.more: the
+				      payload bytes not read yet */
+};
+
+/* A window over @len bytes already in memory. */
+static void win_over(struct win *w, const uint8_t *p, uint64_t len)
+{
+	*w = (struct win){ 0 };
+	fmt_cursor_init_ro(&w->c, p, len);
+}
+
+static int win_alloc(struct win *w, struct coil_store *s)
+{
+	*w = (struct win){ .s = s, .piece = ckpt_load_piece };
+	COIL_ASSERT(w->piece >= FMT_BLOCK && w->piece % FMT_BLOCK == 0);
+	w->h = fmt_csum_stream_new();
+	if (!w->h || posix_memalign((void **)&w->buf, FMT_BLOCK,
+				    WIN_SLACK + w->piece)) {
+		fmt_csum_stream_free(w->h);
+		w->h = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void win_free(struct win *w)
+{
+	if (w->h)
+		fmt_csum_stream_free(w->h);
+	free(w->buf);
+}
+
+/* Read the @plen payload bytes at device offset @off (BLOCK aligned, and
+ * padded with zeros to a BLOCK there) from the start. */
+static void win_start(struct win *w, uint64_t off, uint64_t plen)
+{
+	w->dev_off = off;
+	w->region_left = COIL_ALIGN_UP(plen, FMT_BLOCK);
+	w->pieces = 0;
+	fmt_csum_stream_reset(w->h);
+	fmt_cursor_init_ro(&w->c, w->buf + WIN_SLACK, 0);
+	w->c.more = plen;
+}
+
+/* Make the next @n (<= WIN_SLACK) bytes of the payload contiguous at the
+ * cursor, or all of it that is left.  @return 0, -EIO (the padding after
+ * the payload is not zero, or the read failed), or -ENOMEM. */
+static int win_need(struct win *w, size_t n)
+{
+	while (fmt_cursor_remaining(&w->c) < n && w->region_left &&
+	       !w->c.err) {
+		size_t t = fmt_cursor_remaining(&w->c);
+		uint32_t got = (uint32_t)COIL_MIN(w->region_left,
+						  (uint64_t)w->piece);
+		uint64_t pb = COIL_MIN((uint64_t)got, w->c.more);
+		uint8_t *dst = w->buf + WIN_SLACK;
+		int rc;
+
+		COIL_ASSERT(t < WIN_SLACK);
+		memmove(dst - t, w->c.p + w->c.pos, t);
+		rc = store_io_big(w->s, URING_OP_READ, dst, got, w->dev_off);
+		if (rc < 0)
+			return rc == -ENOMEM ? rc : -EIO;
+		w->dev_off += got;
+		w->region_left -= got;
+		w->pieces++;
+		fmt_csum_stream_add(w->h, dst, pb);
+		if (!fmt_all_zero(dst + pb, got - pb))
+			return -EIO;
+		uint64_t more = w->c.more - pb;
+		fmt_cursor_init_ro(&w->c, dst - t, t + pb);
+		w->c.more = more;
+	}
+	return 0;
+}
+
+/* After the walk: every byte of the payload was consumed and its checksum
+ * is @csum. */
+static bool win_done(const struct win *w, uint64_t csum)
+{
+	return !w->c.err && fmt_cursor_remaining(&w->c) == 0 &&
+	       w->c.more == 0 && w->region_left == 0 &&
+	       fmt_csum_stream_value(w->h) == csum;
+}
+
+/* Walk the payload once more.  One piece held all of it: the bytes are
+ * still in the buffer (@return true); else the caller starts again. */
+static bool win_rewind(struct win *w, uint64_t plen)
+{
+	if (w->pieces != 1)
+		return false;
+	fmt_cursor_init_ro(&w->c, w->buf + WIN_SLACK, plen);
+	return true;
+}
+
 /* ---- delta checkpoints -------------------------------------------------- */
 
 struct delta_load {
@@ -109,14 +225,16 @@ struct delta_load {
 	uint64_t detached;
 };
 
-/* The next @n extents at @c into @o's map. */
+/* The next @n extents at @w into @o's map. */
 static int load_extents(struct coil_store *s, struct object *o,
-			struct fmt_cursor *c, struct fmt_extent *fe, uint32_t n)
+			struct win *w, struct fmt_extent *fe, uint32_t n)
 {
 	for (uint32_t k = 0; k < n; k++) {
-		int rc;
+		int rc = win_need(w, FMT_EXTENT_INLINE_MAX);
 
-		if (fmt_cursor_get_extent(c, fe) < 0)
+		if (rc < 0)
+			return rc;
+		if (fmt_cursor_get_extent(&w->c, fe) < 0)
 			return -EIO;
 		rc = insert_fmt_extent(s, o, fe);
 		if (rc < 0)
@@ -138,7 +256,7 @@ static int get_obj(struct fmt_cursor *c, struct fmt_ckpt_obj *co)
 /* An object whole, from a delta's FMT_DREC_OBJ record: it replaces one of
  * the same id, and may take the name of another that this delta renames or
  * removes too (@dl counts those). */
-static int load_whole_obj(struct coil_store *s, struct fmt_cursor *c,
+static int load_whole_obj(struct coil_store *s, struct win *w,
 			  struct fmt_extent *fe, struct delta_load *dl)
 {
 	struct object *holder;
@@ -146,7 +264,7 @@ static int load_whole_obj(struct coil_store *s, struct fmt_cursor *c,
 	struct object *o;
 	int rc;
 
-	if (get_obj(c, &co) < 0)
+	if (get_obj(&w->c, &co) < 0)
 		return -EIO;
 	o = objtab_find_id(s, co.obj_id);
 	if (o) {
@@ -163,44 +281,56 @@ static int load_whole_obj(struct coil_store *s, struct fmt_cursor *c,
 	if (rc < 0)
 		return rc;
 	o->size = co.size;
-	return load_extents(s, o, c, fe, co.n_extents);
+	return load_extents(s, o, w, fe, co.n_extents);
 }
 
 /* An object of a base: checked and added, its name linked later with all
- * the others (objtab_link_names finds a name twice). */
-static int load_base_obj(struct coil_store *s, struct fmt_cursor *c,
+ * the others (objtab_link_names finds a name twice).  With @out NULL, only
+ * checked as the format defines it (a base's first walk). */
+static int load_base_obj(struct coil_store *s, struct win *w,
 			 struct fmt_extent *fe, struct name_slot *out)
 {
 	struct fmt_ckpt_obj co;
 	struct object *o;
-	int rc;
+	int rc = win_need(w, FMT_CKPT_OBJ_MAX);
 
-	if (get_obj(c, &co) < 0 || objtab_find_id(s, co.obj_id))
+	if (rc < 0)
+		return rc;
+	if (!out) {
+		if (fmt_ckpt_get_obj(&w->c, &co) < 0)
+			return -EIO;
+		for (uint32_t k = 0; k < co.n_extents; k++)
+			if ((rc = win_need(w, FMT_EXTENT_INLINE_MAX)) < 0 ||
+			    (rc = fmt_cursor_get_extent(&w->c, fe)) < 0)
+				return rc;
+		return 0;
+	}
+	if (get_obj(&w->c, &co) < 0 || objtab_find_id(s, co.obj_id))
 		return -EIO;
 	rc = objtab_add_unnamed(s, co.obj_id, co.name, co.name_len, &o);
 	if (rc < 0)
 		return rc;
 	*out = (struct name_slot){ .h = o->name_h, .o = o };
 	o->size = co.size;
-	return load_extents(s, o, c, fe, co.n_extents);
+	return load_extents(s, o, w, fe, co.n_extents);
 }
 
 /* One changed range of @o: punch it, insert what maps it now. */
 static int load_range(struct coil_store *s, struct object *o,
-		      struct fmt_cursor *c, struct fmt_extent *fe)
+		      struct win *w, struct fmt_extent *fe)
 {
 	uint64_t lo, hi;
 	uint32_t n;
 	int rc;
 
-	if (fmt_delta_get_range(c, &lo, &hi, &n) < 0)
+	if (fmt_delta_get_range(&w->c, &lo, &hi, &n) < 0)
 		return -EIO;
 	if (lo < hi) {
 		rc = meta_apply_punch(s, o, lo, hi);
 		if (rc < 0)
 			return rc;
 	}
-	return load_extents(s, o, c, fe, n);
+	return load_extents(s, o, w, fe, n);
 }
 
 /* Apply one verified delta (fmt_delta_chain_walk's callback). */
@@ -209,35 +339,35 @@ static int delta_apply(void *arg, const struct fmt_ckpt_delta *h,
 {
 	struct delta_load *dl = arg;
 	struct coil_store *s = dl->s;
-	struct fmt_cursor c;
+	struct win w;
 	struct object *o;
 	uint64_t id, size;
 	uint32_t nr;
 	int rc;
 
-	fmt_cursor_init_ro(&c, payload, h->payload_len);
+	win_over(&w, payload, h->payload_len);
 	for (uint32_t i = 0; i < h->n_records; i++) {
-		switch (fmt_delta_get_kind(&c)) {
+		switch (fmt_delta_get_kind(&w.c)) {
 		case FMT_DREC_OBJ:
-			rc = load_whole_obj(s, &c, dl->fe, dl);
+			rc = load_whole_obj(s, &w, dl->fe, dl);
 			if (rc < 0)
 				return rc;
 			break;
 		case FMT_DREC_RANGES:
-			if (fmt_delta_get_ranges(&c, &id, &size, &nr) < 0)
+			if (fmt_delta_get_ranges(&w.c, &id, &size, &nr) < 0)
 				return -EIO;
 			o = objtab_find_id(s, id);
 			if (!o || size > ENGINE_OBJ_SIZE_MAX)
 				return -EIO;
 			for (uint32_t k = 0; k < nr; k++) {
-				rc = load_range(s, o, &c, dl->fe);
+				rc = load_range(s, o, &w, dl->fe);
 				if (rc < 0)
 					return rc;
 			}
 			o->size = size;
 			break;
 		case FMT_DREC_GONE:
-			if (fmt_delta_get_gone(&c, &id) < 0)
+			if (fmt_delta_get_gone(&w.c, &id) < 0)
 				return -EIO;
 			/* an object created and removed between two
 			 * checkpoints was never in one */
@@ -251,7 +381,7 @@ static int delta_apply(void *arg, const struct fmt_ckpt_delta *h,
 			return -EIO;
 		}
 	}
-	if (fmt_cursor_remaining(&c) != 0 || dl->detached)
+	if (fmt_cursor_remaining(&w.c) != 0 || dl->detached)
 		return -EIO;
 	s->applied_end_lin = h->replay_off;
 	s->applied_next_seq = h->replay_seq;
@@ -260,30 +390,66 @@ static int delta_apply(void *arg, const struct fmt_ckpt_delta *h,
 	return 0;
 }
 
-/* Read and verify the base the superblock names from area @slot (where it
- * is, or its mirror): *@h its header, its payload after the first BLOCK of
- * @buf.  @return 0, -EIO (does not verify), or -errno. */
-static int base_read(struct coil_store *s, uint32_t slot, uint8_t *buf,
-		     uint64_t total, struct fmt_ckpt *h)
+/* Walk a base's payload at @w: the segment table, then every object.
+ * With @loaded NULL the walk checks the payload as the format defines it,
+ * and its checksum; else it loads the objects too, each name into
+ * @loaded for objtab_link_names. */
+static int base_walk(struct coil_store *s, struct win *w,
+		     const struct fmt_ckpt *h, struct fmt_extent *fe,
+		     struct name_slot *loaded)
 {
-	int rc = store_io_big(s, URING_OP_READ, buf, total, s->sb.ckpt_off[slot]);
+	for (uint32_t i = 0; i < h->segment_count; i++) {
+		uint64_t live;
+		uint8_t st;
+		int rc = win_need(w, FMT_CKPT_SEG_SIZE);
+
+		if (rc < 0)
+			return rc;
+		if (fmt_ckpt_get_seg(&w->c, &live, &st) < 0)
+			return -EIO;
+		if (!loaded)
+			continue;
+		/* A growing store may have grown after this checkpoint:
+		 * the segments it does not list were added empty. */
+		s->segs[i].state = st == SEG_FREE ? SEG_FREE : SEG_SEALED;
+		s->segs[i].live = 0; /* recomputed from the extents */
+		s->segs[i].unopt = 0;
+	}
+	for (uint64_t i = 0; i < h->n_objects; i++) {
+		int rc = load_base_obj(s, w, fe, loaded ? &loaded[i] : NULL);
+
+		if (rc < 0)
+			return rc;
+	}
+	/* n_dicts is 0 (base_read) */
+	return win_done(w, h->payload_csum) ? 0 : -EIO;
+}
+
+/* Read and verify the base the superblock names from area @slot (where it
+ * is, or its mirror): its header BLOCK into @blk, decoded into *@h, then
+ * its payload through @w, every record checked and the checksum
+ * compared before anything is loaded.  @return 0, -EIO (does not verify),
+ * or -errno. */
+static int base_read(struct coil_store *s, uint32_t slot, uint8_t *blk,
+		     struct win *w, struct fmt_extent *fe, struct fmt_ckpt *h)
+{
+	int rc = store_io_sync(s, URING_OP_READ, blk, FMT_BLOCK,
+			       s->sb.ckpt_off[slot]);
 
 	if (rc < 0)
 		return rc == -ENOMEM ? rc : -EIO;
-	if (fmt_ckpt_block_csum(buf) != s->sb.ckpt_csum ||
-	    fmt_ckpt_decode(h, buf, FMT_BLOCK) < 0)
+	if (fmt_ckpt_block_csum(blk) != s->sb.ckpt_csum ||
+	    fmt_ckpt_decode(h, blk, FMT_BLOCK) < 0)
 		return -EIO;
 	if (h->store_id != s->store_id || h->seq != s->sb.ckpt_seq ||
 	    FMT_BLOCK + h->payload_len != s->sb.ckpt_bytes ||
 	    h->segment_count > s->nseg || h->n_dicts != 0)
 		return -EIO;
-	/* the padding to the block is zero: no byte goes unchecked */
-	if (fmt_ckpt_verify_payload(h, buf + FMT_BLOCK, h->payload_len) < 0 ||
-	    !fmt_all_zero(buf + FMT_BLOCK + h->payload_len,
-			  total - FMT_BLOCK - h->payload_len) ||
-	    fmt_ckpt_payload_check(h, buf + FMT_BLOCK, h->payload_len) < 0)
-		return -EIO;
-	return 0;
+	/* the padding to the block is zero too (win_need): no byte goes
+	 * unchecked */
+	win_start(w, s->sb.ckpt_off[slot] + FMT_BLOCK, h->payload_len);
+	rc = base_walk(s, w, h, fe, NULL);
+	return rc == -ENOMEM ? rc : rc < 0 ? -EIO : 0;
 }
 
 /* Does the other area hold a copy of the base just read from the named
@@ -407,56 +573,42 @@ out:
 int ckpt_load(struct coil_store *s)
 {
 	bool mirror_used = false;
-	uint8_t *buf = NULL;
+	uint8_t *blk = NULL;
 	struct name_slot *loaded = NULL;
 	struct fmt_extent *fe = NULL;
-	struct fmt_cursor c;
 	struct fmt_ckpt h;
-	uint64_t total;
+	struct win w = { 0 };
+	uint32_t slot = s->sb.ckpt_slot;
 	int rc;
 
 	s->applied_end_lin = s->sb.replay_off;
 	s->applied_next_seq = s->sb.replay_seq;
-	if (s->sb.ckpt_slot == FMT_CKPT_SLOT_NONE) {
+	if (slot == FMT_CKPT_SLOT_NONE) {
 		s->next_obj_id = 1;
 		return 0;
 	}
 	if (s->sb.ckpt_bytes < FMT_BLOCK || s->sb.ckpt_bytes > s->sb.ckpt_len)
 		return -EIO;
-	total = COIL_ALIGN_UP(s->sb.ckpt_bytes, FMT_BLOCK);
-	if (posix_memalign((void **)&buf, 4096, total))
-		return -ENOMEM;
 	fe = malloc(sizeof(*fe));
-	if (!fe) {
+	if (!fe || posix_memalign((void **)&blk, FMT_BLOCK, FMT_BLOCK) ||
+	    win_alloc(&w, s) < 0) {
 		rc = -ENOMEM;
 		goto out;
 	}
 	/* the base the superblock names, or its mirror in the other area */
-	rc = base_read(s, s->sb.ckpt_slot, buf, total, &h);
+	rc = base_read(s, slot, blk, &w, fe, &h);
 	if (rc == -EIO) {
-		rc = base_read(s, s->sb.ckpt_slot ? 0 : 1, buf, total, &h);
+		slot = slot ? 0 : 1;
+		rc = base_read(s, slot, blk, &w, fe, &h);
 		if (rc == 0) {
 			stat_add(&s->st.ckpt_mirror_reads, 1);
 			mirror_used = true;
 		}
 	} else if (rc == 0) {
-		s->ck_mirror = mirror_matches(s, buf);
+		s->ck_mirror = mirror_matches(s, blk);
 	}
 	if (rc < 0)
 		goto out;
-	rc = -EIO;
-	fmt_cursor_init_ro(&c, buf + FMT_BLOCK, h.payload_len);
-	/* A growing store may have grown after this checkpoint: the
-	 * segments it does not list were added empty. */
-	for (uint32_t i = 0; i < h.segment_count; i++) {
-		uint64_t live;
-		uint8_t st;
-		if (fmt_ckpt_get_seg(&c, &live, &st) < 0)
-			goto out;
-		s->segs[i].state = st == SEG_FREE ? SEG_FREE : SEG_SEALED;
-		s->segs[i].live = 0; /* recomputed from the extents */
-		s->segs[i].unopt = 0;
-	}
 	/* the count is paid for by the payload (checked on decode) */
 	objtab_reserve(s, h.n_objects);
 	loaded = malloc(COIL_MAX(h.n_objects, 1) * sizeof(*loaded));
@@ -464,11 +616,13 @@ int ckpt_load(struct coil_store *s)
 		rc = -ENOMEM;
 		goto out;
 	}
-	for (uint64_t i = 0; i < h.n_objects; i++) {
-		rc = load_base_obj(s, &c, fe, &loaded[i]);
-		if (rc < 0)
-			goto out;
-	}
+	/* The same bytes again (a device that answers differently the
+	 * second time fails the checksum in base_walk). */
+	if (!win_rewind(&w, h.payload_len))
+		win_start(&w, s->sb.ckpt_off[slot] + FMT_BLOCK, h.payload_len);
+	rc = base_walk(s, &w, &h, fe, loaded);
+	if (rc < 0)
+		goto out;
 	rc = objtab_link_names(s, loaded, h.n_objects);
 	if (rc < 0)
 		goto out;
@@ -490,9 +644,10 @@ int ckpt_load(struct coil_store *s)
 	if (mirror_used)
 		s->ck_mirror = false;
 out:
+	win_free(&w);
 	free(loaded);
 	free(fe);
-	free(buf);
+	free(blk);
 	return rc;
 }
 

@@ -13,6 +13,9 @@ struct coil_store;
 /* Load the checkpoint the superblock names into the object table and the
  * segment table.  @return 0, -EIO (corrupt), -ENOMEM. */
 int ckpt_load(struct coil_store *s);
+/* The piece (a multiple of BLOCK) a base is read in: 4 MiB.  Tests make
+ * it one BLOCK, so that a small base crosses pieces everywhere. */
+extern uint32_t ckpt_load_piece;
 
 /* Apply the journal's records after the checkpoint's replay point.
  * @return 0, -EIO, -ENOMEM. */
