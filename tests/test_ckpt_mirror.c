@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "coil.h"
+#include "engine/log/ckpt.h"
 #include "engine/log/recovery.h"
 #include "format/format.h"
 #include "tests/engine_test_util.h"
@@ -117,8 +118,9 @@ Test(ckpt_mirror, one_damaged_block_of_either_copy_costs_nothing,
 	coil_store *s;
 	int trials = 0;
 
-	/* the base is read a block at a time: every item that straddles two
-	 * pieces, and damage in each piece, is met */
+	/* the base is written and read a block at a time: every item that
+	 * straddles two pieces, and damage in each piece, is met */
+	ckpt_write_piece = FMT_BLOCK;
 	ckpt_load_piece = FMT_BLOCK;
 	et_path(path, sizeof(path), "ckpt-mirror");
 	et_opts(&o, path);

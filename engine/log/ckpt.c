@@ -251,11 +251,12 @@ struct snap {
 
 /* The arrays of a snapshot and the checkpoint's write buffer, grown as
  * needed and kept for the next checkpoint (s->ckmem, under ckpt_mu).  A
- * store with 262k extents snapshots 16 MiB and writes 12.6 MiB; allocated
- * anew each time (glibc maps blocks that large fresh), every page of both
- * was faulted in again each time, the snapshot's while holding mlock.  The
- * cost is holding about 2.3x the last checkpoint's size between
- * checkpoints. */
+ * store with 262k extents snapshots 16 MiB; allocated anew each time
+ * (glibc maps blocks that large fresh), every page was faulted in again
+ * each time, while holding mlock.  The cost is holding the snapshot
+ * (about 1.2x the last base's size) between checkpoints.  The write
+ * buffer is a piece of a base (base_stream) or a whole delta (a delta
+ * chain adds up to at most its base's size). */
 struct ckpt_mem {
 	struct snap_obj *obj;
 	struct snap_ext *ext;
@@ -640,44 +641,112 @@ static int delta_encode(struct coil_store *s, const struct snap *sn,
 	return rc;
 }
 
-/* Phase 2: size and encode the snapshot's payload after the header block
- * of the reused checkpoint buffer.  @return 0, -ENOSPC (the area is too
- * small), -ENOMEM, -EIO. */
-static int ckpt_encode(struct coil_store *s, const struct snap *sn,
-		       struct fmt_extent *fe, uint8_t **bufp, uint64_t *payloadp)
+/* Phase 2 of a base: the payload's size (the write is reserved and
+ * checked against the area before any of it is encoded). */
+static uint64_t ckpt_payload_size(const struct snap *sn)
 {
 	uint64_t payload = (uint64_t)sn->nseg * FMT_CKPT_SEG_SIZE;
-	struct fmt_cursor c;
-	uint8_t *buf;
-	int rc = 0;
 
 	for (uint64_t i = 0; i < sn->nobj; i++)
 		payload += FMT_CKPT_OBJ_MIN - 1 + sn->obj[i].name_len;
 	for (uint64_t i = 0; i < sn->next; i++)
 		payload += ext_bytes(&sn->ext[i]);
-	*payloadp = payload;
-	if (FMT_BLOCK + payload > s->sb.ckpt_len)
-		return -ENOSPC;
-	buf = ckpt_buf(s->ckmem, FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK));
-	if (!buf)
-		return -ENOMEM;
-	*bufp = buf;
-	memset(buf + FMT_BLOCK + payload, 0,
-	       COIL_ALIGN_UP(payload, FMT_BLOCK) - payload);
-	fmt_cursor_init(&c, buf + FMT_BLOCK, payload);
-	for (uint32_t i = 0; i < sn->nseg; i++)
-		fmt_ckpt_put_seg(&c, sn->seg_live[i], sn->seg_state[i]);
+	return payload;
+}
+
+/* A base's payload is encoded into a piece buffer and written as it
+ * fills, not into one buffer of its whole size: that buffer (56 MB for
+ * 10^6 extents) was held between checkpoints, and faulted in anew by each
+ * process's first checkpoint (on the machines coil is measured on, ten
+ * times the cost of writing it).  Once a piece is encoded, its whole
+ * BLOCKs are written; CKPT_SLACK after the piece holds the largest item
+ * (an inline extent) that starts before its end. */
+#define CKPT_SLACK COIL_ALIGN_UP(FMT_EXTENT_INLINE_MAX, FMT_BLOCK)
+uint32_t ckpt_write_piece = 4u << 20;
+
+struct pout {
+	struct coil_store *s;
+	uint8_t *buf;               /* ckpt_write_piece + CKPT_SLACK */
+	uint64_t dev_off;           /* where buf[0] goes */
+	uint64_t written;           /* payload bytes written so far */
+	struct fmt_csum_stream *h;  /* over them */
+	struct fmt_cursor c;        /* over buf: pos bytes not written yet */
+};
+
+/* Room for @n (<= CKPT_SLACK) more bytes at the cursor: once a piece is
+ * encoded, write its whole BLOCKs and keep the rest in front.  @return 0
+ * or the write's -errno. */
+static int pout_room(struct pout *o, size_t n)
+{
+	size_t whole = o->c.pos / FMT_BLOCK * FMT_BLOCK;
+	int rc;
+
+	COIL_ASSERT(n <= CKPT_SLACK);
+	if (o->c.pos < ckpt_write_piece || o->c.err)
+		return 0;
+	rc = store_io_big(o->s, URING_OP_WRITE, o->buf, whole, o->dev_off);
+	if (rc < 0)
+		return rc;
+	fmt_csum_stream_add(o->h, o->buf, whole);
+	o->dev_off += whole;
+	o->written += whole;
+	memmove(o->buf, o->buf + whole, o->c.pos - whole);
+	o->c.pos -= whole;
+	return 0;
+}
+
+/* Encode the snapshot's @payload bytes of base payload and write them at
+ * @off (the BLOCK after the header's), zero padded to a BLOCK; *@csum
+ * their checksum.  @return 0, -EIO (not the size counted), or -errno. */
+static int base_stream(struct coil_store *s, const struct snap *sn,
+		       struct fmt_extent *fe, struct pout *o, uint64_t off,
+		       uint64_t payload, uint64_t *csum)
+{
+	uint64_t tail;
+	int rc = 0;
+
+	o->s = s;
+	o->dev_off = off;
+	o->written = 0;
+	fmt_csum_stream_reset(o->h);
+	fmt_cursor_init(&o->c, o->buf, ckpt_write_piece + CKPT_SLACK);
+	for (uint32_t i = 0; i < sn->nseg && rc == 0; i++) {
+		rc = pout_room(o, FMT_CKPT_SEG_SIZE);
+		fmt_ckpt_put_seg(&o->c, sn->seg_live[i], sn->seg_state[i]);
+	}
 	for (uint64_t i = 0; i < sn->nobj && rc == 0; i++) {
 		const struct snap_obj *so = &sn->obj[i];
 
-		fmt_ckpt_put_obj(&c, so->id, so->size, sn->names + so->name_off,
-				 so->name_len, (uint32_t)so->n_ext);
-		put_exts(&c, sn, fe, so->first_ext, so->n_ext);
-		rc = c.err;
+		rc = pout_room(o, FMT_CKPT_OBJ_MAX);
+		fmt_ckpt_put_obj(&o->c, so->id, so->size,
+				 sn->names + so->name_off, so->name_len,
+				 (uint32_t)so->n_ext);
+		for (uint64_t k = 0; k < so->n_ext && rc == 0; k++) {
+			const struct snap_ext *x = &sn->ext[so->first_ext + k];
+
+			rc = pout_room(o, ext_bytes(x));
+			ext_to_fmt(x, fe);
+			fmt_cursor_put_extent(&o->c, fe);
+		}
+		if (rc == 0)
+			rc = o->c.err;
 	}
-	if (rc == 0 && c.pos != payload)
-		rc = -EIO;
-	return rc;
+	if (rc == 0)
+		rc = o->c.err;
+	if (rc < 0)
+		return rc == -ENOSPC ? -EIO : rc; /* -ENOSPC: the cursor's */
+	if (o->written + o->c.pos != payload)
+		return -EIO;
+	fmt_csum_stream_add(o->h, o->buf, o->c.pos);
+	tail = COIL_ALIGN_UP(o->c.pos, FMT_BLOCK);
+	memset(o->buf + o->c.pos, 0, tail - o->c.pos);
+	if (tail) {
+		rc = store_io_big(s, URING_OP_WRITE, o->buf, tail, o->dev_off);
+		if (rc < 0)
+			return rc;
+	}
+	*csum = fmt_csum_stream_value(o->h);
+	return 0;
 }
 
 /* Write @len bytes of @buf at @off of the mirror area (the one the
@@ -703,25 +772,62 @@ static void mirror_write(struct coil_store *s, const uint8_t *buf,
 	stat_add(&s->st.ckpt_bytes, len);
 }
 
-/* Phase 3: the header, the write to the area the superblock does not name,
- * fdatasync, then the superblocks.  From here the checkpoint is durable.
- * Then the same bytes into the area the old base was in: the new base's
- * mirror (the old base is not needed once the superblocks name the new). */
-static int ckpt_commit(struct coil_store *s, uint8_t *buf, uint64_t payload,
+/* Write the base (@hdr, its header block, then the payload from the
+ * snapshot again) into the mirror area too.  Best effort, as
+ * mirror_write. */
+static void mirror_base(struct coil_store *s, const struct snap *sn,
+			struct fmt_extent *fe, struct pout *o,
+			const uint8_t *hdr, uint64_t payload, uint64_t csum)
+{
+	uint64_t at = s->sb.ckpt_off[s->sb.ckpt_slot ? 0 : 1];
+	uint64_t len = FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK), again;
+	int rc = 0;
+
+	if (s->grows)
+		rc = reserve_range(s, at, len);
+	if (rc == 0)
+		rc = base_stream(s, sn, fe, o, at + FMT_BLOCK, payload, &again);
+	if (rc == 0 && again != csum)
+		rc = -EIO;
+	if (rc == 0)
+		rc = store_io_sync(s, URING_OP_WRITE, (void *)hdr, FMT_BLOCK, at);
+	if (rc == 0)
+		rc = store_io_sync(s, URING_OP_FSYNC, NULL, 0, 0);
+	if (rc < 0) {
+		s->ck_mirror = false;
+		return;
+	}
+	stat_add(&s->st.ckpt_mirror_bytes, len);
+	stat_add(&s->st.ckpt_bytes, len);
+}
+
+/* Phase 3: the payload, streamed from the snapshot into the area the
+ * superblock does not name, then its header, fdatasync, then the
+ * superblocks.  From here the checkpoint is durable.  Then the same bytes
+ * into the area the old base was in: the new base's mirror (the old base
+ * is not needed once the superblocks name the new). */
+static int ckpt_commit(struct coil_store *s, const struct snap *sn,
+		       struct fmt_extent *fe, uint64_t payload,
 		       const struct fmt_ckpt *hin, bool clean)
 {
 	struct fmt_ckpt h = *hin;
+	struct pout o = { 0 };
+	uint8_t *hdr = NULL;
 	uint32_t slot;
 	int rc;
 
+	if (FMT_BLOCK + payload > s->sb.ckpt_len)
+		return -ENOSPC;
+	o.buf = ckpt_buf(s->ckmem, ckpt_write_piece + CKPT_SLACK);
+	o.h = fmt_csum_stream_new();
+	hdr = bufpool_get(&s->bp, FMT_BLOCK);
+	rc = -ENOMEM;
+	if (!o.buf || !o.h || !hdr)
+		goto out;
 	h.store_id = s->store_id;
 	h.seq = s->sb.ckpt_seq + 1;
 	h.payload_len = payload;
-	h.payload_csum = fmt_csum(buf + FMT_BLOCK, payload);
 	h.n_dicts = 0;
-	rc = fmt_ckpt_encode(&h, buf, FMT_BLOCK);
-	if (rc < 0)
-		return rc;
 	slot = s->sb.ckpt_slot == 0 ? 1 : 0;
 	/* A growing store's checkpoint areas are holes until written: take
 	 * the blocks first, so a full file system fails the checkpoint
@@ -731,21 +837,25 @@ static int ckpt_commit(struct coil_store *s, uint8_t *buf, uint64_t payload,
 		rc = reserve_range(s, s->sb.ckpt_off[slot],
 				FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK));
 		if (rc < 0)
-			return rc;
+			goto out;
 	}
 	/* the area about to be written held the mirror */
 	s->ck_mirror = false;
-	rc = store_io_big(s, URING_OP_WRITE, buf,
-			  FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK),
-			  s->sb.ckpt_off[slot]);
+	rc = base_stream(s, sn, fe, &o, s->sb.ckpt_off[slot] + FMT_BLOCK,
+			 payload, &h.payload_csum);
+	if (rc == 0 && fmt_ckpt_encode(&h, hdr, FMT_BLOCK) < 0)
+		rc = -EIO;
+	if (rc == 0)
+		rc = store_io_sync(s, URING_OP_WRITE, hdr, FMT_BLOCK,
+				   s->sb.ckpt_off[slot]);
 	if (rc == 0)
 		rc = store_io_sync(s, URING_OP_FSYNC, NULL, 0, 0);
 	if (rc < 0)
-		return rc;
+		goto out;
 	s->sb.ckpt_slot = slot;
 	s->sb.ckpt_seq = h.seq;
 	s->sb.ckpt_bytes = FMT_BLOCK + payload;
-	s->sb.ckpt_csum = fmt_ckpt_block_csum(buf);
+	s->sb.ckpt_csum = fmt_ckpt_block_csum(hdr);
 	s->sb.replay_off = h.replay_off;
 	s->sb.replay_seq = h.replay_seq;
 	/* a new base has no deltas yet; a binary that knows no deltas may
@@ -755,13 +865,15 @@ static int ckpt_commit(struct coil_store *s, uint8_t *buf, uint64_t payload,
 	s->sb.incompat &= ~FMT_INCOMPAT_CKPT_DELTA;
 	rc = super_write(s, clean);
 	if (rc < 0)
-		return rc;
+		goto out;
 	s->ck_mirror = true;
-	mirror_write(s, buf, FMT_BLOCK + COIL_ALIGN_UP(payload, FMT_BLOCK), 0);
-	if (s->ck_mirror &&
-	    store_io_sync(s, URING_OP_FSYNC, NULL, 0, 0) < 0)
-		s->ck_mirror = false;
-	return 0;
+	mirror_base(s, sn, fe, &o, hdr, payload, h.payload_csum);
+out:
+	if (hdr)
+		bufpool_put(&s->bp, hdr);
+	if (o.h)
+		fmt_csum_stream_free(o.h);
+	return rc;
 }
 
 /* Deltas since a base may add up to the base's size, or this much for a
@@ -975,10 +1087,9 @@ int ckpt_write(struct coil_store *s, bool clean)
 				.segment_count = sn.nseg,
 			};
 
-			rc = ckpt_encode(s, &sn, fe, &buf, &payload);
+			payload = ckpt_payload_size(&sn);
+			rc = ckpt_commit(s, &sn, fe, payload, &h, clean);
 			snap_release(&sn);
-			if (rc == 0)
-				rc = ckpt_commit(s, buf, payload, &h, clean);
 			wrote = FMT_BLOCK + (int64_t)payload;
 		}
 		break;

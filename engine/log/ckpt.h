@@ -16,6 +16,10 @@ struct coil_store;
 struct wreq;
 
 int ckpt_write(struct coil_store *s, bool clean);
+/* The piece (a multiple of BLOCK) a base's payload is encoded and written
+ * in: 4 MiB.  Tests make it one BLOCK, so that a small base is written
+ * in many (a power cut between them, items straddling them). */
+extern uint32_t ckpt_write_piece;
 /* The payload the next checkpoint would write for the metadata as it is
  * now: ckpt_write's sizing, from running totals (mlock held). */
 uint64_t ckpt_payload_now(const struct coil_store *s);
