@@ -131,15 +131,20 @@ static void win_over(struct win *w, const uint8_t *p, uint64_t len)
 	fmt_cursor_init_ro(&w->c, p, len);
 }
 
+/* The buffer is mapped, not allocated: freed, it leaves the process at
+ * once (an allocator keeps a few MiB it freed resident for a while, and
+ * open's RSS would count them). */
 static int win_alloc(struct win *w, struct coil_store *s)
 {
 	*w = (struct win){ .s = s, .piece = ckpt_load_piece };
 	COIL_ASSERT(w->piece >= FMT_BLOCK && w->piece % FMT_BLOCK == 0);
 	w->h = fmt_csum_stream_new();
-	if (!w->h || posix_memalign((void **)&w->buf, FMT_BLOCK,
-				    WIN_SLACK + w->piece)) {
-		fmt_csum_stream_free(w->h);
-		w->h = NULL;
+	if (!w->h)
+		return -ENOMEM;
+	w->buf = mmap(NULL, WIN_SLACK + w->piece, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (w->buf == MAP_FAILED) {
+		w->buf = NULL;
 		return -ENOMEM;
 	}
 	return 0;
@@ -149,7 +154,8 @@ static void win_free(struct win *w)
 {
 	if (w->h)
 		fmt_csum_stream_free(w->h);
-	free(w->buf);
+	if (w->buf)
+		munmap(w->buf, WIN_SLACK + w->piece);
 }
 
 /* Read the @plen payload bytes at device offset @off (BLOCK aligned, and
