@@ -710,11 +710,13 @@ static int base_stream(struct coil_store *s, const struct snap *sn,
 	o->written = 0;
 	fmt_csum_stream_reset(o->h);
 	fmt_cursor_init(&o->c, o->buf, ckpt_write_piece + CKPT_SLACK);
+	/* the cursor always has room (pout_room); its error, if any, is a
+	 * payload that does not encode as counted */
 	for (uint32_t i = 0; i < sn->nseg && rc == 0; i++) {
 		rc = pout_room(o, FMT_CKPT_SEG_SIZE);
 		fmt_ckpt_put_seg(&o->c, sn->seg_live[i], sn->seg_state[i]);
 	}
-	for (uint64_t i = 0; i < sn->nobj && rc == 0; i++) {
+	for (uint64_t i = 0; i < sn->nobj && rc == 0 && !o->c.err; i++) {
 		const struct snap_obj *so = &sn->obj[i];
 
 		rc = pout_room(o, FMT_CKPT_OBJ_MAX);
@@ -728,14 +730,10 @@ static int base_stream(struct coil_store *s, const struct snap *sn,
 			ext_to_fmt(x, fe);
 			fmt_cursor_put_extent(&o->c, fe);
 		}
-		if (rc == 0)
-			rc = o->c.err;
 	}
-	if (rc == 0)
-		rc = o->c.err;
 	if (rc < 0)
-		return rc == -ENOSPC ? -EIO : rc; /* -ENOSPC: the cursor's */
-	if (o->written + o->c.pos != payload)
+		return rc;
+	if (o->c.err || o->written + o->c.pos != payload)
 		return -EIO;
 	fmt_csum_stream_add(o->h, o->buf, o->c.pos);
 	tail = COIL_ALIGN_UP(o->c.pos, FMT_BLOCK);
