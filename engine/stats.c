@@ -279,7 +279,9 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 		  "\"ring_ops\":{\"read\":%llu,\"write\":%llu,\"fsync\":%llu,"
 		  "\"nop\":%llu,\"writeback\":%llu},\"ring_errors\":%llu,"
 		  "\"gathered_writes\":%llu,\"gather_ops\":%llu,"
-		  "\"ring_enters\":%llu,\"ring_wakeups\":%llu},",
+		  "\"ring_enters\":%llu,\"ring_wakeups\":%llu,"
+		  "\"ring_reads_one_by_one\":%llu,\"ring_read_pacing_probes\":%llu,"
+		  "\"ring_read_pacing_switches\":%llu},",
 		  LD(s->st.writes), LD(s->st.write_bytes), LD(s->st.write_errors),
 		  LD(s->st.reads), LD(s->st.read_bytes), LD(s->st.read_errors),
 		  LD(s->st.csum_failures), LD(s->st.dev_bytes_written),
@@ -303,7 +305,10 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 		  (unsigned long long)us.merged_writes,
 		  (unsigned long long)us.merge_ops,
 		  (unsigned long long)us.submit_calls,
-		  (unsigned long long)us.wakeups);
+		  (unsigned long long)us.wakeups,
+		  (unsigned long long)us.read_single,
+		  (unsigned long long)us.read_probes,
+		  (unsigned long long)us.read_switches);
 	{
 		char cj[2048]; /* cleaner, histogram, amplification */
 

@@ -206,6 +206,9 @@ struct uring_stats {
 	uint64_t merge_ops;           /* vectored writes made by gathering */
 	uint64_t merged_writes;       /* writes that went in one of them */
 	uint64_t lazy_regs;           /* buffer slots registered on first use */
+	uint64_t read_probes;         /* measurements of the two read pacings */
+	uint64_t read_switches;       /* ... that changed the pacing */
+	uint64_t read_single;         /* 1: reads go to the kernel one by one */
 	uint32_t setup_flags;         /* IORING_SETUP_* the ring got */
 	bool fixed_bufs;              /* buffer registration succeeded */
 	bool fixed_file;              /* fd registration succeeded */

@@ -81,6 +81,44 @@ struct io_list {
 
 struct uring_fault;
 
+/* ---- read pacing ----------------------------------------------------------
+ *
+ * How a turn's reads go to the kernel: all with the turn's one
+ * io_uring_enter (a plugged batch, one device notification), or each with
+ * its own as it is issued.  Which serves more reads a second is the
+ * machine's: fio 4 KiB random reads at QD 32 through coil went from 46-51k
+ * to 54-59k a second one by one on a virtual disk that serves bursts
+ * slowly, and from 65-75k to 100-119k batched on another machine of the
+ * same kind, whose disk keeps up and where each notification is a costly
+ * exit to the host (a fifth of the ring thread's time).  So the ring
+ * measures: while turns issue several reads, it spends RD_EPOCH_NS in each
+ * pacing, twice, and keeps the one that completed more reads a second
+ * (batched unless one by one is RD_MARGIN_PCT faster: it costs the ring
+ * less CPU), then measures again RD_PERIOD_NS later.  A probe whose
+ * epochs see too few such turns (the load changed) keeps the pacing it
+ * had.  Ring thread only; rd_pace_turn is pure, so tests drive it with a
+ * clock of their own. */
+#define RD_EPOCH_NS (10ull * 1000 * 1000)
+#define RD_PERIOD_NS (1000ull * 1000 * 1000)
+#define RD_EPOCH_WAVES 16u  /* turns of 2+ reads an epoch must see */
+#define RD_MARGIN_PCT 5u
+enum { RD_BATCH = 0, RD_SINGLE = 1 };
+
+struct rd_pace {
+	uint8_t mode;           /* RD_BATCH or RD_SINGLE: what issue_local does */
+	uint8_t best;           /* the last probe's pick */
+	uint8_t phase;          /* 0: settled; 1-4: probe epochs S, B, S, B */
+	uint64_t t0;            /* start of this epoch (probing) */
+	uint64_t next_probe;    /* settled: no probe before */
+	uint64_t reads, waves;  /* this epoch's completed reads, turns of 2+ */
+	uint64_t got[2], ns[2]; /* the probe's reads and time per pacing */
+	uint64_t probes, switches;
+};
+
+/* One turn: @now, @reads completed in it, whether it issued 2+ reads.
+ * Updates @p->mode for the next turn. */
+void rd_pace_turn(struct rd_pace *p, uint64_t now, uint64_t reads, bool wave);
+
 /* counters, read relaxed by uring_stats(); mostly the ring thread's, but
  * uring_io_now counts from its caller's thread too */
 #define STAT_ADD(r, field, v) \
@@ -160,6 +198,9 @@ struct uring {
 	struct uring_merge merge[URING_MERGE_SLOTS];
 	struct uring_merge *mfree;
 	bool vfixed;              /* the kernel has WRITEV_FIXED */
+	struct rd_pace pace;      /* read pacing (above) */
+	uint64_t turn_reads;      /* reads completed this turn */
+	unsigned turn_issued;     /* reads issued this turn */
 
 	/* startup handshake with the ring thread */
 	pthread_mutex_t start_lock;

@@ -548,18 +548,18 @@ static void issue_local(struct uring *r)
 			STAT_ADD(r, merge_ops, 1);
 			STAT_ADD(r, merged_writes, g->n);
 		}
-		/* A read with more I/O queued behind it goes to the kernel
-		 * now, not with the batch: a batch is plugged and reaches the
-		 * device together, and this virtio disk serves reads that
-		 * arrive in bursts more slowly.  fio 4 KiB random reads at QD
-		 * 32, alternated: 0.50-0.55 ms of device time per read batched
-		 * (~5 a batch), 0.34-0.37 ms one by one, 46-51k -> 54-59k
-		 * reads/s (fio's own io_uring engine, batch 1 vs 32: 0.29 vs
-		 * 0.44 ms).  The last one goes with the loop's wait, so a lone
-		 * read costs no extra enter.  Writes keep the batch (merged
-		 * runs, no measurable difference). */
-		if (io->op == URING_OP_READ && r->local.head)
-			io_uring_submit(&r->ring);
+		/* Paced one by one (rd_pace), a read with more I/O queued
+		 * behind it goes to the kernel now, not with the batch: on a
+		 * virtio disk that serves bursts slowly, 0.50-0.55 ms of
+		 * device time per read batched (~5 a batch) against
+		 * 0.34-0.37 ms one by one.  The last one goes with the loop's
+		 * wait, so a lone read costs no extra enter.  Writes keep the
+		 * batch (merged runs, no measurable difference). */
+		if (io->op == URING_OP_READ) {
+			r->turn_issued++;
+			if (r->pace.mode == RD_SINGLE && r->local.head)
+				io_uring_submit(&r->ring);
+		}
 		budget--;
 	}
 }
@@ -725,6 +725,9 @@ static void reap(struct uring *r)
 			STAT_ADD(r, wakeups, 1);
 			continue;
 		}
+		if (((struct uring_io *)(uintptr_t)got[i].ud)->op ==
+		    URING_OP_READ)
+			r->turn_reads++;
 		on_cqe(r, (struct uring_io *)(uintptr_t)got[i].ud, got[i].res);
 	}
 	/* in-flight is capped below the CQ size, so this stays 0 unless the
@@ -734,6 +737,82 @@ static void reap(struct uring *r)
 		STAT_ADD(r, cq_overflows, ov - r->koverflow_seen);
 		r->koverflow_seen = ov;
 	}
+}
+
+/* ---- read pacing (uring_internal.h) --------------------------------------- */
+
+static void rd_epoch_start(struct rd_pace *p, uint64_t now, uint8_t mode)
+{
+	p->t0 = now;
+	p->reads = p->waves = 0;
+	p->mode = mode;
+}
+
+void rd_pace_turn(struct rd_pace *p, uint64_t now, uint64_t reads, bool wave)
+{
+	p->reads += reads;
+	p->waves += wave;
+	if (p->phase == 0) {
+		/* settled: probe once reads come in waves, then a period on */
+		if (now >= p->next_probe && p->waves >= RD_EPOCH_WAVES) {
+			p->phase = 1;
+			p->got[0] = p->got[1] = p->ns[0] = p->ns[1] = 0;
+			rd_epoch_start(p, now, RD_SINGLE);
+		} else if (now >= p->next_probe) {
+			p->reads = p->waves = 0; /* too few yet: look on */
+			p->next_probe = now + RD_EPOCH_NS;
+		}
+		return;
+	}
+	if (now - p->t0 < RD_EPOCH_NS)
+		return;
+	if (p->waves < RD_EPOCH_WAVES) {
+		/* the load changed under the probe: keep what was best */
+		p->phase = 0;
+		p->next_probe = now + RD_PERIOD_NS;
+		rd_epoch_start(p, now, p->best);
+		return;
+	}
+	p->got[p->mode] += p->reads;
+	p->ns[p->mode] += now - p->t0;
+	if (p->phase < 4) {
+		p->phase++;
+		rd_epoch_start(p, now, p->phase % 2 ? RD_SINGLE : RD_BATCH);
+		return;
+	}
+	/* reads a second, compared without dividing: got[S] / ns[S] against
+	 * got[B] / ns[B] with the margin */
+	uint8_t pick = (unsigned __int128)p->got[RD_SINGLE] * p->ns[RD_BATCH] *
+			       100 >
+		       (unsigned __int128)p->got[RD_BATCH] * p->ns[RD_SINGLE] *
+			       (100 + RD_MARGIN_PCT) ?
+		       RD_SINGLE : RD_BATCH;
+
+	p->probes++;
+	p->switches += pick != p->best;
+	p->best = pick;
+	p->phase = 0;
+	p->next_probe = now + RD_PERIOD_NS;
+	rd_epoch_start(p, now, pick);
+}
+
+/* After a turn's reap: the pacing sees what the turn did (a clock read
+ * only when it read). */
+static void rd_pace_step(struct uring *r)
+{
+	uint64_t reads = r->turn_reads;
+	bool wave = r->turn_issued >= 2;
+
+	r->turn_reads = 0;
+	r->turn_issued = 0;
+	if (!reads && !wave && r->pace.phase == 0)
+		return;
+	rd_pace_turn(&r->pace, coil_now_ns(), reads, wave);
+	__atomic_store_n(&r->st.read_probes, r->pace.probes, __ATOMIC_RELAXED);
+	__atomic_store_n(&r->st.read_switches, r->pace.switches,
+			 __ATOMIC_RELAXED);
+	__atomic_store_n(&r->st.read_single, r->pace.mode == RD_SINGLE,
+			 __ATOMIC_RELAXED);
 }
 
 /* ---- the turn loop -------------------------------------------------------- */
@@ -807,6 +886,7 @@ static void run(struct uring *r)
 			enter_errors = 0;
 		}
 		reap(r);
+		rd_pace_step(r);
 	}
 }
 
