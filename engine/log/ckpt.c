@@ -747,6 +747,18 @@ static int base_stream(struct coil_store *s, const struct snap *sn,
 	return 0;
 }
 
+/* A mirror write of @len bytes ended with @rc: counted, or the mirror
+ * given up until the next base. */
+static void mirror_end(struct coil_store *s, int rc, uint64_t len)
+{
+	if (rc < 0) {
+		s->ck_mirror = false;
+		return;
+	}
+	stat_add(&s->st.ckpt_mirror_bytes, len);
+	stat_add(&s->st.ckpt_bytes, len);
+}
+
 /* Write @len bytes of @buf at @off of the mirror area (the one the
  * superblock does not name) too.  Best effort: the checkpoint does not
  * depend on it; a failure only ends the mirror until the next base. */
@@ -762,12 +774,7 @@ static void mirror_write(struct coil_store *s, const uint8_t *buf,
 		rc = reserve_range(s, at, len);
 	if (rc == 0)
 		rc = store_io_big(s, URING_OP_WRITE, (void *)buf, len, at);
-	if (rc < 0) {
-		s->ck_mirror = false;
-		return;
-	}
-	stat_add(&s->st.ckpt_mirror_bytes, len);
-	stat_add(&s->st.ckpt_bytes, len);
+	mirror_end(s, rc, len);
 }
 
 /* Write the base (@hdr, its header block, then the payload from the
@@ -791,12 +798,7 @@ static void mirror_base(struct coil_store *s, const struct snap *sn,
 		rc = store_io_sync(s, URING_OP_WRITE, (void *)hdr, FMT_BLOCK, at);
 	if (rc == 0)
 		rc = store_io_sync(s, URING_OP_FSYNC, NULL, 0, 0);
-	if (rc < 0) {
-		s->ck_mirror = false;
-		return;
-	}
-	stat_add(&s->st.ckpt_mirror_bytes, len);
-	stat_add(&s->st.ckpt_bytes, len);
+	mirror_end(s, rc, len);
 }
 
 /* Phase 3: the payload, streamed from the snapshot into the area the
