@@ -92,6 +92,9 @@ static void run_model(const char *tag, const char *comp, uint32_t max_blob,
 	o.flags &= ~COIL_CREATE;
 	open_all(s, &m, h);
 
+	/* a quarter of the ops at least, however scaled (the quick test
+	 * command scales; the soak runs them all) */
+	nops = (int)tu_scaled((uint64_t)nops, (uint64_t)nops / 4);
 	for (int op = 0; op < nops; op++) {
 		int i = (int)(tu_xorshift(&x) % NOBJ);
 		unsigned kind = (unsigned)(tu_xorshift(&x) % 100);
