@@ -147,7 +147,12 @@ build_fuzz() {
 		-Dfuzz=true -Dsqlite=false -Db_lundef=false \
 		"-Dc_args=-fsanitize=fuzzer-no-link,address,undefined" \
 		"-Dc_link_args=-fsanitize=address,undefined"
-	ninja -C build/fuzz -j "$JOBS"
+	# only the fuzz targets (and the library they link): the tools and
+	# benchmarks of this build would never run
+	local targets
+	targets=$(ninja -C build/fuzz -t targets all |
+		sed -n 's|^\(tests/fuzz_[a-z_]*\):.*|\1|p')
+	ninja -C build/fuzz -j "$JOBS" $targets
 }
 
 # ThreadSanitizer: criterion's runner does not start under TSan, so the
