@@ -3,7 +3,8 @@
 #
 #   tools/dev.sh deps    install what is missing (Debian packages, fio source)
 #   tools/dev.sh build   release build in build/release
-#   tools/dev.sh test    deps + release (-Werror) + ASan/UBSan + fuzz, all suites
+#   tools/dev.sh test    deps + release (-Werror) + ASan/UBSan + TSan, all suites
+#   tools/dev.sh fuzz    libFuzzer on every fuzz target (FUZZ_SECONDS each, default 30)
 #   tools/dev.sh demo    load a real corpus into a store and report what happened
 #   tools/dev.sh bench   the side-by-side benchmarks under perf/
 #   tools/dev.sh bench-meta  metadata cost against object/blob count (perf/bench_meta.py)
@@ -11,7 +12,7 @@
 #   tools/dev.sh bench-optimize  coil optimize on /usr/include vs zstd per 64 KiB block (perf/bench_optimize.py)
 #   tools/dev.sh bench-optimize-fg  fio's 4 KiB random mix with the optimizer running vs not (perf/bench_optimize_fg.py)
 #   tools/dev.sh sqlite-suite [FILE...]  SQLite's TCL tests, default VFS vs coil
-#   tools/dev.sh soak    the release suites with the crash/fault loops at full count
+#   tools/dev.sh soak    the release suites with the crash/fault loops at full count, then fuzz
 #
 # Everything it makes lives under the checkout (build/, .cache/, var/).
 set -euo pipefail
@@ -280,13 +281,14 @@ cmd_test() {
 	cmd_deps
 	log "release build (-Wall -Wextra -Werror)"
 	build_release
-	# The crash/fault loops run at a quarter of their full count here, to
+	# The crash/fault loops run at a fifth of their full count here, to
 	# keep the whole command under fifteen minutes on two cores: a fresh
 	# clone took 830-861 s at 0.5, and 951 s at 0.4 (ASan pass at 0.08,
-	# the TSan pass at 0.3) on a machine of the same kind whose first
-	# touches of memory cost ~50x a second touch; `tools/dev.sh soak` runs
-	# them at full count (COIL_REL_SCALE=1).
-	COIL_REL_SCALE=${COIL_TEST_SCALE:-0.25} \
+	# the TSan pass at 0.3, libFuzzer's runs in it) on a machine of the
+	# same kind whose first touches of memory cost ~50x a second touch,
+	# 875-913 s at 0.25; `tools/dev.sh soak` runs them at full count
+	# (COIL_REL_SCALE=1).
+	COIL_REL_SCALE=${COIL_TEST_SCALE:-0.2} \
 		run_suites build/release release || rc=1
 	run_sqlite_suite_quick || rc=1
 	log "ASan+UBSan build"
@@ -301,9 +303,10 @@ cmd_test() {
 	log "TSan build of the concurrency tests"
 	build_tsan
 	meson test -C build/tsan --no-rebuild --suite rel-tsan --print-errorlogs || rc=1
-	log "fuzz build (clang libFuzzer)"
-	build_fuzz
-	run_fuzzers || rc=1
+	# The fuzz targets' checked-in corpora replay in both passes above
+	# (suites rel_fuzz_*); libFuzzer's own search runs in `tools/dev.sh
+	# fuzz` and in the soak (its clang build and runs were 100 s of a
+	# fresh clone's 875-912 s here, against the fifteen minutes).
 	local totals
 	totals=$(criterion_totals build/testlog-release.txt build/testlog-asan.txt build/tsan/meson-logs/testlog.txt)
 	read -r p f <<<"$totals"
@@ -421,11 +424,23 @@ cmd_sqlite_suite() {
 
 # The release suites with every crash/fault loop at full count (or
 # COIL_REL_SCALE's, e.g. 4 for an overnight soak).
+# libFuzzer on every fuzz target, from its checked-in corpus
+# (FUZZ_SECONDS each, default 30).
+cmd_fuzz() {
+	cmd_deps
+	log "fuzz build (clang libFuzzer)"
+	build_fuzz
+	FUZZ_SECONDS=${FUZZ_SECONDS:-30} run_fuzzers
+}
+
 cmd_soak() {
 	local t0=$SECONDS rc=0 totals
 	cmd_deps
 	build_release
 	COIL_REL_SCALE=${COIL_REL_SCALE:-1} run_suites build/release soak || rc=1
+	log "fuzz build (clang libFuzzer)"
+	build_fuzz
+	FUZZ_SECONDS=${FUZZ_SECONDS:-30} run_fuzzers || rc=1
 	totals=$(criterion_totals build/testlog-soak.txt)
 	read -r p f <<<"$totals"
 	log "done in $((SECONDS - t0))s"
@@ -443,6 +458,7 @@ case "${1:-}" in
 deps) cmd_deps ;;
 build) cmd_deps; cmd_build ;;
 test) cmd_test ;;
+fuzz) cmd_fuzz ;;
 demo) shift; cmd_demo "$@" ;;
 bench) shift; cmd_bench "$@" ;;
 bench-meta) shift; cmd_bench_meta "$@" ;;
