@@ -725,10 +725,11 @@ static void reap(struct uring *r)
 			STAT_ADD(r, wakeups, 1);
 			continue;
 		}
-		if (((struct uring_io *)(uintptr_t)got[i].ud)->op ==
-		    URING_OP_READ)
+		struct uring_io *io = (struct uring_io *)(uintptr_t)got[i].ud;
+
+		if (io->op == URING_OP_READ)
 			r->turn_reads++;
-		on_cqe(r, (struct uring_io *)(uintptr_t)got[i].ud, got[i].res);
+		on_cqe(r, io, got[i].res);
 	}
 	/* in-flight is capped below the CQ size, so this stays 0 unless the
 	 * kernel misbehaves; NODROP kernels keep overflowed CQEs anyway */
