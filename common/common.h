@@ -109,6 +109,15 @@ static inline int coil_add_overflows(uint64_t a, uint64_t b, uint64_t *sum)
 /* Number of online cores (at least 1). */
 unsigned coil_ncpus(void);
 
+/* Memory mapped from the kernel for large buffers that are used now and
+ * then (a checkpoint's snapshot and write buffer): freed, its pages go
+ * back at once, where the allocator keeps a freed block resident.
+ * coil_pages_resize keeps the first min(@old, @len) bytes (*@p NULL: a
+ * new mapping); both lengths count from *@p.  @return the mapping or NULL
+ * (*@p unchanged). */
+void *coil_pages_resize(void *p, size_t old, size_t len);
+void coil_pages_free(void *p, size_t len);
+
 /* *@p (an array of @size-byte elements, *@cap of them) holds at least
  * @need, doubling from 64.  @return 0 or -ENOMEM (*@p and *@cap unchanged). */
 static inline int coil_grow(void **p, size_t *cap, size_t need, size_t size)
