@@ -91,6 +91,11 @@ COLUMNS = [('ops/s', 'ops_s', '%.0f'),
 # (journal replay on top of the checkpoint).
 KILL_ONLY = ()
 GROWTH = [('ckpt B/op', 'ckpt_bytes_per_op'), ('ops/s', 'ops_s')]
+# What each object (blob) adds between a row and the one above: memory
+# the store takes once, on first use after its creation (the compressor's
+# contexts when the packer first runs, ~5 MB), weighs on the smallest
+# row's RSS B/obj alone.
+MARGINAL = [('RSS B/obj added', 'rss_load')]
 
 
 def run_one(mode, n):
@@ -108,6 +113,7 @@ def run_one(mode, n):
     doc = json.loads(p.stdout.strip().splitlines()[-1])
     doc['wall_s'] = wall
     doc['replayed_kib'] = doc.get('replayed_bytes', 0) / 1024.0
+    doc['rss_load'] = doc['rss_bytes'] - doc['rss_before_open'] - doc['rss_fixed']
     # the checkpoint's metadata over the objects' logical bytes
     doc['meta_pct'] = (100.0 * doc['meta_bytes'] / doc['logical_bytes']
                        if doc.get('logical_bytes') else None)
@@ -124,7 +130,8 @@ def table(mode, rows):
     """rows: [(n, median dict)] in size order -> markdown lines."""
     unit = {'objects': 'objects', 'blobs64': 'blobs of 64 KiB'}.get(mode, 'blobs')
     cols = [c for c in COLUMNS if mode == 'objects' or c[1] not in KILL_ONLY]
-    head = [unit] + [c[0] for c in cols] + ['exp %s' % g[0] for g in GROWTH]
+    head = [unit] + [c[0] for c in cols] + [g[0] for g in MARGINAL] + \
+        ['exp %s' % g[0] for g in GROWTH]
     lines = ['| ' + ' | '.join(head) + ' |',
              '|' + '|'.join(['---'] + ['---:'] * (len(head) - 1)) + '|']
     prev = None
@@ -133,6 +140,9 @@ def table(mode, rows):
         for _, key, fmt in cols:
             v = m.get(key)
             cells.append(fmt % v if v is not None else '-')
+        for _, key in MARGINAL:
+            v = (m.get(key) - prev[1].get(key)) / (n - prev[0]) if prev else None
+            cells.append('%.0f' % v if v is not None else '-')
         for _, key in GROWTH:
             e = exponent(prev[1].get(key), m.get(key), prev[0], n) if prev else None
             cells.append('%+.2f' % e if e is not None else '-')
@@ -151,7 +161,7 @@ def main():
            % (OBJECTS or '-', BLOBS or '-', BLOBS64 or '-', REPEATS,
               os.path.relpath(BIN, bc.ROOT)))
     runs, failed, tables = [], [], []
-    keys = [c[1] for c in COLUMNS]
+    keys = [c[1] for c in COLUMNS] + [g[1] for g in MARGINAL]
     for mode, ns in series:
         rows = []
         for n in ns:
@@ -192,6 +202,8 @@ def main():
           'per op, +1 on ckpt B/op = total checkpoint bytes grow with size^2.')
     print('dev B written/op: the store\'s io.device_bytes_written over the load '
           '(the create excluded); RSS B/obj: VmRSS growth over the load / size; '
+          'RSS B/obj added: that growth less the row above\'s, over the objects '
+          'between them; '
           'meta mem B/obj: the growth of stats metadata_memory.bytes (objects, '
           'names, tables, extent maps, blob descriptors as asked of the '
           'allocator) / size.')
