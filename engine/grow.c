@@ -95,6 +95,19 @@ uint64_t grow_journal_target(const struct coil_store *s, uint32_t nseg)
 		if (inl > kept)
 			t = COIL_MAX(t, COIL_ALIGN_UP(8 * inl, 1ull << 20));
 	}
+	/* What the writers put in the journal in a checkpoint spacing, up
+	 * to a quarter of the segments: a store's journal stays in
+	 * proportion to its data while it is open. */
+	{
+		uint64_t rate = atomic_load(&s->j_rate);
+		uint64_t cap = (uint64_t)nseg * s->sb.segment_size / 4;
+		uint64_t want = cap;
+
+		if (rate < cap / 2)
+			want = 2 * rate * (GROW_CKPT_SPACING_NS / 1000000) /
+			       1000;
+		t = COIL_MAX(t, COIL_ALIGN_UP(COIL_MIN(want, cap), 1ull << 20));
+	}
 	t = COIL_MAX(t, COIL_MIN(jlen, GROW_JOURNAL_MIN));
 	return COIL_MIN(t, jlen);
 }

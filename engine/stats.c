@@ -148,7 +148,7 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 	struct sbuf b = { .p = malloc(4096), .cap = 4096 };
 	uint64_t logical = 0, stored = 0, allocated = 0, free_b = 0, nobj, next, meta;
 	uint64_t nsealed = 0, nfree = 0, npending = 0, nactive = 0, next_total = 0;
-	uint64_t jused, jlen, disk = 0, shared = 0;
+	uint64_t jused, jlen, jalloc, disk = 0, shared = 0;
 	uint64_t mm_obj, mm_tab, mm_map, mm_blob;
 	struct pool_stats ps;
 	struct uring_stats us;
@@ -196,6 +196,9 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 		  s->ext_acct.csums * sizeof(uint64_t);
 	pthread_mutex_unlock(&s->mlock);
 	journal_usage(s, &jused, &jlen);
+	pthread_mutex_lock(&s->jlock);
+	jalloc = COIL_MIN(s->j_alloc, jlen);
+	pthread_mutex_unlock(&s->jlock);
 	/* What the store takes from its file system (du); a device's size */
 	{
 		struct stat st;
@@ -354,7 +357,8 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 		  "\"chunks_overlapped\":%llu,"
 		  "\"chunks_by_writer\":%llu,\"turn_waits\":%llu,"
 		  "\"flush_markers\":%llu,\"writebehind_asks\":%llu,"
-		  "\"writebehind_bytes\":%llu},",
+		  "\"writebehind_bytes\":%llu,\"allocated\":%llu,"
+		  "\"rate_bytes_per_s\":%llu},",
 		  (unsigned long long)jlen, (unsigned long long)jused,
 		  LD(s->st.chunks), LD(s->st.chunk_bytes), LD(s->st.records),
 		  LD(s->st.journal_waits), LD(s->st.replayed_chunks),
@@ -366,7 +370,8 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 		  LD(s->st.chunks_overlapped),
 		  LD(s->st.chunks_now), LD(s->st.turn_waits),
 		  LD(s->st.chunks_marker), LD(s->st.jwb_asks),
-		  LD(s->st.jwb_bytes));
+		  LD(s->st.jwb_bytes), (unsigned long long)jalloc,
+		  LD(s->j_rate));
 	sb_printf(&b, "\"checkpoint\":{\"count\":%llu,\"bytes_written\":%llu,"
 		  "\"last_ns\":%llu,\"snapshot_lock_ns_last\":%llu,"
 		  "\"snapshot_lock_ns_max\":%llu,\"failures\":%llu,\"seq\":%llu,"

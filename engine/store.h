@@ -357,6 +357,9 @@ struct coil_store {
 	 * allocated (journal_len when all are): the ring wraps early at it,
 	 * so a journal write never needs space from the file system.  jlock. */
 	uint64_t j_alloc;
+	/* Journal bytes written a second between the last two checkpoints
+	 * (the checkpoint thread measures it; grow.c sizes the share by it). */
+	_Atomic uint64_t j_rate;
 	/* tests: the next growth steps fail with this errno (0: off); only
 	 * the COIL_FAULT_SEAM build looks at it */
 	_Atomic int fault_grow_errno;

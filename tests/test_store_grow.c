@@ -706,16 +706,19 @@ Test(store_grow, small_writes_journal_share, .timeout = 120)
 	 * room for it (grow.c).  Whether this loop outruns the packer is the
 	 * machine's to say, so the rule is asked directly: the target as if
 	 * the last checkpoint had carried its metadata alone, then 4 MiB of
-	 * blobs beyond it. */
+	 * blobs beyond it.  So is the writers' rate (s->j_rate, which the
+	 * checkpoint thread measures). */
 	{
 		uint32_t nseg;
 		uint64_t meta = atomic_load(&s->st.ckpt_last_meta);
 		uint64_t all = atomic_load(&s->st.ckpt_last_bytes);
-		uint64_t t0, t1;
+		uint64_t rate = atomic_load(&s->j_rate), t0, t1, t2, quarter;
 
 		pthread_mutex_lock(&s->mlock);
 		nseg = s->nseg;
 		pthread_mutex_unlock(&s->mlock);
+		/* the backlog rule alone: no write rate */
+		atomic_store(&s->j_rate, 0);
 		atomic_store(&s->st.ckpt_last_bytes, meta);
 		t0 = grow_journal_target(s, nseg);
 		atomic_store(&s->st.ckpt_last_bytes, meta + (4ull << 20));
@@ -725,6 +728,36 @@ Test(store_grow, small_writes_journal_share, .timeout = 120)
 			      "a 4 MiB backlog: target %llu",
 			      (unsigned long long)t1);
 		cr_assert_gt(t1, t0, "the share grows with a backlog");
+		/* The rate rule: twice a second's journal bytes, up to a
+		 * quarter of the segments, within the ring.  From the target
+		 * without a backlog or a rate (t0), a rate of half of it and
+		 * 1 MiB more asks for 2 MiB beyond it. */
+		quarter = (uint64_t)nseg * s->sb.segment_size / 4;
+		atomic_store(&s->st.ckpt_last_bytes, meta);
+		atomic_store(&s->j_rate, t0 / 2 + (1ull << 20));
+		t1 = grow_journal_target(s, nseg);
+		cr_assert_geq(t1, COIL_MIN(COIL_MIN(t0 + (2ull << 20), quarter),
+					   s->sb.journal_len),
+			      "%llu B/s: target %llu (%llu without)",
+			      (unsigned long long)(t0 / 2 + (1ull << 20)),
+			      (unsigned long long)t1, (unsigned long long)t0);
+		cr_log_info("rate rule: without %llu, with %llu, quarter %llu",
+			    (unsigned long long)t0, (unsigned long long)t1,
+			    (unsigned long long)quarter);
+		cr_assert_gt(quarter, t0 + (2ull << 20),
+			     "this store's segments leave the rule room");
+		cr_assert_gt(t1, t0, "the share grows with the rate");
+		atomic_store(&s->j_rate, UINT64_MAX / 4);
+		t2 = grow_journal_target(s, nseg);
+		cr_assert_leq(t2, COIL_MAX(COIL_ALIGN_UP(quarter, 1ull << 20),
+					   t0),
+			      "a rate beyond the store: target %llu, a quarter "
+			      "of the segments %llu", (unsigned long long)t2,
+			      (unsigned long long)quarter);
+		cr_assert_geq(t2, t1);
+		cr_assert_leq(t2, s->sb.journal_len);
+		atomic_store(&s->st.ckpt_last_bytes, all);
+		atomic_store(&s->j_rate, rate);
 	}
 	cr_assert_eq(coil_obj_close(h), 0);
 	cr_assert_eq(coil_close(s), 0);

@@ -1168,9 +1168,25 @@ int ckpt_wait(struct coil_store *s)
 	return rc;
 }
 
+/* The journal bytes written a second since the last checkpoint this
+ * thread wrote (*@bytes, *@ns: the counters then), for the journal's
+ * share (grow.c).  Over less than a millisecond it keeps the last. */
+static void journal_rate_measure(struct coil_store *s, uint64_t *bytes,
+				 uint64_t *ns)
+{
+	uint64_t b = atomic_load(&s->st.chunk_bytes), t = coil_now_ns();
+
+	if (*ns && t - *ns >= 1000000 && b >= *bytes)
+		atomic_store(&s->j_rate,
+			     (b - *bytes) / ((t - *ns) / 1000000) * 1000);
+	*bytes = b;
+	*ns = t;
+}
+
 static void *ckpt_main(void *arg)
 {
 	struct coil_store *s = arg;
+	uint64_t rate_bytes = 0, rate_ns = 0;
 
 	coil_thread_name("ckpt", -1);
 
@@ -1187,8 +1203,11 @@ static void *ckpt_main(void *arg)
 		s->ck_running = true;
 		pthread_mutex_unlock(&s->ck_mu);
 		rc = atomic_load(&s->broken) ? -EIO : ckpt_write(s, false);
-		/* The journal's share follows what checkpoints cost (grow.c):
-		 * a share too small for the writes makes them back to back. */
+		/* The journal's share follows what checkpoints cost and how
+		 * fast writers fill it (grow.c): a share too small for the
+		 * writes makes checkpoints back to back. */
+		if (rc == 0)
+			journal_rate_measure(s, &rate_bytes, &rate_ns);
 		if (rc == 0 && s->grows)
 			grow_journal_follow(s);
 		pthread_mutex_lock(&s->jlock);
