@@ -24,11 +24,12 @@ struct coil_store;
  * checkpoint costs its fdatasyncs, and on ext4 those hold up every
  * O_DIRECT write into newly allocated blocks (their extents convert in
  * the same journal).  4 KiB random writes at QD 32 into a fresh store,
- * 256 MiB, alternated: 11-30 checkpoints and 184-226 MiB/s with the
- * share at the store's size alone (an 8 MiB floor here), 5-11 and
- * 220-269 MiB/s with a 32 MiB floor.  At most a quarter of the
- * segments' bytes (the journal stays in proportion to the data while
- * the store is open), and it goes back to the file system at close. */
+ * 256 MiB, 4 alternated pairs: with the share at the store's size alone
+ * (its 8 MiB floor here) 11-15 checkpoints and 219 MiB/s (median), with
+ * this rule 5 and 261 MiB/s, p99.9 26-43 -> 14-21 ms.  At most a
+ * quarter of the segments' bytes (the journal stays in proportion to
+ * the data while the store is open), and it goes back to the file
+ * system at close. */
 #define GROW_CKPT_SPACING_NS 1000000000ull
 
 /* The smallest growth step for a data area of @nseg segments. */

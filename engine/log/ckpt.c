@@ -254,8 +254,9 @@ struct snap {
  * the kernel when it ends (ckpt_mem_release).  Kept between checkpoints,
  * they held a copy of the last whole checkpoint's metadata (about 1.2x
  * its base) for as long as the store was open, and the piece buffer's
- * pages besides: ~40 % of the RSS per object after creating 10^4
- * objects.  Taken again, they are faulted in again: outside mlock
+ * pages besides: RSS per object after loading 10^6 4 KiB blobs fell
+ * from 242 to 160-174 B when they went back, after 10^6 objects from
+ * 638-652 to 515 B.  Taken again, they are faulted in again: outside mlock
  * (mem_fit), and once per checkpoint, not per operation.  The write
  * buffer is a piece of a base (base_stream) or a whole delta (a delta
  * chain adds up to at most its base's size). */
