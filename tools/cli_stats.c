@@ -232,7 +232,8 @@ static void render(const struct jdoc *d, const char *store)
 	    "journal, checkpoints", jsize(d, "space.disk_bytes"));
 
 	printf("\nmetadata\n");
-	row("journal", "%s, %s in use", jsize(d, "journal.bytes"),
+	row("journal", "%s ring, %s of it allocated, %s in use",
+	    jsize(d, "journal.bytes"), jsize(d, "journal.allocated"),
 	    jsize(d, "journal.used"));
 	row("checkpoint", "%s of a %s area (sequence %llu)",
 	    jsize(d, "checkpoint.metadata_bytes"),
