@@ -93,9 +93,9 @@ KILL_ONLY = ()
 GROWTH = [('ckpt B/op', 'ckpt_bytes_per_op'), ('ops/s', 'ops_s')]
 # What each object (blob) adds between a row and the one above.  Memory
 # the store takes once, on first use after its creation (buffers of the
-# ring's and the packer's threads, ~3 MB), and a whole checkpoint's snapshot when
-# one is running as the load ends (~5 MB at 10^4 objects, given back
-# when it ends), weigh on the smallest row's RSS B/obj alone.
+# ring's and the packer's threads, ~3 MB), and a whole checkpoint's
+# snapshot when one is running as the load ends (~5 MB at 10^4 objects,
+# given back when it ends), weigh on the smallest row's RSS B/obj alone.
 MARGINAL = [('RSS B/obj added', 'rss_load')]
 
 
