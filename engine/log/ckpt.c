@@ -255,8 +255,9 @@ struct snap {
  * they held a copy of the last whole checkpoint's metadata (about 1.2x
  * its base) for as long as the store was open, and the piece buffer's
  * pages besides: RSS per object after loading 10^6 4 KiB blobs fell
- * from 242 to 160-174 B when they went back, after 10^6 objects from
- * 638-652 to 515 B.  Taken again, they are faulted in again: outside mlock
+ * from 242-244 to 152-174 B when they went back (but in runs that end
+ * while a whole checkpoint is running), after 10^6 objects from 638-652
+ * to 515 B.  Taken again, they are faulted in again: outside mlock
  * (mem_fit), and once per checkpoint, not per operation.  The write
  * buffer is a piece of a base (base_stream) or a whole delta (a delta
  * chain adds up to at most its base's size). */
