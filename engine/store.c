@@ -127,7 +127,6 @@ static void store_free(struct coil_store *s)
 	bcache_destroy(s);
 	objtab_destroy(s);
 	journal_destroy(s);
-	ckpt_mem_free(s);
 	reqs_destroy(s);
 	if (s->bp.base)
 		bufpool_destroy(&s->bp);

@@ -326,10 +326,6 @@ struct coil_store {
 
 	/* ---- checkpoint thread ---- */
 	pthread_mutex_t ckpt_mu;
-	/* ckpt_write's working memory, kept from one checkpoint to the next
-	 * (ckpt_mu): allocated fresh each time, its pages were faulted in
-	 * again each time, the snapshot's under mlock (ckpt.c) */
-	struct ckpt_mem *ckmem;
 	pthread_mutex_t ck_mu;
 	pthread_cond_t ck_cond;
 	pthread_t ck_thread;

@@ -1,5 +1,5 @@
-/* tests/test_engine_ckpt.c — checkpoints keep their working memory from one
- * to the next (engine/log/ckpt.c, struct ckpt_mem): the metadata growing and
+/* tests/test_engine_ckpt.c — each checkpoint sizes its working memory to
+ * its snapshot (engine/log/ckpt.c, struct ckpt_mem): the metadata growing and
  * shrinking between checkpoints, and writers changing it while a checkpoint
  * sizes its snapshot, still give a checkpoint that reopens to exactly what
  * was written; the snapshot's lock hold is reported.  The snapshot copies

@@ -249,9 +249,9 @@ struct snap {
 	uint64_t inl;         /* stored bytes of in-memory blobs it carries */
 };
 
-/* The arrays of a snapshot and the checkpoint's write buffer (s->ckmem,
- * under ckpt_mu), grown as one checkpoint needs them and given back to
- * the kernel when it ends (ckpt_mem_release).  Kept between checkpoints,
+/* The arrays of a snapshot and the checkpoint's write buffer (one
+ * checkpoint's, on ckpt_write's stack), grown as it needs them and given
+ * back to the kernel when it ends (ckpt_mem_release).  Kept between checkpoints,
  * they held a copy of the last whole checkpoint's metadata (about 1.2x
  * its base) for as long as the store was open, and the piece buffer's
  * pages besides: RSS per object after loading 10^6 4 KiB blobs fell
@@ -283,17 +283,6 @@ static void ckpt_mem_release(struct ckpt_mem *m)
 	coil_pages_free(m->seg_state, m->cap_state);
 	coil_pages_free(m->buf, m->cap_buf);
 	memset(m, 0, sizeof(*m));
-}
-
-void ckpt_mem_free(struct coil_store *s)
-{
-	struct ckpt_mem *m = s->ckmem;
-
-	if (!m)
-		return;
-	ckpt_mem_release(m);
-	free(m);
-	s->ckmem = NULL;
 }
 
 /* Make *@p hold @n elements of @size (1/8 slack, so a map growing while
@@ -338,7 +327,7 @@ static void snap_release(struct snap *sn)
 {
 	for (uint64_t i = 0; i < sn->next; i++)
 		blobd_unref(sn->ext[i].b); /* NULL unless referenced */
-	/* the arrays belong to s->ckmem */
+	/* the arrays belong to the checkpoint's struct ckpt_mem */
 	memset(sn, 0, sizeof(*sn));
 }
 
@@ -477,19 +466,13 @@ static void snap_changes(struct coil_store *s, struct snap *sn,
 
 /* @delta: take what changed since the last checkpoint, if the store has
  * kept track of it (else, and for !@delta, everything). */
-static int snap_take(struct coil_store *s, struct snap *sn, bool delta)
+static int snap_take(struct coil_store *s, struct ckpt_mem *m,
+		     struct snap *sn, bool delta)
 {
-	struct ckpt_mem *m = s->ckmem;
 	uint64_t nobj = 0, next = 0, nrng = 0;
 	size_t names = 0, name_pos = 0;
 	uint64_t t0, held;
 
-	if (!m) {
-		m = calloc(1, sizeof(*m));
-		if (!m)
-			return -ENOMEM;
-		s->ckmem = m; /* ckpt_mem_free at close */
-	}
 	if (mem_fit((void **)&m->seg_live, &m->cap_live, s->seg_cap,
 		    sizeof(*m->seg_live)) ||
 	    mem_fit((void **)&m->seg_state, &m->cap_state, s->seg_cap, 1))
@@ -585,9 +568,9 @@ static void put_exts(struct fmt_cursor *c, const struct snap *sn,
 }
 
 /* Phase 2 of a delta: its payload after the header's FMT_DELTA_HDR bytes,
- * in the reused buffer, zero padded to a BLOCK.  @return 0, -ENOMEM,
- * -EIO. */
-static int delta_encode(struct coil_store *s, const struct snap *sn,
+ * in the checkpoint's write buffer, zero padded to a BLOCK.  @return 0,
+ * -ENOMEM, -EIO. */
+static int delta_encode(struct ckpt_mem *m, const struct snap *sn,
 			struct fmt_extent *fe, uint8_t **bufp,
 			uint64_t *payloadp)
 {
@@ -611,7 +594,7 @@ static int delta_encode(struct coil_store *s, const struct snap *sn,
 		payload += ext_bytes(&sn->ext[i]);
 	*payloadp = payload;
 	total = COIL_ALIGN_UP(FMT_DELTA_HDR + payload, FMT_BLOCK);
-	buf = ckpt_buf(s->ckmem, total);
+	buf = ckpt_buf(m, total);
 	if (!buf)
 		return -ENOMEM;
 	*bufp = buf;
@@ -816,7 +799,8 @@ static void mirror_base(struct coil_store *s, const struct snap *sn,
  * superblocks.  From here the checkpoint is durable.  Then the same bytes
  * into the area the old base was in: the new base's mirror (the old base
  * is not needed once the superblocks name the new). */
-static int ckpt_commit(struct coil_store *s, const struct snap *sn,
+static int ckpt_commit(struct coil_store *s, struct ckpt_mem *m,
+		       const struct snap *sn,
 		       struct fmt_extent *fe, uint64_t payload,
 		       const struct fmt_ckpt *hin, bool clean)
 {
@@ -828,7 +812,7 @@ static int ckpt_commit(struct coil_store *s, const struct snap *sn,
 
 	if (FMT_BLOCK + payload > s->sb.ckpt_len)
 		return -ENOSPC;
-	o.buf = ckpt_buf(s->ckmem, ckpt_write_piece + CKPT_SLACK);
+	o.buf = ckpt_buf(m, ckpt_write_piece + CKPT_SLACK);
 	o.h = fmt_csum_stream_new();
 	hdr = bufpool_get(&s->bp, FMT_BLOCK);
 	rc = -ENOMEM;
@@ -1035,6 +1019,7 @@ int ckpt_write(struct coil_store *s, bool clean)
 {
 	uint64_t t0 = coil_now_ns(), payload = 0, snap_lin, inl = 0;
 	struct fmt_extent *fe = NULL;
+	struct ckpt_mem m = { 0 };
 	struct snap sn = { 0 };
 	bool delta;
 	int64_t wrote = 0;
@@ -1058,7 +1043,7 @@ int ckpt_write(struct coil_store *s, bool clean)
 		 * applied point.  Encoding happens after the lock is
 		 * released, so writers' apply steps stall only for the copy,
 		 * not for building the payload. */
-		rc = snap_take(s, &sn, delta);
+		rc = snap_take(s, &m, &sn, delta);
 		snap_lin = sn.lin;
 		inl = sn.inl;
 		delta = sn.delta;
@@ -1074,7 +1059,7 @@ int ckpt_write(struct coil_store *s, bool clean)
 			};
 
 			rc = sn.nobj > UINT32_MAX ? -ENOSPC :
-			     delta_encode(s, &sn, fe, &buf, &payload);
+			     delta_encode(&m, &sn, fe, &buf, &payload);
 			snap_release(&sn);
 			if (rc == 0)
 				wrote = delta_commit(s, buf, payload, &h, clean);
@@ -1098,7 +1083,7 @@ int ckpt_write(struct coil_store *s, bool clean)
 			};
 
 			payload = ckpt_payload_size(&sn);
-			rc = ckpt_commit(s, &sn, fe, payload, &h, clean);
+			rc = ckpt_commit(s, &m, &sn, fe, payload, &h, clean);
 			snap_release(&sn);
 			wrote = FMT_BLOCK + (int64_t)payload;
 		}
@@ -1130,8 +1115,7 @@ int ckpt_write(struct coil_store *s, bool clean)
 		s->ck_base_next = true;
 		pthread_mutex_unlock(&s->mlock);
 	}
-	if (s->ckmem)
-		ckpt_mem_release(s->ckmem);
+	ckpt_mem_release(&m);
 	pthread_mutex_unlock(&s->ckpt_mu);
 	if (rc < 0)
 		stat_add(&s->st.ckpt_failures, 1);

@@ -39,7 +39,6 @@ int ckpt_reserve_more(struct coil_store *s, struct wreq *w, uint64_t bytes);
 /* mlock held.  Room in the checkpoint area for one more object named with
  * @name_len bytes?  0 or -ENOSPC. */
 int ckpt_room_for_object(const struct coil_store *s, size_t name_len);
-void ckpt_mem_free(struct coil_store *s);
 int ckpt_thread_start(struct coil_store *s);
 void ckpt_thread_stop(struct coil_store *s);
 void ckpt_trigger(struct coil_store *s);
