@@ -1,7 +1,9 @@
 /* format/extent.c — the blob descriptor and the extent record that carries
  * it.  The descriptor lives in the *referencing* record so a misdirected or
  * stale blob write can never vouch for itself. */
-#include "format/format.h"
+#include "format/format_internal.h"
+
+#include <stdbool.h>
 
 _Static_assert(FMT_EXTENT_FIXED == 40, "extent fixed part is 40 bytes");
 _Static_assert(FMT_EXTENT_MIN == FMT_EXTENT_FIXED + 8, "one csum at least");
@@ -93,7 +95,10 @@ int fmt_extent_encode(const struct fmt_extent *e, uint8_t *buf, size_t len)
 	return (int)need;
 }
 
-int fmt_extent_decode(struct fmt_extent *e, const uint8_t *buf, size_t len)
+/* fmt_extent_decode; @inl_csum false skips an inline blob's checksums
+ * (bytes the caller had checked before, in memory since). */
+static int extent_decode(struct fmt_extent *e, const uint8_t *buf,
+			 size_t len, bool inl_csum)
 {
 	if (!e || !buf || len < FMT_EXTENT_FIXED)
 		return -EIO;
@@ -121,10 +126,15 @@ int fmt_extent_decode(struct fmt_extent *e, const uint8_t *buf, size_t len)
 		if (len < need)
 			return -EIO;
 		e->inl = buf + FMT_EXTENT_FIXED + 8u * n;
-		if (inline_check(&e->blob, e->inl) < 0)
+		if (inl_csum && inline_check(&e->blob, e->inl) < 0)
 			return -EIO;
 	}
 	return (int)need;
+}
+
+int fmt_extent_decode(struct fmt_extent *e, const uint8_t *buf, size_t len)
+{
+	return extent_decode(e, buf, len, true);
 }
 
 int fmt_extent_peek(const uint8_t *buf, size_t len, uint64_t *obj_off,
@@ -161,9 +171,15 @@ int fmt_cursor_put_extent(struct fmt_cursor *c, const struct fmt_extent *e)
 
 int fmt_cursor_get_extent(struct fmt_cursor *c, struct fmt_extent *e)
 {
+	return fmt_cursor_get_extent_as(c, e, true);
+}
+
+int fmt_cursor_get_extent_as(struct fmt_cursor *c, struct fmt_extent *e,
+			     bool inl_csum)
+{
 	if (c->err)
 		return c->err;
-	int rc = fmt_extent_decode(e, c->p + c->pos, c->len - c->pos);
+	int rc = extent_decode(e, c->p + c->pos, c->len - c->pos, inl_csum);
 	if (rc < 0) {
 		c->err = -EIO;
 		return -EIO;

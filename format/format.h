@@ -24,6 +24,7 @@
 #ifndef COIL_FORMAT_H
 #define COIL_FORMAT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <errno.h>
@@ -510,6 +511,9 @@ struct fmt_jrec {
 	uint16_t type, flags;
 	uint32_t len;
 	const uint8_t *body;
+	/* from fmt_jrec_next_known: decoders skip the inline blobs'
+	 * checksums too */
+	bool known;
 };
 
 /* A record's checksum: XXH3-64 of the body seeded with the record's first 8
@@ -520,6 +524,11 @@ uint64_t fmt_jrec_csum(const uint8_t *hdr, const uint8_t *body, size_t len);
  * Checks header bounds, body checksum, known type and flags.
  * @return 1 got one, 0 end of payload, -EIO. */
 int fmt_jrec_next(struct fmt_cursor *c, struct fmt_jrec *out);
+/* fmt_jrec_next over a payload whose records fmt_jrec_next and their
+ * decoders accepted before, in memory since (a replay whose walk checked
+ * the chunk): bounds, type and flags are checked again; the record's
+ * checksum and its inline blobs' are not computed a second time. */
+int fmt_jrec_next_known(struct fmt_cursor *c, struct fmt_jrec *out);
 
 /* Record encoders append one whole record at the cursor.
  * @return 0 or the cursor error (-ENOSPC; rewind to drop the partial record),
@@ -588,7 +597,8 @@ int fmt_jrec_clone_decode(const struct fmt_jrec *r, struct fmt_jrec_clone *out);
  * [off, off + len), count matches the bytes exactly), so a record that
  * decodes can be applied without a later failure. */
 int fmt_jrec_write_decode(const struct fmt_jrec *r, struct fmt_jrec_write *out);
-/* @return 1 got the next extent, 0 done, -EIO. */
+/* The next extent, checked again except for an inline blob's checksums,
+ * which the decode above computed.  @return 1 got it, 0 done, -EIO. */
 int fmt_jrec_write_next(struct fmt_jrec_write *w, struct fmt_extent *e);
 /* The next extent's object offset, unchecked (fmt_extent_peek).  @return 1,
  * or 0 at the record's end or where the bytes cannot hold one. */

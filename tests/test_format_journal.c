@@ -3,6 +3,7 @@
  * every length, unknown types and flags, WRITE extent consistency. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "format/format.h"
 
@@ -573,4 +574,76 @@ Test(format_journal, rewrite_pairs)
 	cr_assert_lt(fmt_jrec_put_write(&c, FMT_JREC_REWRITE, 5, 100000,
 					60000, pair, 2), 0);
 	cr_assert_eq(c.pos, 0);
+}
+
+/* A record read with fmt_jrec_next_known (replay, for a chunk its walk
+ * checked whole): its checksum and its inline blobs' are not computed
+ * again, everything else is checked as ever.  fmt_jrec_write_next never
+ * hashes an inline blob again: fmt_jrec_write_decode did. */
+Test(format_journal, known_records_skip_only_checksums)
+{
+	static uint8_t p[16384], data[FMT_BLOCK], stored[FMT_BLOCK];
+	static struct fmt_extent e, got;
+	struct fmt_cursor c;
+	struct fmt_jrec r;
+	struct fmt_jrec_write w;
+	size_t n;
+
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)(i * 131u + 7u);
+	memset(&e, 0, sizeof(e));
+	cr_assert_eq(fmt_blob_encode(NULL, 0, NULL, 0, data, FMT_BLOCK, stored,
+				     sizeof(stored), &e.blob), FMT_BLOCK);
+	e.blob.flags = FMT_BLOB_INLINE;
+	e.obj_off = 8192;
+	e.len = FMT_BLOCK;
+	e.inl = stored;
+	fmt_cursor_init(&c, p, sizeof(p));
+	cr_assert_eq(fmt_jrec_put_write(&c, 0, 9, 8192, FMT_BLOCK, &e, 1), 0);
+	n = c.pos;
+	/* the inline bytes inside the record */
+	uint8_t *inl = memmem(p, n, stored, FMT_BLOCK);
+	cr_assert_not_null(inl);
+
+	/* as written: both read it, and the extent comes back whole */
+	for (int known = 0; known < 2; known++) {
+		fmt_cursor_init_ro(&c, p, n);
+		cr_assert_eq(known ? fmt_jrec_next_known(&c, &r) :
+				     fmt_jrec_next(&c, &r), 1);
+		cr_assert_eq(r.known, known);
+		cr_assert_eq(fmt_jrec_write_decode(&r, &w), 0);
+		cr_assert_eq(fmt_jrec_write_next(&w, &got), 1);
+		cr_assert_eq(memcmp(got.inl, stored, FMT_BLOCK), 0);
+	}
+
+	/* one inline byte changed, the record's checksum made right again:
+	 * the checking read refuses the write, the known one does not */
+	inl[100] ^= 1;
+	coil_put_le64(p + 8, fmt_jrec_csum(p, p + FMT_JREC_HDR, (size_t)n - FMT_JREC_HDR));
+	fmt_cursor_init_ro(&c, p, n);
+	cr_assert_eq(fmt_jrec_next(&c, &r), 1);
+	cr_assert_eq(fmt_jrec_write_decode(&r, &w), -EIO);
+	fmt_cursor_init_ro(&c, p, n);
+	cr_assert_eq(fmt_jrec_next_known(&c, &r), 1);
+	cr_assert_eq(fmt_jrec_write_decode(&r, &w), 0);
+
+	/* the record's checksum wrong: only the known read takes it */
+	p[8] ^= 1;
+	fmt_cursor_init_ro(&c, p, n);
+	cr_assert_eq(fmt_jrec_next(&c, &r), -EIO);
+	fmt_cursor_init_ro(&c, p, n);
+	cr_assert_eq(fmt_jrec_next_known(&c, &r), 1);
+
+	/* bounds are checked all the same: a body past the payload, an
+	 * unknown type, an extent outside the write */
+	fmt_cursor_init_ro(&c, p, n - 1);
+	cr_assert_eq(fmt_jrec_next_known(&c, &r), -EIO);
+	coil_put_le16(p, FMT_JREC_CLONE + 1);
+	fmt_cursor_init_ro(&c, p, n);
+	cr_assert_eq(fmt_jrec_next_known(&c, &r), -EIO);
+	coil_put_le16(p, FMT_JREC_WRITE);
+	coil_put_le64(p + FMT_JREC_HDR + 8, 8193); /* the write's offset */
+	fmt_cursor_init_ro(&c, p, n);
+	cr_assert_eq(fmt_jrec_next_known(&c, &r), 1);
+	cr_assert_eq(fmt_jrec_write_decode(&r, &w), -EIO);
 }
