@@ -139,6 +139,12 @@ struct engine_stats {
 	/* its walk of the journal's chain, on the coil-replay thread while
 	 * the checkpoint loaded (replay_ns counts only the wait for it) */
 	_Atomic uint64_t replay_walk_ns;
+	/* chunks that walk checked whole (payload, records, inline blobs),
+	 * which the apply then decoded without hashing them again */
+	_Atomic uint64_t replay_known_chunks;
+	/* small writes' blobs replay kept in the journal image instead of
+	 * copying them, and those still in memory at its end, copied then */
+	_Atomic uint64_t replay_blobs_lent, replay_blobs_copied;
 	/* this open: all of coil_open, and its checkpoint load */
 	_Atomic uint64_t open_ns, ckpt_load_ns;
 	/* device reads replay made to verify the unflushed tail's blobs,

@@ -38,6 +38,7 @@ void memlist_init(struct memlist *ml)
 	ml->head.prev = ml->head.next = &ml->head;
 	atomic_init(&ml->bytes, 0);
 	atomic_init(&ml->count, 0);
+	ml->lent = 0;
 }
 
 void memlist_destroy(struct memlist *ml)
@@ -45,9 +46,9 @@ void memlist_destroy(struct memlist *ml)
 	pthread_mutex_destroy(&ml->mu);
 }
 
-struct blobd *blobd_new_mem(const struct fmt_blob *fb, const uint8_t *bytes,
-			    struct memlist *ml, uint64_t obj_id,
-			    uint64_t obj_off)
+static struct blobd *new_mem(const struct fmt_blob *fb, const uint8_t *bytes,
+			     struct memlist *ml, uint64_t obj_id,
+			     uint64_t obj_off, bool lend)
 {
 	struct fmt_blob d = *fb;
 	struct memblob *m;
@@ -56,7 +57,7 @@ struct blobd *blobd_new_mem(const struct fmt_blob *fb, const uint8_t *bytes,
 	d.flags = 0;
 	d.dev_off = 0;
 	b = blobd_new(&d);
-	m = malloc(sizeof(*m) + fb->stored_len);
+	m = malloc(sizeof(*m) + (lend ? 0 : fb->stored_len));
 	if (!b || !m) {
 		free(b);
 		free(m);
@@ -69,16 +70,68 @@ struct blobd *blobd_new_mem(const struct fmt_blob *fb, const uint8_t *bytes,
 	m->obj_id = obj_id;
 	m->obj_off = obj_off;
 	atomic_init(&m->maprefs, 0);
-	memcpy(m->bytes, bytes, fb->stored_len);
+	m->lent = lend;
+	m->copied = false;
+	if (lend) {
+		m->bytes = bytes;
+	} else {
+		memcpy(m->own, bytes, fb->stored_len);
+		m->bytes = m->own;
+	}
 	pthread_mutex_lock(&ml->mu);
 	m->link.next = &ml->head;
 	m->link.prev = ml->head.prev;
 	m->link.prev->next = &m->link;
 	ml->head.prev = &m->link;
+	ml->lent += lend;
 	pthread_mutex_unlock(&ml->mu);
 	atomic_fetch_add(&ml->bytes, fb->stored_len);
 	atomic_fetch_add(&ml->count, 1);
 	return b;
+}
+
+struct blobd *blobd_new_mem(const struct fmt_blob *fb, const uint8_t *bytes,
+			    struct memlist *ml, uint64_t obj_id,
+			    uint64_t obj_off)
+{
+	return new_mem(fb, bytes, ml, obj_id, obj_off, false);
+}
+
+struct blobd *blobd_new_mem_lent(const struct fmt_blob *fb,
+				 const uint8_t *bytes, struct memlist *ml,
+				 uint64_t obj_id, uint64_t obj_off)
+{
+	return new_mem(fb, bytes, ml, obj_id, obj_off, true);
+}
+
+int memlist_settle(struct memlist *ml)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&ml->mu);
+	/* Bounded: one pass over the list, which nothing else changes while
+	 * replay runs. */
+	for (struct memlink *l = ml->head.next; l != &ml->head && ml->lent;
+	     l = l->next) {
+		struct memblob *m = memblob_of(l);
+		uint8_t *copy;
+
+		if (!m->lent)
+			continue;
+		copy = malloc(m->b->stored_len ? m->b->stored_len : 1);
+		if (!copy) {
+			rc = -ENOMEM;
+			break;
+		}
+		memcpy(copy, m->bytes, m->b->stored_len);
+		m->bytes = copy;
+		m->lent = false;
+		m->copied = true;
+		ml->lent--;
+		rc++;
+	}
+	pthread_mutex_unlock(&ml->mu);
+	return rc;
 }
 
 static void memblob_free(struct blobd *b)
@@ -89,9 +142,12 @@ static void memblob_free(struct blobd *b)
 	pthread_mutex_lock(&ml->mu);
 	m->link.prev->next = m->link.next;
 	m->link.next->prev = m->link.prev;
+	ml->lent -= m->lent;
 	pthread_mutex_unlock(&ml->mu);
 	atomic_fetch_sub(&ml->bytes, b->stored_len);
 	atomic_fetch_sub(&ml->count, 1);
+	if (m->copied)
+		free((void *)m->bytes);
 	free(m);
 }
 

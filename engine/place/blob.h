@@ -33,7 +33,13 @@ struct memblob {
 	 * reader or a checkpoint still holds it, a relocation would find
 	 * nothing to swap, or swap an earlier copy for another. */
 	_Atomic uint32_t maprefs;
-	uint8_t bytes[];
+	/* its stored bytes: own[], or bytes a replay lends until
+	 * memlist_settle (the journal image it applies from: most of a
+	 * replay's small writes were packed, and so dropped, by a later
+	 * record of the same replay), or a copy made then */
+	const uint8_t *bytes;
+	bool lent, copied;
+	uint8_t own[];
 };
 
 /* A store's in-memory blobs: the list and their stored bytes. */
@@ -42,6 +48,7 @@ struct memlist {
 	struct memlink head;     /* sentinel of a circular list */
 	_Atomic uint64_t bytes;  /* stored bytes of every live one */
 	_Atomic uint64_t count;
+	uint64_t lent;           /* made with lent bytes (under mu) */
 };
 
 _Static_assert(offsetof(struct memblob, link) == 0,
@@ -78,6 +85,16 @@ struct blobd *blobd_new(const struct fmt_blob *fb);
 struct blobd *blobd_new_mem(const struct fmt_blob *fb, const uint8_t *bytes,
 			    struct memlist *ml, uint64_t obj_id,
 			    uint64_t obj_off);
+/* blobd_new_mem that keeps a pointer to @bytes instead of a copy: they
+ * must stay as they are until memlist_settle.  For replay alone, before
+ * any other thread of the store runs. */
+struct blobd *blobd_new_mem_lent(const struct fmt_blob *fb,
+				 const uint8_t *bytes, struct memlist *ml,
+				 uint64_t obj_id, uint64_t obj_off);
+/* Copy the bytes of every in-memory blob still made of lent ones.
+ * @return how many it copied, or -ENOMEM (the blobs not copied keep their
+ * lent bytes). */
+int memlist_settle(struct memlist *ml);
 static inline bool blobd_is_mem(const struct blobd *b)
 {
 	return b->mem != NULL;
