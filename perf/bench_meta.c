@@ -232,7 +232,7 @@ static int cmd_reopen(const char *path)
 	double t0 = now_s(), t1, t2, t3;
 	coil_store *s = store_open(path, 0);
 	struct snap sn;
-	uint64_t replayed, records, replay_ns, walk_ns, ckpt_ns;
+	uint64_t replayed, records, replay_ns, walk_ns, ckpt_ns, tail_read;
 	int64_t rss1;
 	char *js;
 	int rc;
@@ -245,6 +245,8 @@ static int cmd_reopen(const char *path)
 	records = need_u64(js, "journal", "replayed_records");
 	replay_ns = need_u64(js, "journal", "replay_ns");
 	walk_ns = need_u64(js, "journal", "replay_walk_ns");
+	/* the unflushed tail's data, read back to verify it */
+	tail_read = need_u64(js, "journal", "replay_read_bytes");
 	ckpt_ns = need_u64(js, "checkpoint", "load_ns");
 	free(js);
 	t2 = now_s();
@@ -256,10 +258,11 @@ static int cmd_reopen(const char *path)
 	       ",\"close_s\":%.6f,\"objects\":%" PRIu64 ",\"extents\":%" PRIu64
 	       ",\"meta_bytes\":%" PRIu64 ",\"replayed_bytes\":%" PRIu64
 	       ",\"replayed_records\":%" PRIu64 ",\"replay_s\":%.6f"
-	       ",\"replay_walk_s\":%.6f,\"ckpt_load_s\":%.6f}\n",
+	       ",\"replay_walk_s\":%.6f,\"ckpt_load_s\":%.6f"
+	       ",\"replay_tail_read_bytes\":%" PRIu64 "}\n",
 	       t1 - t0, rss0, rss1, t3 - t2, sn.objects, sn.extents,
 	       sn.meta_bytes, replayed, records, (double)replay_ns * 1e-9,
-	       (double)walk_ns * 1e-9, (double)ckpt_ns * 1e-9);
+	       (double)walk_ns * 1e-9, (double)ckpt_ns * 1e-9, tail_read);
 	return fflush(stdout) == 0 ? 0 : 1;
 }
 
@@ -334,7 +337,8 @@ static void kill_child(const char *path, uint64_t first, uint64_t n,
 /* Run cmd_reopen in a new process and read its JSON. */
 static void reopen_child(const char *path, double *open_s, double *rss,
 			 double *rss_base, double *objects, double *extents,
-			 double *replayed, double *replay_s)
+			 double *replayed, double *replay_s,
+			 double *tail_read)
 {
 	int fd[2];
 	pid_t pid;
@@ -382,7 +386,8 @@ static void reopen_child(const char *path, double *open_s, double *rss,
 	    !flat_num(out, "objects", objects) ||
 	    !flat_num(out, "extents", extents) ||
 	    !flat_num(out, "replayed_bytes", replayed) ||
-	    !flat_num(out, "replay_s", replay_s))
+	    !flat_num(out, "replay_s", replay_s) ||
+	    !flat_num(out, "replay_tail_read_bytes", tail_read))
 		die("reopen printed no JSON: %s", out);
 }
 
@@ -408,6 +413,7 @@ int main(int argc, char **argv)
 	double t0, tc, t1, t2, t3, t4;
 	double open_s, rss_open, rss_open_base, r_objects, r_extents;
 	double replayed = 0, replay_open_s = 0, replay_s = 0, r_rss, r_rss_base;
+	double tail_read = 0;
 	uint64_t kill_n = 0;
 	int rc;
 
@@ -485,7 +491,7 @@ int main(int argc, char **argv)
 	io2 = proc_write_bytes();
 
 	reopen_child(path, &open_s, &rss_open, &rss_open_base, &r_objects,
-		     &r_extents, &replayed, &replay_s);
+		     &r_extents, &replayed, &replay_s, &tail_read);
 	if ((uint64_t)r_objects != s1.objects || (uint64_t)r_extents != s1.extents)
 		die("reopen sees %.0f objects / %.0f extents, closed with %" PRIu64
 		    " / %" PRIu64, r_objects, r_extents, s1.objects, s1.extents);
@@ -497,7 +503,7 @@ int main(int argc, char **argv)
 	kill_n = n / 10 ? n / 10 : 1;
 	kill_child(path, n, kill_n, objects);
 	reopen_child(path, &replay_open_s, &r_rss, &r_rss_base, &r_objects,
-		     &r_extents, &replayed, &replay_s);
+		     &r_extents, &replayed, &replay_s, &tail_read);
 	if ((uint64_t)r_objects != (objects ? n + kill_n : 1))
 		die("after the kill run the store holds %.0f objects",
 		    r_objects);
@@ -532,7 +538,7 @@ int main(int argc, char **argv)
 	       "\"file_allocated_bytes\":%" PRIu64 ","
 	       "\"kill_ops\":%" PRIu64 ",\"replay_open_s\":%.6f,"
 	       "\"replayed_bytes\":%.0f,\"replay_s\":%.6f,"
-	       "\"replay_s_per_gib\":%.3f}\n",
+	       "\"replay_s_per_gib\":%.3f,\"replay_tail_read_bytes\":%.0f}\n",
 	       objects ? "objects" : mode, n,
 	       objects ? OBJ_BYTES : blob_bytes, dn / load_s, load_s, t3 - t2,
 	       ckpts, ckpt_bytes, (double)ckpt_bytes / dn,
@@ -551,6 +557,7 @@ int main(int argc, char **argv)
 	       s1.journal_bytes, s1.objects, s1.extents, s1.logical, s1.stored,
 	       s1.in_memory_bytes, s1.disk_bytes, (uint64_t)st.st_blocks * 512u,
 	       kill_n, replay_open_s, replayed, replay_s,
-	       replayed > 0 ? replay_s / (replayed / (1u << 30)) : 0.0);
+	       replayed > 0 ? replay_s / (replayed / (1u << 30)) : 0.0,
+	       tail_read);
 	return fflush(stdout) == 0 ? 0 : 1;
 }

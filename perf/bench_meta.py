@@ -83,6 +83,7 @@ COLUMNS = [('ops/s', 'ops_s', '%.0f'),
            ('open s after kill', 'replay_open_s', '%.3f'),
            ('replayed KiB', 'replayed_kib', '%.0f'),
            ('replay s/GiB', 'replay_s_per_gib', '%.1f'),
+           ('tail read KiB', 'tail_read_kib', '%.0f'),
            ('meta bytes', 'meta_bytes', '%d'),
            ('meta % of data', 'meta_pct', '%.3f'),
            ('run s', 'wall_s', '%.1f')]
@@ -114,6 +115,7 @@ def run_one(mode, n):
     doc = json.loads(p.stdout.strip().splitlines()[-1])
     doc['wall_s'] = wall
     doc['replayed_kib'] = doc.get('replayed_bytes', 0) / 1024.0
+    doc['tail_read_kib'] = doc.get('replay_tail_read_bytes', 0) / 1024.0
     doc['rss_load'] = doc['rss_bytes'] - doc['rss_before_open'] - doc['rss_fixed']
     # the checkpoint's metadata over the objects' logical bytes
     doc['meta_pct'] = (100.0 * doc['meta_bytes'] / doc['logical_bytes']
@@ -211,7 +213,9 @@ def main():
     print('open s after kill: a tenth more objects (blobs: a tenth of them '
           'written again) written and synced, the process gone without a close, then the open (checkpoint load and the journal '
           'replay of "replayed KiB"); replay s/GiB: the replay\'s own time '
-          '(stats journal.replay_ns) per GiB replayed.')
+          '(stats journal.replay_ns) per GiB replayed; tail read KiB: the data '
+          'of the records no later chunk showed flushed, read back to verify '
+          'them (stats journal.replay_read_bytes).')
     if failed:
         sys.exit('bench_meta: failed: ' + ', '.join(failed))
 
