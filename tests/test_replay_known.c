@@ -66,16 +66,17 @@ static void child_writes(const char *path, const struct coil_options *o)
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
 }
 
-/* The chunk at @pos of @j (journal bytes from the replay point), if one
- * starts there or at the next block. */
-static bool chunk_at(const uint8_t *j, uint64_t *pos, struct fmt_jchunk *h)
+/* The chunk at @pos of @j (@len journal bytes from the replay point), if
+ * one starts there or at the next block. */
+static bool chunk_at(const uint8_t *j, uint64_t len, uint64_t *pos,
+		     struct fmt_jchunk *h)
 {
 	uint64_t tries[2] = { *pos, (*pos + FMT_BLOCK - 1) / FMT_BLOCK * FMT_BLOCK };
 
 	for (int i = 0; i < 2; i++) {
-		if (tries[i] + FMT_BLOCK > JREAD ||
-		    fmt_jchunk_decode(h, j + tries[i], JREAD - tries[i]) < 0 ||
-		    tries[i] + fmt_jchunk_len(h) > JREAD)
+		if (tries[i] + FMT_BLOCK > len ||
+		    fmt_jchunk_decode(h, j + tries[i], len - tries[i]) < 0 ||
+		    tries[i] + fmt_jchunk_len(h) > len)
 			continue;
 		*pos = tries[i];
 		return true;
@@ -89,15 +90,20 @@ static void forge(const char *path, bool record_csum)
 {
 	struct fmt_super sb = et_newest_super(path);
 	uint8_t *j = malloc(JREAD);
-	uint64_t pos = 0;
+	uint64_t pos = 0, len;
 	bool done = false;
 	int fd = open(path, O_RDWR);
+	ssize_t got;
 
 	cr_assert_geq(fd, 0);
-	cr_assert_leq(sb.replay_off + JREAD, sb.journal_len);
-	cr_assert_eq(pread(fd, j, JREAD, (off_t)(sb.journal_off + sb.replay_off)),
-		     (ssize_t)JREAD);
-	for (struct fmt_jchunk h; !done && chunk_at(j, &pos, &h);
+	/* the chain from the replay point, up to the ring's end or the
+	 * file's (a new store's chain is short and does not wrap) */
+	len = sb.journal_len - sb.replay_off < JREAD ?
+		      sb.journal_len - sb.replay_off : JREAD;
+	got = pread(fd, j, len, (off_t)(sb.journal_off + sb.replay_off));
+	cr_assert_gt(got, 0);
+	len = (uint64_t)got;
+	for (struct fmt_jchunk h; !done && chunk_at(j, len, &pos, &h);
 	     pos += fmt_jchunk_len(&h)) {
 		uint8_t *payload = j + pos + FMT_JCHUNK_HDR;
 		struct fmt_cursor c;
@@ -128,8 +134,8 @@ static void forge(const char *path, bool record_csum)
 		}
 	}
 	cr_assert(done, "page %u's record is in the journal", FORGED);
-	cr_assert_eq(pwrite(fd, j, JREAD, (off_t)(sb.journal_off + sb.replay_off)),
-		     (ssize_t)JREAD);
+	cr_assert_eq(pwrite(fd, j, len, (off_t)(sb.journal_off + sb.replay_off)),
+		     (ssize_t)len);
 	cr_assert_eq(fsync(fd), 0);
 	close(fd);
 	free(j);
