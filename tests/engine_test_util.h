@@ -15,6 +15,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -266,6 +267,32 @@ static inline void et_check_obj(coil_store *s, const char *name,
 	cr_assert(memcmp(rd, want, n) == 0, "%s: content differs", name);
 	cr_assert_eq(coil_obj_close(h), 0);
 	free(rd);
+}
+
+/* In a forked child: @fn's operations, a sync, then an exit without a
+ * close (no checkpoint): they are in the journal only. */
+static inline void et_child_run(const char *path,
+				const struct coil_options *o,
+				int (*fn)(coil_store *s, void *arg),
+				void *arg)
+{
+	pid_t pid = fork();
+	int st;
+
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		coil_store *s;
+
+		if (coil_open(path, o, &s) != 0)
+			_exit(2);
+		if (fn(s, arg) != 0)
+			_exit(3);
+		if (coil_sync(s) != 0)
+			_exit(4);
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
 }
 
 #endif

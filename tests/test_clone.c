@@ -501,30 +501,6 @@ Test(clone, races, .timeout = 240)
 	free(buf);
 }
 
-/* In a forked child: @fn's operations, a sync, then an exit without a
- * close (no checkpoint): they are in the journal only. */
-static void child_run(const char *path, const struct coil_options *o,
-		      int (*fn)(coil_store *s, void *arg), void *arg)
-{
-	pid_t pid = fork();
-	int st;
-
-	cr_assert_geq(pid, 0);
-	if (pid == 0) {
-		coil_store *s;
-
-		if (coil_open(path, o, &s) != 0)
-			_exit(2);
-		if (fn(s, arg) != 0)
-			_exit(3);
-		if (coil_sync(s) != 0)
-			_exit(4);
-		_exit(0);
-	}
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
-}
-
 struct replay_data {
 	uint8_t *a, *b;
 	size_t n;
@@ -575,7 +551,7 @@ Test(clone, replay, .timeout = 120)
 	et_fill(d.small, sizeof(d.small), 8, 0);
 	memcpy(d.b, d.a, d.n);
 	memcpy(d.b + 777, d.small, sizeof(d.small));
-	child_run(path, &o, replay_ops, &d);
+	et_child_run(path, &o, replay_ops, &d);
 	o.flags &= ~COIL_CREATE;
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	et_check_obj(s, "a", d.a, d.n);
