@@ -898,6 +898,8 @@ Test(cli, stats_human_and_json)
 			       "  prefetch         on, " };
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
 		cr_expect(strstr(r.out, want[i]), "missing '%s' in:\n%s", want[i], r.out);
+	/* closed cleanly: replay read nothing back */
+	cr_expect(!strstr(r.out, "replay read back"), "%s", r.out);
 	cli_run_free(&r);
 	r = coil_run(NULL, "stats", "--json", P("s"), NULL);
 	expect(r, 0, NULL, "");
@@ -915,6 +917,52 @@ Test(cli, stats_human_and_json)
 	cr_expect(strstr(r.out, "\"live_fraction_histogram\": [0, "));
 	cli_run_free(&r);
 	expect_listing("s t");
+}
+
+/* After a crash, the open row's second line names the data replay read
+ * back: a child writes 64 KiB pieces (each a data write and a record) and
+ * leaves without a flush, so no chunk says a flush covered them. */
+Test(cli, stats_names_the_data_replay_read_back)
+{
+	struct cli_run r;
+	pid_t pid;
+	int st;
+
+	make_store("k", "64M", "none");
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		static uint8_t buf[65536];
+		struct coil_options o;
+		coil_store *s;
+		coil_obj *h;
+
+		uint64_t x = 0x9e3779b97f4a7c15ull;
+
+		/* incompressible: blobs as large as the writes */
+		for (size_t i = 0; i < sizeof(buf); i++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			buf[i] = (uint8_t)x;
+		}
+		coil_options_init(&o);
+		if (coil_open(P("k"), &o, &s) != 0 ||
+		    coil_obj_open(s, "o", COIL_CREATE, &h) != 0)
+			_exit(2);
+		for (uint64_t i = 0; i < 4; i++)
+			if (coil_pwrite(h, buf, sizeof(buf), i * sizeof(buf)) !=
+			    (int64_t)sizeof(buf))
+				_exit(3);
+		_exit(0);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
+	r = coil_run(NULL, "stats", P("k"), NULL);
+	expect(r, 0, NULL, "");
+	cr_expect(strstr(r.out, "\n                   replay read back "),
+		  "no line for the data read back in:\n%s", r.out);
+	cli_run_free(&r);
 }
 
 /* ---- import, export ------------------------------------------------------ */

@@ -254,6 +254,11 @@ static void render(const struct jdoc *d, const char *store)
 	    jnum(d, "journal.replay_walk_ns") / 1e6,
 	    jnum(d, "journal.replay_ns") / 1e6,
 	    jsize(d, "journal.replayed_bytes"));
+	/* Records no later chunk showed flushed have their data read back
+	 * and verified: the part of a slow replay that is device reads. */
+	if (jnum(d, "journal.replay_read_bytes") > 0)
+		row("", "replay read back %s of data no flush was known to cover",
+		    jsize(d, "journal.replay_read_bytes"));
 	/* The codec is an option of each open, not a property of the store:
 	 * data keeps the codec it was written with. */
 	if (level)
