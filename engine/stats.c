@@ -352,7 +352,7 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 		  "\"replayed_records\":%llu,\"replayed_bytes\":%llu,"
 		  "\"replay_ns\":%llu,\"replay_walk_ns\":%llu,"
 		  "\"replay_known_chunks\":%llu,\"replay_blobs_lent\":%llu,"
-		  "\"replay_blobs_copied\":%llu,"
+		  "\"replay_blobs_copied\":%llu,\"replay_verified_ahead\":%llu,"
 		  "\"replay_reads\":%llu,"
 		  "\"replay_read_bytes\":%llu,\"replay_journal_reads\":%llu,"
 		  "\"replay_journal_read_bytes\":%llu,"
@@ -367,7 +367,7 @@ int engine_stats_json_text(struct coil_store *s, unsigned flags,
 		  LD(s->st.replayed_records), LD(s->st.replayed_bytes),
 		  LD(s->st.replay_ns), LD(s->st.replay_walk_ns),
 		  LD(s->st.replay_known_chunks), LD(s->st.replay_blobs_lent),
-		  LD(s->st.replay_blobs_copied),
+		  LD(s->st.replay_blobs_copied), LD(s->st.replay_verified_ahead),
 		  LD(s->st.replay_reads),
 		  LD(s->st.replay_read_bytes), LD(s->st.replay_journal_reads),
 		  LD(s->st.replay_journal_read_bytes),

@@ -145,6 +145,9 @@ struct engine_stats {
 	/* small writes' blobs replay kept in the journal image instead of
 	 * copying them, and those still in memory at its end, copied then */
 	_Atomic uint64_t replay_blobs_lent, replay_blobs_copied;
+	/* unflushed blobs the walker read and verified while the checkpoint
+	 * loaded, which the apply then placed without a read */
+	_Atomic uint64_t replay_verified_ahead;
 	/* this open: all of coil_open, and its checkpoint load */
 	_Atomic uint64_t open_ns, ckpt_load_ns;
 	/* device reads replay made to verify the unflushed tail's blobs,

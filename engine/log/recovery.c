@@ -734,6 +734,12 @@ struct replay {
 	 * window at epoch known_epoch: the apply computes none of those
 	 * checksums again while the window still holds them. */
 	uint64_t known_end, known_epoch;
+	/* Blobs of the unflushed tail the walker read and verified after its
+	 * walk (walk_verify_tail), by a hash of their whole descriptor: the
+	 * apply places those without reading them again.  Open addressing,
+	 * 0 = empty. */
+	uint64_t *vkey;
+	uint32_t vcap, vn;
 	pthread_t walker;
 };
 
@@ -850,6 +856,106 @@ static uint64_t replay_window(struct replay *rp, uint32_t idx, uint64_t a,
 	return COIL_ALIGN_UP(want, FMT_BLOCK);
 }
 
+/* Read the blob (through rp->io's window) and decode it, every checksum
+ * checked; idx is its segment.  @return 0 verified, 1 it does not, or a
+ * negative errno from the device. */
+static int blob_read_check(struct replay *rp, const struct fmt_blob *b,
+			   uint32_t idx, const ZSTD_DDict *ddict)
+{
+	uint64_t a = COIL_ALIGN_DOWN(b->dev_off, FMT_BLOCK);
+	uint64_t z = COIL_ALIGN_UP(b->dev_off + b->stored_len, FMT_BLOCK);
+	int rc;
+
+	if (a < rp->io_off || z > rp->io_off + rp->io_len) {
+		uint64_t len = replay_window(rp, idx, a, z);
+
+		rp->io_len = 0;
+		rc = store_io_sync(rp->s, URING_OP_READ, rp->io, (uint32_t)len,
+				   a);
+		if (rc < 0)
+			return rc;
+		rp->io_off = a;
+		rp->io_len = len;
+		stat_add(&rp->s->st.replay_reads, 1);
+		stat_add(&rp->s->st.replay_read_bytes, len);
+	}
+	rc = fmt_blob_decode(rp->dctx, ddict, b,
+			     rp->io + (b->dev_off - rp->io_off),
+			     b->stored_len, rp->dec, FMT_BLOB_MAX);
+	return rc < 0 ? 1 : 0;
+}
+
+/* The key of a blob's whole descriptor in rp->vkey (never 0). */
+static uint64_t vset_key(const struct fmt_blob *b)
+{
+	uint8_t d[32 + 8 * FMT_CSUMS_MAX];
+	size_t n = 0;
+
+	coil_put_le64(d, b->dev_off);
+	coil_put_le32(d + 8, b->stored_len);
+	coil_put_le32(d + 12, b->logical_len);
+	d[16] = b->codec;
+	d[17] = b->flags;
+	coil_put_le16(d + 18, b->n_csums);
+	coil_put_le32(d + 20, b->dict_id);
+	n = 24;
+	for (unsigned i = 0; i < b->n_csums && i < FMT_CSUMS_MAX; i++, n += 8)
+		coil_put_le64(d + n, b->csums[i]);
+	uint64_t k = fmt_csum(d, n);
+
+	return k ? k : 1;
+}
+
+static bool vset_has(const struct replay *rp, const struct fmt_blob *b)
+{
+	uint64_t k;
+
+	if (!rp->vn)
+		return false;
+	k = vset_key(b);
+	for (uint32_t i = (uint32_t)k & (rp->vcap - 1); rp->vkey[i];
+	     i = (i + 1) & (rp->vcap - 1))
+		if (rp->vkey[i] == k)
+			return true;
+	return false;
+}
+
+/* @return false when the set cannot grow (the walker stops there). */
+static bool vset_add(struct replay *rp, const struct fmt_blob *b)
+{
+	uint64_t k = vset_key(b);
+	uint32_t i;
+
+	if ((rp->vn + 1) * 4u > rp->vcap * 3u) {
+		uint32_t ncap = rp->vcap ? rp->vcap * 2 : 1024;
+		uint64_t *nk;
+
+		if (ncap > (1u << 22))
+			return false;
+		nk = calloc(ncap, sizeof(*nk));
+		if (!nk)
+			return false;
+		for (uint32_t j = 0; j < rp->vcap; j++) {
+			if (!rp->vkey[j])
+				continue;
+			for (i = (uint32_t)rp->vkey[j] & (ncap - 1); nk[i];
+			     i = (i + 1) & (ncap - 1))
+				;
+			nk[i] = rp->vkey[j];
+		}
+		free(rp->vkey);
+		rp->vkey = nk;
+		rp->vcap = ncap;
+	}
+	for (i = (uint32_t)k & (rp->vcap - 1); rp->vkey[i];
+	     i = (i + 1) & (rp->vcap - 1))
+		if (rp->vkey[i] == k)
+			return true;
+	rp->vkey[i] = k;
+	rp->vn++;
+	return true;
+}
+
 /* Read a blob and check every checksum its descriptor carries.
  * @return 0 verified, 1 it does not (replay stops there), or a negative
  * errno when the device failed: that is not evidence about the journal, so
@@ -879,27 +985,18 @@ static int replay_verify_blob(struct replay *rp, const struct fmt_blob *b,
 		return 1;
 	if (!read)
 		goto placed;
-	if (a < rp->io_off || z > rp->io_off + rp->io_len) {
-		uint64_t len = replay_window(rp, idx, a, z);
-
-		rp->io_len = 0;
-		rc = store_io_sync(s, URING_OP_READ, rp->io, (uint32_t)len, a);
-		if (rc < 0)
-			return rc;
-		rp->io_off = a;
-		rp->io_len = len;
-		stat_add(&s->st.replay_reads, 1);
-		stat_add(&s->st.replay_read_bytes, len);
+	/* read and verified already, by the walker */
+	if (vset_has(rp, b)) {
+		stat_add(&s->st.replay_verified_ahead, 1);
+		goto placed;
 	}
 	/* a dictionary is read when a blob first needs it (its object's
 	 * records came first); one that does not load fails the blob */
 	if (b->dict_id && dict_load(s, b->dict_id) < 0)
 		return 1;
-	rc = fmt_blob_decode(rp->dctx, dict_ddict(s, b->dict_id), b,
-			     rp->io + (b->dev_off - rp->io_off),
-			     b->stored_len, rp->dec, FMT_BLOB_MAX);
-	if (rc < 0)
-		return 1;
+	rc = blob_read_check(rp, b, idx, dict_ddict(s, b->dict_id));
+	if (rc != 0)
+		return rc;
 placed:
 	if (idx >= s->nseg) {
 		s->nseg = idx + 1;
@@ -1510,6 +1607,7 @@ static void replay_free(struct replay *rp)
 	free(rp->io);
 	free(rp->dec);
 	free(rp->chunk);
+	free(rp->vkey);
 	jwindow_free(&rp->win);
 	free(rp);
 }
@@ -1546,12 +1644,79 @@ static void replay_walk(struct replay *rp, uint64_t pos, uint64_t seq)
 	stat_add(&rp->s->st.replay_walk_ns, coil_now_ns() - t0);
 }
 
+/* After the walk, on its thread while the checkpoint still loads: read and
+ * verify the blobs the apply will, those of the WRITE records after the
+ * last chunk a flush covered (replay_write_verify), and note each that
+ * verifies.  Only chunks the walk checked whole; a blob whose dictionary
+ * the store has not loaded yet is left to the apply, and so is the rest
+ * once one does not verify or a read fails (the apply stops there, or
+ * says why).  Uses nothing the load changes: the superblock's geometry,
+ * the segment capacity, the file's size. */
+static void walk_verify_tail(struct replay *rp)
+{
+	struct coil_store *s = rp->s;
+	uint64_t jlen = s->sb.journal_len, pos = rp->walk_pos;
+	struct stat st;
+
+	if (fstat(s->fd, &st) == 0 && S_ISREG(st.st_mode))
+		rp->file_end = (uint64_t)st.st_size;
+	/* Bounded: one chunk of the checked run per pass. */
+	for (uint64_t seq = rp->walk_seq; seq < rp->known_end; seq++) {
+		struct fmt_jchunk h;
+		struct fmt_cursor c;
+		struct fmt_jrec r;
+		const uint8_t *p;
+		uint64_t at;
+
+		if (chunk_get(s, rp->chunk, pos, seq, &h, &at, &rp->win, &p,
+			      false) != 1 || !jwindow_has(&rp->win, p))
+			return;
+		pos = at + fmt_jchunk_len(&h);
+		if (pos >= jlen)
+			pos = 0;
+		if (rp->synced_max && seq <= rp->synced_max)
+			continue; /* flushed: placed, never read */
+		fmt_cursor_init_ro(&c, p + FMT_JCHUNK_HDR, h.payload_len);
+		while (fmt_jrec_next_known(&c, &r) == 1) {
+			struct fmt_jrec_write w;
+			struct fmt_extent *fe = &rp->fe;
+			uint32_t i = 0;
+
+			if (r.type != FMT_JREC_WRITE ||
+			    fmt_jrec_write_decode(&r, &w) < 0)
+				continue;
+			while (fmt_jrec_write_next(&w, fe) == 1) {
+				const struct fmt_blob *b = &fe->blob;
+				uint64_t z;
+
+				/* a rewrite's expected blob is never read */
+				if ((w.flags & FMT_JREC_REWRITE) && i++ % 2 == 0)
+					continue;
+				if ((b->flags & FMT_BLOB_INLINE) || b->dict_id)
+					continue;
+				z = COIL_ALIGN_UP(b->dev_off + b->stored_len,
+						  FMT_BLOCK);
+				if (blob_in_segs(s, b, s->seg_cap) < 0 ||
+				    z - COIL_ALIGN_DOWN(b->dev_off, FMT_BLOCK) >
+					    rp->io_cap ||
+				    (rp->file_end && z > rp->file_end) ||
+				    blob_read_check(rp, b,
+						    seg_of(s, b->dev_off),
+						    NULL) != 0 ||
+				    !vset_add(rp, b))
+					return;
+			}
+		}
+	}
+}
+
 static void *replay_walker(void *arg)
 {
 	struct replay *rp = arg;
 
 	coil_thread_name("replay", -1);
 	replay_walk(rp, rp->walk_pos, rp->walk_seq);
+	walk_verify_tail(rp);
 	return NULL;
 }
 
