@@ -269,12 +269,12 @@ static inline void et_check_obj(coil_store *s, const char *name,
 	free(rd);
 }
 
-/* In a forked child: @fn's operations, a sync, then an exit without a
- * close (no checkpoint): they are in the journal only. */
+/* In a forked child: @fn's operations, a sync (with @sync), then an exit
+ * without a close (no checkpoint): they are in the journal only. */
 static inline void et_child_run(const char *path,
 				const struct coil_options *o,
 				int (*fn)(coil_store *s, void *arg),
-				void *arg)
+				void *arg, bool sync)
 {
 	pid_t pid = fork();
 	int st;
@@ -287,7 +287,7 @@ static inline void et_child_run(const char *path,
 			_exit(2);
 		if (fn(s, arg) != 0)
 			_exit(3);
-		if (coil_sync(s) != 0)
+		if (sync && coil_sync(s) != 0)
 			_exit(4);
 		_exit(0);
 	}

@@ -551,7 +551,7 @@ Test(clone, replay, .timeout = 120)
 	et_fill(d.small, sizeof(d.small), 8, 0);
 	memcpy(d.b, d.a, d.n);
 	memcpy(d.b + 777, d.small, sizeof(d.small));
-	et_child_run(path, &o, replay_ops, &d);
+	et_child_run(path, &o, replay_ops, &d, true);
 	o.flags &= ~COIL_CREATE;
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	et_check_obj(s, "a", d.a, d.n);

@@ -146,7 +146,7 @@ static void forged_replay(bool record_csum)
 	cr_assert_eq(coil_open(path, &o, &s), 0);
 	cr_assert_eq(coil_close(s), 0);
 	o.flags &= ~COIL_CREATE;
-	et_child_run(path, &o, write_pages, NULL);
+	et_child_run(path, &o, write_pages, NULL, true);
 	forge(path, record_csum);
 
 	cr_assert_eq(coil_open(path, &o, &s), 0);
