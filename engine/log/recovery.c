@@ -756,27 +756,32 @@ static bool jwindow_has(const struct jwindow *win, const uint8_t *p)
 	return win->buf && p >= win->buf && p < win->buf + win->used;
 }
 
-/* Check chunk @seq at @pos whole, as its apply will: the payload, every
- * record and every WRITE's extents (inline blobs' checksums).  The walk
- * runs beside the checkpoint's load, so the apply after it, on the open's
- * critical path, then decodes without hashing the journal's bytes again:
- * a chunk's bytes were hashed up to five times there (the payload, the
- * record, and each inline blob on decode, verify and apply).  @return
- * true when all of it checks and it lies in the window. */
-static bool walk_check_chunk(struct replay *rp, uint64_t pos, uint64_t seq)
+/* Does the payload of the chunk @h at @p match its checksum? */
+static bool chunk_payload_ok(const struct fmt_jchunk *h, const uint8_t *p)
 {
-	struct fmt_jchunk h;
+	return fmt_jchunk_verify_payload(h, p + FMT_JCHUNK_HDR,
+					 fmt_jchunk_len(h) - FMT_JCHUNK_HDR) == 0;
+}
+
+/* Check the chunk @h at @p (chunk_get's) whole, as its apply will: the
+ * payload, every record and every WRITE's extents (inline blobs'
+ * checksums).  The walk runs beside the checkpoint's load, so the apply
+ * after it, on the open's critical path, then decodes without hashing the
+ * journal's bytes again: a chunk's bytes were hashed up to five times
+ * there (the payload, the record, and each inline blob on decode, verify
+ * and apply).  @return true when all of it checks and it lies in the
+ * window. */
+static bool walk_check_chunk(struct replay *rp, const struct fmt_jchunk *h,
+			     const uint8_t *p)
+{
 	struct fmt_cursor c;
 	struct fmt_jrec r;
 	struct fmt_jrec_write w;
-	const uint8_t *p;
-	uint64_t at;
 	int got;
 
-	if (chunk_get(rp->s, rp->chunk, pos, seq, &h, &at, &rp->win, &p,
-		      true) != 1 || !jwindow_has(&rp->win, p))
+	if (!jwindow_has(&rp->win, p) || !chunk_payload_ok(h, p))
 		return false;
-	fmt_cursor_init_ro(&c, p + FMT_JCHUNK_HDR, h.payload_len);
+	fmt_cursor_init_ro(&c, p + FMT_JCHUNK_HDR, h->payload_len);
 	while ((got = fmt_jrec_next(&c, &r)) == 1)
 		if (r.type == FMT_JREC_WRITE && fmt_jrec_write_decode(&r, &w) < 0)
 			return false;
@@ -804,13 +809,23 @@ static uint64_t chain_synced_max(struct replay *rp, uint64_t pos,
 		struct fmt_jchunk h;
 		const uint8_t *blk;
 		uint64_t at;
+		int rc = 0;
 
-		if (chunk_find(s, rp->chunk, pos, seq, &h, &at, &rp->win,
-			       &blk) <= 0)
+		/* the whole chunk while the run of checked ones lasts, then
+		 * headers only */
+		if (checking)
+			rc = chunk_get(s, rp->chunk, pos, seq, &h, &at,
+				       &rp->win, &blk, false);
+		if (rc <= 0) {
+			checking = false;
+			rc = chunk_find(s, rp->chunk, pos, seq, &h, &at,
+					&rp->win, &blk);
+		}
+		if (rc <= 0)
 			break;
 		max = COIL_MAX(max, h.synced);
 		/* the chunks checked whole run from the start, unbroken */
-		checking = checking && walk_check_chunk(rp, pos, seq);
+		checking = checking && walk_check_chunk(rp, &h, blk);
 		if (checking)
 			rp->known_end = seq + 1;
 		pos = at + fmt_jchunk_len(&h);
@@ -906,6 +921,17 @@ static uint64_t vset_key(const struct fmt_blob *b)
 	return k ? k : 1;
 }
 
+/* The slot of @k in @keys (@cap of them, a power of two): where it is, or
+ * the empty one where it would go. */
+static uint32_t vset_slot(const uint64_t *keys, uint32_t cap, uint64_t k)
+{
+	uint32_t i = (uint32_t)k & (cap - 1);
+
+	while (keys[i] && keys[i] != k)
+		i = (i + 1) & (cap - 1);
+	return i;
+}
+
 static bool vset_has(const struct replay *rp, const struct fmt_blob *b)
 {
 	uint64_t k;
@@ -913,11 +939,7 @@ static bool vset_has(const struct replay *rp, const struct fmt_blob *b)
 	if (!rp->vn)
 		return false;
 	k = vset_key(b);
-	for (uint32_t i = (uint32_t)k & (rp->vcap - 1); rp->vkey[i];
-	     i = (i + 1) & (rp->vcap - 1))
-		if (rp->vkey[i] == k)
-			return true;
-	return false;
+	return rp->vkey[vset_slot(rp->vkey, rp->vcap, k)] == k;
 }
 
 /* @return false when the set cannot grow (the walker stops there). */
@@ -935,24 +957,19 @@ static bool vset_add(struct replay *rp, const struct fmt_blob *b)
 		nk = calloc(ncap, sizeof(*nk));
 		if (!nk)
 			return false;
-		for (uint32_t j = 0; j < rp->vcap; j++) {
-			if (!rp->vkey[j])
-				continue;
-			for (i = (uint32_t)rp->vkey[j] & (ncap - 1); nk[i];
-			     i = (i + 1) & (ncap - 1))
-				;
-			nk[i] = rp->vkey[j];
-		}
+		for (uint32_t j = 0; j < rp->vcap; j++)
+			if (rp->vkey[j])
+				nk[vset_slot(nk, ncap, rp->vkey[j])] =
+					rp->vkey[j];
 		free(rp->vkey);
 		rp->vkey = nk;
 		rp->vcap = ncap;
 	}
-	for (i = (uint32_t)k & (rp->vcap - 1); rp->vkey[i];
-	     i = (i + 1) & (rp->vcap - 1))
-		if (rp->vkey[i] == k)
-			return true;
-	rp->vkey[i] = k;
-	rp->vn++;
+	i = vset_slot(rp->vkey, rp->vcap, k);
+	if (!rp->vkey[i]) {
+		rp->vkey[i] = k;
+		rp->vn++;
+	}
 	return true;
 }
 
@@ -1545,8 +1562,7 @@ static int chunk_get(struct coil_store *s, uint8_t *chunk, uint64_t pos,
 	if (rc < 0)
 		return rc;
 	p += skip;
-	if (check && fmt_jchunk_verify_payload(h, p + FMT_JCHUNK_HDR,
-					       len - FMT_JCHUNK_HDR) < 0)
+	if (check && !chunk_payload_ok(h, p))
 		return 0;
 	*out = p;
 	return 1;
@@ -1792,9 +1808,7 @@ int replay_journal(struct coil_store *s)
 		    (rp->win.epoch != rp->known_epoch ||
 		     !jwindow_has(&rp->win, cp))) {
 			known = false;
-			if (fmt_jchunk_verify_payload(&h, cp + FMT_JCHUNK_HDR,
-						      fmt_jchunk_len(&h) -
-							      FMT_JCHUNK_HDR) < 0)
+			if (!chunk_payload_ok(&h, cp))
 				rc = 0;
 		}
 		if (rc < 0 && s->salvage) {

@@ -71,7 +71,6 @@ static struct blobd *new_mem(const struct fmt_blob *fb, const uint8_t *bytes,
 	m->obj_off = obj_off;
 	atomic_init(&m->maprefs, 0);
 	m->lent = lend;
-	m->copied = false;
 	if (lend) {
 		m->bytes = bytes;
 	} else {
@@ -126,7 +125,6 @@ int memlist_settle(struct memlist *ml)
 		memcpy(copy, m->bytes, m->b->stored_len);
 		m->bytes = copy;
 		m->lent = false;
-		m->copied = true;
 		ml->lent--;
 		rc++;
 	}
@@ -146,7 +144,7 @@ static void memblob_free(struct blobd *b)
 	pthread_mutex_unlock(&ml->mu);
 	atomic_fetch_sub(&ml->bytes, b->stored_len);
 	atomic_fetch_sub(&ml->count, 1);
-	if (m->copied)
+	if (!m->lent && m->bytes != m->own)
 		free((void *)m->bytes);
 	free(m);
 }

@@ -36,9 +36,10 @@ struct memblob {
 	/* its stored bytes: own[], or bytes a replay lends until
 	 * memlist_settle (the journal image it applies from: most of a
 	 * replay's small writes were packed, and so dropped, by a later
-	 * record of the same replay), or a copy made then */
+	 * record of the same replay), or a copy made then (neither own[]
+	 * nor lent: freed with it) */
 	const uint8_t *bytes;
-	bool lent, copied;
+	bool lent;
 	uint8_t own[];
 };
 
