@@ -254,3 +254,113 @@ Test(engine_extmap, appends_fill_leaves_then_shadow, .timeout = 60)
 	}
 	model_finish(&m, model, inserted);
 }
+
+/* The map against a model of @span bytes (the checks above walk SPAN). */
+static void check_span(const struct extmap *m, const struct cell *model,
+		       uint32_t span)
+{
+	struct extmap_iter it;
+	const struct ext *e;
+	uint64_t pos = 0, n = 0, bytes = 0;
+
+	extmap_iter_init(&it, m, 0);
+	while ((e = extmap_iter_next(&it))) {
+		cr_assert_geq(e->off, pos);
+		cr_assert_leq(e->off + e->len, span);
+		for (uint64_t i = pos; i < e->off; i++)
+			cr_assert_null(model[i].b);
+		for (uint32_t i = 0; i < e->len; i++) {
+			cr_assert_eq(model[e->off + i].b, e->b);
+			cr_assert_eq(model[e->off + i].boff, e->skip + i);
+		}
+		pos = e->off + e->len;
+		bytes += e->len;
+		n++;
+	}
+	for (uint64_t i = pos; i < span; i++)
+		cr_assert_null(model[i].b);
+	cr_assert_eq(n, m->n);
+	cr_assert_eq(bytes, m->bytes);
+	cr_assert_eq(extmap_end(m), pos);
+	/* an iterator started inside the map finds the extent holding its
+	 * offset first (or the next one) */
+	for (uint32_t o = 0; o < span; o += 37) {
+		extmap_iter_init(&it, m, o);
+		e = extmap_iter_next(&it);
+		if (e)
+			cr_assert_gt(e->off + e->len, o);
+	}
+}
+
+/* A map that has only held one extent keeps it inline, with no leaf
+ * memory; shadowing it whole or trimming it keeps it so; a second extent
+ * or a split moves it into a leaf.  Thousands of short lives of a map
+ * against the model, each ending in destroy with every byte dropped once
+ * and the store's running totals back at zero. */
+Test(engine_extmap, one_extent_inline_then_leaves, .timeout = 60)
+{
+	const uint32_t span = 256;
+	struct cell model[256];
+	struct extmap_acct acct;
+	uint64_t x = 99, id = 1;
+
+	memset(&acct, 0, sizeof(acct));
+	for (int life = 0; life < 3000; life++) {
+		struct extmap m;
+		uint64_t inserted = 0;
+		bool leaves = false;
+		int ops = 1 + life % 6;
+
+		extmap_init(&m, &acct);
+		memset(model, 0, sizeof(model));
+		dropped = 0;
+		for (int op = 0; op < ops; op++) {
+			uint32_t off, len;
+
+			tu_xorshift(&x);
+			off = (uint32_t)(x % span);
+			len = 1 + (uint32_t)((x >> 16) % (span - off));
+			switch ((x >> 40) % 5) {
+			case 0: /* anywhere */
+				inserted += model_insert(&m, model, off, len,
+							 (uint32_t)(x >> 50) % 9,
+							 &id);
+				break;
+			case 1: /* over everything mapped */
+				inserted += model_insert(&m, model, 0, span, 0,
+							 &id);
+				break;
+			case 2: /* a punch: left, right, middle or whole */
+			case 3:
+				model_punch(&m, model, off, len, span);
+				break;
+			default: /* past the end: a second extent, if any */
+				if (extmap_end(&m) < span)
+					inserted += model_insert(
+						&m, model, extmap_end(&m),
+						span - (uint32_t)extmap_end(&m),
+						0, &id);
+				break;
+			}
+			check_span(&m, model, span);
+			leaves |= m.n > 1;
+			if (!leaves) {
+				cr_assert_eq(acct.mem, 0,
+					     "a map of at most one extent "
+					     "took leaf memory");
+				cr_assert_null(m.leaf);
+			} else {
+				cr_assert(m.leaf && acct.mem > 0);
+			}
+			cr_assert_eq(acct.n, m.n);
+			cr_assert_eq(acct.bytes, m.bytes);
+		}
+		cr_assert_eq(inserted, dropped + m.bytes);
+		extmap_destroy(&m, drop, NULL);
+		cr_assert_eq(inserted, dropped);
+		cr_assert_eq(acct.mem, 0);
+		cr_assert_eq(acct.n, 0);
+		cr_assert_eq(acct.bytes, 0);
+		cr_assert_eq(acct.stored, 0);
+	}
+}

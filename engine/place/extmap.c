@@ -96,6 +96,12 @@ static void span_sub(struct extmap *m, const struct ext *e)
 	}
 }
 
+/* The map keeps its one extent inline (no leaf array). */
+static inline bool is_one(const struct extmap *m)
+{
+	return !m->leaf && m->n == 1;
+}
+
 static void acct_sub(struct extmap *m, const struct ext *e)
 {
 	if (e->b->mem)
@@ -130,6 +136,29 @@ static struct extmap_leaf **spares(struct extmap *m)
 static int extmap_reserve(struct extmap *m)
 {
 	bool whole;
+
+	if (is_one(m)) {
+		/* the inline extent moves into a leaf with room for the punch
+		 * and insert ahead, in an array with room for their splits:
+		 * both allocated before the map is touched */
+		const uint32_t ncap = 4, lcap = 4;
+		struct extmap_leaf **nl = calloc(1, array_bytes(ncap));
+		struct extmap_leaf *l = nl ? leaf_alloc(NULL, lcap) : NULL;
+
+		if (!l) {
+			free(nl);
+			return -ENOMEM;
+		}
+		mem_add(m, array_bytes(ncap) + leaf_bytes(lcap), 0);
+		l->e[0] = m->one;
+		l->n = 1;
+		nl[0] = l;
+		m->leaf = nl;
+		m->cap = ncap;
+		m->nleaf = 1;
+		keys(m)[0] = m->one.off;
+		memset(&m->one, 0, sizeof(m->one));
+	}
 
 	if (m->nleaf + 2 > m->cap) {
 		uint32_t ncap = m->cap ? m->cap * 2 : 2;
@@ -383,6 +412,12 @@ uint32_t extmap_prefetch(const struct extmap *m, uint64_t off, int stage,
 	const struct extmap_leaf *l;
 	uint32_t g;
 
+	if (is_one(m)) {
+		if (stage == 2 && m->one.off <= off &&
+		    off < m->one.off + m->one.len)
+			__builtin_prefetch(m->one.b);
+		return 0;
+	}
 	if (m->nleaf == 0)
 		return 0;
 	if (stage == 0) {
@@ -415,6 +450,67 @@ static void drop_piece(extmap_drop_fn drop, void *arg, struct blobd *b,
 {
 	if (drop)
 		drop(arg, b, len);
+}
+
+/* The inline extent: set (the map was empty, no leaf array) or dropped
+ * whole (reported through @drop, its reference released). */
+static void one_put(struct extmap *m, const struct ext *e)
+{
+	COIL_ASSERT(!m->leaf && m->n == 0);
+	m->one = *e;
+	m->n = 1;
+	acct_add(m, e);
+	span_add(m, e);
+}
+
+static void one_drop(struct extmap *m, extmap_drop_fn drop, void *arg)
+{
+	COIL_ASSERT(is_one(m));
+	drop_piece(drop, arg, m->one.b, m->one.len);
+	span_sub(m, &m->one);
+	acct_sub(m, &m->one);
+	blobd_unref(m->one.b);
+	memset(&m->one, 0, sizeof(m->one));
+	m->n = 0;
+}
+
+/* Punch [off, end) out of the inline extent where it stays one extent (or
+ * none).  @return false when it would split it in two: the caller moves it
+ * into a leaf first. */
+static bool one_punch(struct extmap *m, uint64_t off, uint64_t end,
+		      extmap_drop_fn drop, void *arg)
+{
+	struct ext *e = &m->one;
+	uint64_t e_end = e->off + e->len;
+
+	if (end <= e->off || off >= e_end)
+		return true;
+	if (off <= e->off && end >= e_end) {
+		one_drop(m, drop, arg);
+		return true;
+	}
+	if (off > e->off && end < e_end)
+		return false;
+	if (off <= e->off) {
+		/* the left part goes: keep [end, e_end) */
+		uint32_t cut = (uint32_t)(end - e->off);
+
+		drop_piece(drop, arg, e->b, cut);
+		span_sub(m, e);
+		e->off = end;
+		e->skip += cut;
+		e->len -= cut;
+		span_add(m, e);
+	} else {
+		/* the right part goes: keep [e->off, off) */
+		uint32_t keep = (uint32_t)(off - e->off);
+
+		drop_piece(drop, arg, e->b, e->len - keep);
+		span_sub(m, e);
+		e->len = keep;
+		span_add(m, e);
+	}
+	return true;
 }
 
 static void punch_reserved(struct extmap *m, uint64_t off, uint64_t len,
@@ -500,8 +596,16 @@ static void punch_reserved(struct extmap *m, uint64_t off, uint64_t len,
 int extmap_punch(struct extmap *m, uint64_t off, uint64_t len,
 		 extmap_drop_fn drop, void *arg)
 {
-	int rc = extmap_reserve(m);
+	int rc;
 
+	if (!m->leaf) {
+		uint64_t end = off + len < off ? UINT64_MAX : off + len;
+
+		if (m->n == 0 || len == 0 ||
+		    one_punch(m, off, end, drop, arg))
+			return 0;
+	}
+	rc = extmap_reserve(m);
 	if (rc < 0)
 		return rc;
 	punch_reserved(m, off, len, drop, arg);
@@ -516,6 +620,19 @@ int extmap_insert(struct extmap *m, const struct ext *e, extmap_drop_fn drop,
 
 	if (!e || e->len == 0 || e->off + e->len < e->off)
 		return -EINVAL;
+	if (!m->leaf && m->n == 0) {
+		/* a map that never held more than this one: inline */
+		one_put(m, e);
+		return 0;
+	}
+	if (is_one(m) && e->off <= m->one.off &&
+	    e->off + e->len >= m->one.off + m->one.len) {
+		/* it shadows the one extent whole (a small object written
+		 * again): it takes its place */
+		one_drop(m, drop, arg);
+		one_put(m, e);
+		return 0;
+	}
 	rc = extmap_reserve(m);
 	if (rc < 0)
 		return rc;
@@ -543,6 +660,8 @@ int extmap_insert(struct extmap *m, const struct ext *e, extmap_drop_fn drop,
 
 void extmap_destroy(struct extmap *m, extmap_drop_fn drop, void *arg)
 {
+	if (is_one(m))
+		one_drop(m, drop, arg);
 	for (uint32_t li = 0; li < m->nleaf; li++) {
 		struct extmap_leaf *l = m->leaf[li];
 		for (uint32_t i = 0; i < l->n; i++) {
@@ -572,6 +691,11 @@ void extmap_iter_init(struct extmap_iter *it, const struct extmap *m,
 	it->m = m;
 	it->li = 0;
 	it->i = 0;
+	if (is_one(m)) {
+		/* i counts the inline extent as passed */
+		it->i = m->one.off + m->one.len <= off;
+		return;
+	}
 	if (m->nleaf == 0)
 		return;
 	it->li = find_leaf(m, off);
@@ -582,6 +706,12 @@ const struct ext *extmap_iter_next(struct extmap_iter *it)
 {
 	const struct extmap *m = it->m;
 
+	if (is_one(m)) {
+		if (it->i)
+			return NULL;
+		it->i = 1;
+		return &m->one;
+	}
 	while (it->li < m->nleaf) {
 		const struct extmap_leaf *l = m->leaf[it->li];
 		if (it->i < l->n)
@@ -596,6 +726,8 @@ uint64_t extmap_end(const struct extmap *m)
 {
 	const struct extmap_leaf *l;
 
+	if (is_one(m))
+		return m->one.off + m->one.len;
 	if (m->nleaf == 0)
 		return 0;
 	l = m->leaf[m->nleaf - 1];

@@ -7,8 +7,11 @@
  * structure (a sorted array of leaves of up to EXTMAP_LEAF_MAX extents) so an
  * insert costs O(log n + leaf) instead of a memmove of the whole map: a 1 GiB
  * object overwritten in 4 KiB pieces holds 262144 extents.  A map of one
- * leaf sizes that leaf to its extents (most objects of a store of small
- * objects have one or two): a whole leaf is 1.5 KiB.
+ * leaf sizes that leaf to its extents (a whole leaf is 1.5 KiB), and a map
+ * that has only ever held one extent keeps it inline (struct extmap.one),
+ * with no leaf at all: most objects of a store of small objects are one
+ * extent, and the leaf array and leaf it would take were about 110 bytes
+ * of each such object's memory and two of its allocations.
  *
  * Not thread-safe: the engine calls it under the store's metadata lock.
  */
@@ -50,6 +53,9 @@ struct extmap_acct {
 };
 
 struct extmap {
+	/* NULL until the map needs leaves: it then holds n (0 or 1) extents
+	 * in one.  A second extent, or a punch that splits the one, moves
+	 * it into a leaf for good (extmap_reserve). */
 	struct extmap_leaf **leaf;
 	/* leaf: cap leaves, EXTMAP_SPARES spares, then cap first keys
 	 * (extmap.c, keys()) */
@@ -59,6 +65,7 @@ struct extmap {
 	uint64_t bytes;   /* sum of extent lengths (logical bytes mapped) */
 	uint64_t stored;  /* sum of ext_stored(): their stored share */
 	struct extmap_acct *acct; /* NULL: none */
+	struct ext one;           /* the extent while leaf is NULL and n is 1 */
 };
 
 /* Called for each piece an insert or punch removes from the map: @len bytes
