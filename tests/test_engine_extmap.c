@@ -39,21 +39,27 @@ static struct blobd *new_blob(uint32_t len, uint64_t id)
 	return blobd_new(&fb);
 }
 
-static void check(const struct extmap *m, const struct cell *model)
+/* The map against a model of its first @span bytes: every extent where
+ * the model puts it, the holes empty, the totals and the end right, and
+ * an iteration started anywhere finds the extent holding its offset. */
+static void check_span(const struct extmap *m, const struct cell *model,
+		       uint32_t span)
 {
 	struct extmap_iter it;
 	const struct ext *e;
-	uint64_t pos = 0, bytes = 0, n = 0;
+	uint64_t pos = 0, n = 0, bytes = 0;
 
 	extmap_iter_init(&it, m, 0);
 	while ((e = extmap_iter_next(&it))) {
 		cr_assert_geq(e->off, pos, "extents overlap or are unsorted");
 		cr_assert_gt(e->len, 0);
-		for (uint64_t i = pos; i < e->off && i < SPAN; i++)
+		cr_assert_leq(e->off + e->len, span);
+		for (uint64_t i = pos; i < e->off; i++)
 			cr_assert_null(model[i].b, "byte %lu should be mapped",
 				       (unsigned long)i);
 		for (uint32_t i = 0; i < e->len; i++) {
 			const struct cell *c = &model[e->off + i];
+
 			cr_assert_eq(c->b, e->b, "byte %lu maps to the wrong blob",
 				     (unsigned long)(e->off + i));
 			cr_assert_eq(c->boff, e->skip + i);
@@ -63,10 +69,22 @@ static void check(const struct extmap *m, const struct cell *model)
 		bytes += e->len;
 		n++;
 	}
-	for (uint64_t i = pos; i < SPAN; i++)
+	for (uint64_t i = pos; i < span; i++)
 		cr_assert_null(model[i].b);
-	cr_assert_eq(bytes, m->bytes);
 	cr_assert_eq(n, m->n);
+	cr_assert_eq(bytes, m->bytes);
+	cr_assert_eq(extmap_end(m), pos);
+	for (uint32_t o = 0; o < span; o += 37) {
+		extmap_iter_init(&it, m, o);
+		e = extmap_iter_next(&it);
+		if (e)
+			cr_assert_gt(e->off + e->len, o);
+	}
+}
+
+static void check(const struct extmap *m, const struct cell *model)
+{
+	check_span(m, model, SPAN);
 }
 
 /* Insert a new blob of @len bytes at @off (its bytes from @skip) into the
@@ -253,43 +271,6 @@ Test(engine_extmap, appends_fill_leaves_then_shadow, .timeout = 60)
 			check(&m, model);
 	}
 	model_finish(&m, model, inserted);
-}
-
-/* The map against a model of @span bytes (the checks above walk SPAN). */
-static void check_span(const struct extmap *m, const struct cell *model,
-		       uint32_t span)
-{
-	struct extmap_iter it;
-	const struct ext *e;
-	uint64_t pos = 0, n = 0, bytes = 0;
-
-	extmap_iter_init(&it, m, 0);
-	while ((e = extmap_iter_next(&it))) {
-		cr_assert_geq(e->off, pos);
-		cr_assert_leq(e->off + e->len, span);
-		for (uint64_t i = pos; i < e->off; i++)
-			cr_assert_null(model[i].b);
-		for (uint32_t i = 0; i < e->len; i++) {
-			cr_assert_eq(model[e->off + i].b, e->b);
-			cr_assert_eq(model[e->off + i].boff, e->skip + i);
-		}
-		pos = e->off + e->len;
-		bytes += e->len;
-		n++;
-	}
-	for (uint64_t i = pos; i < span; i++)
-		cr_assert_null(model[i].b);
-	cr_assert_eq(n, m->n);
-	cr_assert_eq(bytes, m->bytes);
-	cr_assert_eq(extmap_end(m), pos);
-	/* an iterator started inside the map finds the extent holding its
-	 * offset first (or the next one) */
-	for (uint32_t o = 0; o < span; o += 37) {
-		extmap_iter_init(&it, m, o);
-		e = extmap_iter_next(&it);
-		if (e)
-			cr_assert_gt(e->off + e->len, o);
-	}
 }
 
 /* A map that has only held one extent keeps it inline, with no leaf

@@ -452,6 +452,28 @@ static void drop_piece(extmap_drop_fn drop, void *arg, struct blobd *b,
 		drop(arg, b, len);
 }
 
+/* @e loses its first @cut bytes (dropped through @drop). */
+static void ext_cut_front(struct extmap *m, struct ext *e, uint32_t cut,
+			  extmap_drop_fn drop, void *arg)
+{
+	drop_piece(drop, arg, e->b, cut);
+	span_sub(m, e);
+	e->off += cut;
+	e->skip += cut;
+	e->len -= cut;
+	span_add(m, e);
+}
+
+/* @e keeps its first @keep bytes (the rest dropped through @drop). */
+static void ext_cut_back(struct extmap *m, struct ext *e, uint32_t keep,
+			 extmap_drop_fn drop, void *arg)
+{
+	drop_piece(drop, arg, e->b, e->len - keep);
+	span_sub(m, e);
+	e->len = keep;
+	span_add(m, e);
+}
+
 /* The inline extent: set (the map was empty, no leaf array) or dropped
  * whole (reported through @drop, its reference released). */
 static void one_put(struct extmap *m, const struct ext *e)
@@ -491,25 +513,10 @@ static bool one_punch(struct extmap *m, uint64_t off, uint64_t end,
 	}
 	if (off > e->off && end < e_end)
 		return false;
-	if (off <= e->off) {
-		/* the left part goes: keep [end, e_end) */
-		uint32_t cut = (uint32_t)(end - e->off);
-
-		drop_piece(drop, arg, e->b, cut);
-		span_sub(m, e);
-		e->off = end;
-		e->skip += cut;
-		e->len -= cut;
-		span_add(m, e);
-	} else {
-		/* the right part goes: keep [e->off, off) */
-		uint32_t keep = (uint32_t)(off - e->off);
-
-		drop_piece(drop, arg, e->b, e->len - keep);
-		span_sub(m, e);
-		e->len = keep;
-		span_add(m, e);
-	}
+	if (off <= e->off) /* the left part goes: keep [end, e_end) */
+		ext_cut_front(m, e, (uint32_t)(end - e->off), drop, arg);
+	else /* the right part goes: keep [e->off, off) */
+		ext_cut_back(m, e, (uint32_t)(off - e->off), drop, arg);
 	return true;
 }
 
@@ -555,22 +562,14 @@ static void punch_reserved(struct extmap *m, uint64_t off, uint64_t len,
 				return;
 			}
 			if (e->off < off) {
-				uint32_t keep = (uint32_t)(off - e->off);
-				drop_piece(drop, arg, e->b, e->len - keep);
-				span_sub(m, e);
-				e->len = keep;
-				span_add(m, e);
+				ext_cut_back(m, e, (uint32_t)(off - e->off),
+					     drop, arg);
 				i++;
 				continue;
 			}
 			if (e_end > end) {
-				uint32_t cut = (uint32_t)(end - e->off);
-				drop_piece(drop, arg, e->b, cut);
-				span_sub(m, e);
-				e->off = end;
-				e->skip += cut;
-				e->len -= cut;
-				span_add(m, e);
+				ext_cut_front(m, e, (uint32_t)(end - e->off),
+					      drop, arg);
 				fix_key(m, li);
 				return;
 			}
